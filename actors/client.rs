@@ -1,0 +1,377 @@
+//! The client instance: the one actor per process-level client that every producer and consumer
+//! shares. It owns the connections (one per remote address), the name-server list with failover
+//! and the topic route cache, refreshed every `poll_name_server_interval`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::actors::connection::{self, Connection, ConnectionConfig};
+use crate::error::{Error, Result};
+use crate::protocol::body::{decode_json, TopicRouteData};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::GetRouteInfoRequestHeader;
+use crate::protocol::RemotingCommand;
+use crate::route::{NameServerList, TopicRoute};
+
+/// Settings shared by everything that uses one client instance.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Name-server addresses, `;`-separated (`127.0.0.1:9876;127.0.0.1:9877`).
+    pub namesrv_addr: String,
+    /// The IP put into the client id (Java: the first non-loopback address).
+    pub client_ip: String,
+    /// Instance name; the client id is `client_ip@instance_name`. Default: `pid#counter`,
+    /// unique per client instance in the process so two consumers never share an id.
+    pub instance_name: Option<String>,
+    /// Timeout of ordinary RPCs (route look-ups, offset queries…).
+    pub request_timeout: Duration,
+    /// How often cached routes are refreshed.
+    pub poll_name_server_interval: Duration,
+    /// Connection tuning.
+    pub connection: ConnectionConfig,
+}
+
+impl ClientConfig {
+    /// A configuration pointing at the given name servers, other values at their defaults.
+    pub fn new(namesrv_addr: impl Into<String>) -> Self {
+        ClientConfig {
+            namesrv_addr: namesrv_addr.into(),
+            client_ip: "127.0.0.1".into(),
+            instance_name: None,
+            request_timeout: Duration::from_secs(3),
+            poll_name_server_interval: Duration::from_secs(30),
+            connection: ConnectionConfig::default(),
+        }
+    }
+}
+
+static INSTANCE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Returns the connection actor for a remote address, creating it on first use.
+#[derive(Message)]
+#[rtype(result = "Addr<Connection>")]
+pub struct GetConnection(pub String);
+
+/// Returns the route of a topic: from the cache, or from the name servers when absent or when
+/// `refresh` is set.
+#[derive(Message)]
+#[rtype(result = "Result<Arc<TopicRoute>>")]
+pub struct GetRoute {
+    /// The topic.
+    pub topic: String,
+    /// Skip the cache.
+    pub refresh: bool,
+}
+
+/// Returns the client id.
+#[derive(Message)]
+#[rtype(result = "String")]
+pub struct GetClientId;
+
+/// Closes every connection and stops the instance.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+/// The client instance actor. Use it through [`Client`].
+pub struct ClientInstance {
+    config: ClientConfig,
+    client_id: String,
+    namesrv: NameServerList,
+    connections: HashMap<String, Addr<Connection>>,
+    routes: HashMap<String, Arc<TopicRoute>>,
+    refreshing: HashSet<String>,
+}
+
+impl ClientInstance {
+    fn connection(&mut self, addr: &str) -> Addr<Connection> {
+        if let Some(conn) = self.connections.get(addr) {
+            if conn.connected() {
+                return conn.clone();
+            }
+        }
+        let conn = Connection::with_config(addr, self.config.connection.clone()).start();
+        self.connections.insert(addr.to_owned(), conn.clone());
+        conn
+    }
+
+    /// Asks the name servers in failover order for the route of `topic`.
+    fn fetch_route(
+        &mut self,
+        topic: String,
+    ) -> impl ActorFuture<Self, Output = Result<Arc<TopicRoute>>> {
+        let attempts: Vec<(String, Addr<Connection>)> = self
+            .namesrv
+            .try_order()
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|addr| {
+                let conn = self.connection(&addr);
+                (addr, conn)
+            })
+            .collect();
+        let timeout = self.config.request_timeout;
+        let query_topic = topic.clone();
+        async move {
+            let mut failures = Vec::new();
+            for (addr, conn) in attempts {
+                let header = GetRouteInfoRequestHeader {
+                    topic: query_topic.clone(),
+                    ..Default::default()
+                };
+                let command =
+                    RemotingCommand::request_with_header(request_code::GET_ROUTEINFO_BY_TOPIC, &header);
+                match call(&conn, command, timeout).await {
+                    Ok(response) if response.code == response_code::SUCCESS => {
+                        let body = response.body.unwrap_or_default();
+                        return match decode_json::<TopicRouteData>(&body) {
+                            Ok(data) => Ok((addr, Some(data))),
+                            Err(e) => Err(Error::Protocol(e)),
+                        };
+                    }
+                    Ok(response) if response.code == response_code::TOPIC_NOT_EXIST => {
+                        return Ok((addr, None));
+                    }
+                    Ok(response) => failures.push(format!(
+                        "{addr}: code {} {}",
+                        response.code,
+                        response.remark.unwrap_or_default()
+                    )),
+                    Err(e) => failures.push(format!("{addr}: {e}")),
+                }
+            }
+            Err(Error::NameServerUnavailable(failures.join("; ")))
+        }
+        .into_actor(self)
+        .map(move |result, act, _ctx| {
+            act.refreshing.remove(&topic);
+            let (addr, data) = result?;
+            act.namesrv.mark_good(&addr);
+            match data {
+                Some(data) => {
+                    let route = Arc::new(TopicRoute::new(topic.clone(), data));
+                    act.routes.insert(topic, route.clone());
+                    Ok(route)
+                }
+                None => {
+                    act.routes.remove(&topic);
+                    Err(Error::TopicRouteNotFound(topic))
+                }
+            }
+        })
+    }
+
+    fn refresh_all(&mut self, ctx: &mut Context<Self>) {
+        let topics: Vec<String> = self.routes.keys().cloned().collect();
+        for topic in topics {
+            if !self.refreshing.insert(topic.clone()) {
+                continue;
+            }
+            let refresh = self.fetch_route(topic.clone()).map(move |result, _act, _ctx| {
+                if let Err(e) = result {
+                    tracing::warn!(%topic, error = %e, "route refresh failed; keeping the cached route");
+                }
+            });
+            ctx.spawn(refresh);
+        }
+    }
+}
+
+impl Actor for ClientInstance {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Timers are armed here so that a restarted instance re-arms them.
+        ctx.run_interval(self.config.poll_name_server_interval, |act, ctx| {
+            act.refresh_all(ctx)
+        });
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        for conn in self.connections.values() {
+            conn.do_send(connection::Close);
+        }
+    }
+}
+
+impl Handler<GetConnection> for ClientInstance {
+    type Result = MessageResult<GetConnection>;
+
+    fn handle(&mut self, msg: GetConnection, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.connection(&msg.0))
+    }
+}
+
+impl Handler<GetRoute> for ClientInstance {
+    type Result = ResponseActFuture<Self, Result<Arc<TopicRoute>>>;
+
+    fn handle(&mut self, msg: GetRoute, _ctx: &mut Self::Context) -> Self::Result {
+        if !msg.refresh {
+            if let Some(route) = self.routes.get(&msg.topic) {
+                return Box::pin(fut::ready(Ok(route.clone())));
+            }
+        }
+        Box::pin(self.fetch_route(msg.topic))
+    }
+}
+
+impl Handler<GetClientId> for ClientInstance {
+    type Result = String;
+
+    fn handle(&mut self, _msg: GetClientId, _ctx: &mut Self::Context) -> String {
+        self.client_id.clone()
+    }
+}
+
+impl Handler<Shutdown> for ClientInstance {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+/// Sends `command` on `conn` and waits for the response.
+pub async fn call(
+    conn: &Addr<Connection>,
+    command: RemotingCommand,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    conn.send(connection::Request { command, timeout })
+        .await
+        .map_err(|e| Error::Shutdown(format!("connection actor: {e}")))?
+}
+
+/// Like [`call`], but a response code other than SUCCESS becomes [`Error::Broker`].
+pub async fn call_ok(
+    conn: &Addr<Connection>,
+    peer: &str,
+    command: RemotingCommand,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    let response = call(conn, command, timeout).await?;
+    if response.code == response_code::SUCCESS {
+        Ok(response)
+    } else {
+        Err(Error::Broker {
+            peer: peer.to_owned(),
+            code: response.code,
+            remark: response.remark.unwrap_or_default(),
+        })
+    }
+}
+
+/// A cheap, cloneable handle to a client instance.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use rocketmq_actor::actors::client::{Client, ClientConfig};
+/// let client = Client::start(ClientConfig::new("127.0.0.1:9876"))?;
+/// let route = client.route("TopicTest").await?;
+/// println!("{} consume queues", route.consume_queues.len());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    addr: Addr<ClientInstance>,
+    client_id: Arc<str>,
+    request_timeout: Duration,
+}
+
+impl Client {
+    /// Starts a client instance on the current actix arbiter. Fails on an invalid name-server
+    /// list.
+    pub fn start(config: ClientConfig) -> Result<Client> {
+        let namesrv = NameServerList::parse(&config.namesrv_addr)?;
+        let instance_name = config.instance_name.clone().unwrap_or_else(|| {
+            format!(
+                "{}#{}",
+                std::process::id(),
+                INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        let client_id = format!("{}@{}", config.client_ip, instance_name);
+        let request_timeout = config.request_timeout;
+        let instance = ClientInstance {
+            config,
+            client_id: client_id.clone(),
+            namesrv,
+            connections: HashMap::new(),
+            routes: HashMap::new(),
+            refreshing: HashSet::new(),
+        };
+        Ok(Client {
+            addr: instance.start(),
+            client_id: client_id.into(),
+            request_timeout,
+        })
+    }
+
+    /// The client id brokers know this instance by.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// The default RPC timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The actor behind the handle.
+    pub fn actor(&self) -> &Addr<ClientInstance> {
+        &self.addr
+    }
+
+    /// The route of `topic`, from the cache when present.
+    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
+        self.get_route(topic, false).await
+    }
+
+    /// The route of `topic`, fetched from the name servers now.
+    pub async fn refresh_route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
+        self.get_route(topic, true).await
+    }
+
+    async fn get_route(&self, topic: &str, refresh: bool) -> Result<Arc<TopicRoute>> {
+        self.addr
+            .send(GetRoute {
+                topic: topic.to_owned(),
+                refresh,
+            })
+            .await
+            .map_err(|e| Error::Shutdown(format!("client instance: {e}")))?
+    }
+
+    /// The connection to `addr`.
+    pub async fn connection(&self, addr: &str) -> Result<Addr<Connection>> {
+        self.addr
+            .send(GetConnection(addr.to_owned()))
+            .await
+            .map_err(|e| Error::Shutdown(format!("client instance: {e}")))
+    }
+
+    /// Sends `command` to `addr` and returns the response, failing on a non-SUCCESS code.
+    pub async fn invoke(&self, addr: &str, command: RemotingCommand) -> Result<RemotingCommand> {
+        let conn = self.connection(addr).await?;
+        call_ok(&conn, addr, command, self.request_timeout).await
+    }
+
+    /// Sends `command` to `addr` one-way.
+    pub async fn invoke_oneway(&self, addr: &str, command: RemotingCommand) -> Result<()> {
+        let conn = self.connection(addr).await?;
+        conn.send(connection::Oneway { command })
+            .await
+            .map_err(|e| Error::Shutdown(format!("connection actor: {e}")))?
+    }
+
+    /// Closes every connection and stops the instance.
+    pub async fn shutdown(&self) {
+        let _ = self.addr.send(Shutdown).await;
+    }
+}

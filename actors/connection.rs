@@ -1,0 +1,553 @@
+//! The connection actor: one TCP connection to one remote address (a name server or a broker).
+//!
+//! It multiplexes any number of concurrent requests over the socket by `opaque`, applies a timeout
+//! to each, sends one-way commands, dispatches requests the server initiates to registered
+//! handlers, and reconnects with exponential backoff. A dropped connection fails every pending
+//! request at once; a malformed frame closes only this connection.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix::io::{FramedWrite, WriteHandler};
+use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_util::codec::{BytesCodec, FramedRead};
+
+use crate::error::{Error, ProtocolError, Result};
+use crate::protocol::codes::response_code;
+use crate::protocol::{RemotingCodec, RemotingCommand};
+
+/// Tuning of a [`Connection`].
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// How long a TCP connect may take.
+    pub connect_timeout: Duration,
+    /// First delay before reconnecting after a failure; doubles on each further failure.
+    pub backoff_initial: Duration,
+    /// Upper bound of the reconnect delay.
+    pub backoff_max: Duration,
+    /// Largest frame accepted from the peer.
+    pub max_frame_len: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            connect_timeout: Duration::from_secs(3),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            max_frame_len: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Sends a request and resolves with the peer's response (whatever its response code).
+///
+/// The connection assigns the `opaque`; a response code other than SUCCESS is *not* an error
+/// here, because many codes (PULL_NOT_FOUND, QUERY_NOT_FOUND…) are normal answers.
+#[derive(Message)]
+#[rtype(result = "Result<RemotingCommand>")]
+pub struct Request {
+    /// The command to send.
+    pub command: RemotingCommand,
+    /// How long to wait for the response.
+    pub timeout: Duration,
+}
+
+/// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
+/// writing (or fails if the connection cannot be established).
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct Oneway {
+    /// The command to send.
+    pub command: RemotingCommand,
+}
+
+/// A request the peer initiated (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO…).
+///
+/// The handler answers with the response command to send back (its opaque and response flag are
+/// set by the connection), or `None` to send nothing. Replies to one-way requests are dropped.
+#[derive(Message, Clone)]
+#[rtype(result = "Option<RemotingCommand>")]
+pub struct ServerRequest {
+    /// The request as received.
+    pub command: RemotingCommand,
+    /// The address of the peer that sent it.
+    pub peer: String,
+}
+
+/// Registers the handler of server-initiated requests with `code`, or of every code without a
+/// handler of its own when `code` is `None`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RegisterHandler {
+    /// The request code, or `None` for the fallback handler.
+    pub code: Option<i32>,
+    /// Who answers.
+    pub handler: Recipient<ServerRequest>,
+}
+
+/// What happened to a connection, sent to subscribers.
+#[derive(Message, Clone, Debug, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub enum ConnectionEvent {
+    /// The TCP connection to `peer` is established.
+    Connected {
+        /// The remote address.
+        peer: String,
+    },
+    /// The TCP connection to `peer` is gone; pending requests have failed.
+    Disconnected {
+        /// The remote address.
+        peer: String,
+        /// Why it closed.
+        reason: String,
+    },
+}
+
+/// Subscribes to [`ConnectionEvent`]s.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Subscribe(pub Recipient<ConnectionEvent>);
+
+/// Closes the socket (failing pending requests) without stopping the actor; the next request
+/// reconnects. Used by fault-injection tests and by clients dropping a stale broker.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Disconnect;
+
+/// Stops the actor, failing pending requests.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Close;
+
+/// Whether the socket is established now (mainly for tests and diagnostics).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct IsConnected;
+
+struct Pending {
+    code: i32,
+    reply: oneshot::Sender<Result<RemotingCommand>>,
+}
+
+enum State {
+    /// No socket. A request connects once `retry_at` has passed.
+    Idle { retry_at: Option<Instant> },
+    /// A connect is under way; frames wait here.
+    Connecting { queued: Vec<Bytes> },
+    /// Established.
+    Connected {
+        writer: FramedWrite<Bytes, OwnedWriteHalf, BytesCodec>,
+        reader: SpawnHandle,
+    },
+}
+
+/// A frame (or the end of the stream) read from socket number `generation`.
+struct Incoming {
+    generation: u64,
+    item: Option<std::result::Result<RemotingCommand, ProtocolError>>,
+}
+
+impl Message for Incoming {
+    type Result = ();
+}
+
+/// One TCP connection to one remote address. See the module documentation.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use actix::Actor;
+/// use rocketmq_actor::actors::connection::{Connection, Request};
+/// use rocketmq_actor::protocol::{codes::request_code, RemotingCommand};
+/// let conn = Connection::new("127.0.0.1:9876").start();
+/// let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "T");
+/// let response = conn
+///     .send(Request { command: request, timeout: std::time::Duration::from_secs(3) })
+///     .await
+///     .map_err(|e| rocketmq_actor::Error::Shutdown(e.to_string()))??;
+/// println!("code {}", response.code);
+/// # Ok(()) }
+/// ```
+pub struct Connection {
+    peer: String,
+    config: ConnectionConfig,
+    state: State,
+    generation: u64,
+    next_opaque: i32,
+    pending: HashMap<i32, Pending>,
+    handlers: HashMap<i32, Recipient<ServerRequest>>,
+    fallback_handler: Option<Recipient<ServerRequest>>,
+    subscribers: Vec<Recipient<ConnectionEvent>>,
+    backoff: Duration,
+}
+
+impl Connection {
+    /// A connection to `peer` (`host:port`) with the default configuration. Nothing is
+    /// connected until the first request.
+    pub fn new(peer: impl Into<String>) -> Self {
+        Self::with_config(peer, ConnectionConfig::default())
+    }
+
+    /// A connection to `peer` with `config`.
+    pub fn with_config(peer: impl Into<String>, config: ConnectionConfig) -> Self {
+        Connection {
+            peer: peer.into(),
+            backoff: config.backoff_initial,
+            config,
+            state: State::Idle { retry_at: None },
+            generation: 0,
+            next_opaque: 0,
+            pending: HashMap::new(),
+            handlers: HashMap::new(),
+            fallback_handler: None,
+            subscribers: Vec::new(),
+        }
+    }
+
+    fn allocate_opaque(&mut self) -> i32 {
+        // Java wraps its counter too; skip values still pending after a wrap.
+        loop {
+            self.next_opaque = self.next_opaque.wrapping_add(1);
+            if !self.pending.contains_key(&self.next_opaque) {
+                return self.next_opaque;
+            }
+        }
+    }
+
+    /// Queues an encoded frame, connecting first if needed.
+    fn write_frame(&mut self, frame: Bytes, ctx: &mut Context<Self>) {
+        match &mut self.state {
+            State::Connected { writer, .. } => writer.write(frame),
+            State::Connecting { queued } => queued.push(frame),
+            State::Idle { retry_at } => {
+                let delay = retry_at
+                    .map(|at| at.saturating_duration_since(Instant::now()))
+                    .unwrap_or_default();
+                self.state = State::Connecting {
+                    queued: vec![frame],
+                };
+                self.connect(delay, ctx);
+            }
+        }
+    }
+
+    fn connect(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        let peer = self.peer.clone();
+        let connect_timeout = self.config.connect_timeout;
+        let attempt = async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            match tokio::time::timeout(connect_timeout, TcpStream::connect(&peer)).await {
+                Ok(Ok(stream)) => Ok(stream),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("connect timed out after {connect_timeout:?}")),
+            }
+        };
+        ctx.spawn(
+            attempt
+                .into_actor(self)
+                .map(|result, act, ctx| act.on_connect_result(result, ctx)),
+        );
+    }
+
+    fn on_connect_result(
+        &mut self,
+        result: std::result::Result<TcpStream, String>,
+        ctx: &mut Context<Self>,
+    ) {
+        let queued = match std::mem::replace(&mut self.state, State::Idle { retry_at: None }) {
+            State::Connecting { queued } => queued,
+            other => {
+                // A Disconnect/Close raced with the connect: keep the newer state.
+                self.state = other;
+                return;
+            }
+        };
+        match result {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                let (read_half, write_half) = stream.into_split();
+                self.generation += 1;
+                let generation = self.generation;
+                let frames = FramedRead::new(
+                    read_half,
+                    RemotingCodec::new(self.config.max_frame_len),
+                )
+                .map(move |item| Incoming {
+                    generation,
+                    item: Some(item),
+                })
+                .chain(futures::stream::once(async move {
+                    Incoming {
+                        generation,
+                        item: None,
+                    }
+                }));
+                let reader = ctx.add_stream(frames);
+                let mut writer = FramedWrite::new(write_half, BytesCodec::new(), ctx);
+                for frame in queued {
+                    writer.write(frame);
+                }
+                self.state = State::Connected { writer, reader };
+                self.backoff = self.config.backoff_initial;
+                tracing::debug!(peer = %self.peer, "connected");
+                self.notify(ConnectionEvent::Connected {
+                    peer: self.peer.clone(),
+                });
+            }
+            Err(reason) => {
+                tracing::warn!(peer = %self.peer, %reason, backoff = ?self.backoff, "connect failed");
+                self.state = State::Idle {
+                    retry_at: Some(Instant::now() + self.backoff),
+                };
+                self.backoff = (self.backoff * 2).min(self.config.backoff_max);
+                self.fail_pending(|peer| Error::Connect {
+                    addr: peer.to_owned(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+    }
+
+    /// Tears the socket down and fails every pending request.
+    fn on_disconnect(&mut self, reason: String, ctx: &mut Context<Self>) {
+        if let State::Connected { writer, reader } = &mut self.state {
+            writer.close();
+            ctx.cancel_future(writer.handle());
+            ctx.cancel_future(*reader);
+        } else {
+            return;
+        }
+        tracing::info!(peer = %self.peer, %reason, pending = self.pending.len(), "connection closed");
+        self.state = State::Idle {
+            retry_at: Some(Instant::now() + self.backoff),
+        };
+        self.backoff = (self.backoff * 2).min(self.config.backoff_max);
+        self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
+        self.notify(ConnectionEvent::Disconnected {
+            peer: self.peer.clone(),
+            reason,
+        });
+    }
+
+    fn fail_pending(&mut self, error: impl Fn(&str) -> Error) {
+        for (_, pending) in self.pending.drain() {
+            let _ = pending.reply.send(Err(error(&self.peer)));
+        }
+    }
+
+    fn notify(&mut self, event: ConnectionEvent) {
+        self.subscribers.retain(|s| s.connected());
+        for subscriber in &self.subscribers {
+            // Events are rare control messages; a full subscriber mailbox must not block I/O.
+            let _ = subscriber.try_send(event.clone());
+        }
+    }
+
+    fn on_server_request(&mut self, command: RemotingCommand, ctx: &mut Context<Self>) {
+        let handler = self
+            .handlers
+            .get(&command.code)
+            .or(self.fallback_handler.as_ref())
+            .cloned();
+        let oneway = command.is_oneway();
+        let Some(handler) = handler else {
+            tracing::debug!(peer = %self.peer, code = command.code, "server request without handler");
+            if !oneway {
+                let response = RemotingCommand::response_to(
+                    &command,
+                    response_code::REQUEST_CODE_NOT_SUPPORTED,
+                    Some(format!(" request type {} not supported", command.code)),
+                );
+                self.write_response(response, ctx);
+            }
+            return;
+        };
+        let request = ServerRequest {
+            peer: self.peer.clone(),
+            command: command.clone(),
+        };
+        let answer = handler.send(request);
+        ctx.spawn(answer.into_actor(self).map(move |result, act, ctx| {
+            if oneway {
+                return;
+            }
+            let response = match result {
+                Ok(Some(mut response)) => {
+                    response.opaque = command.opaque;
+                    response.flag |= RemotingCommand::FLAG_RESPONSE;
+                    response
+                }
+                Ok(None) => return,
+                Err(e) => RemotingCommand::response_to(
+                    &command,
+                    response_code::SYSTEM_ERROR,
+                    Some(format!("handler unavailable: {e}")),
+                ),
+            };
+            act.write_response(response, ctx);
+        }));
+    }
+
+    fn write_response(&mut self, response: RemotingCommand, ctx: &mut Context<Self>) {
+        let mut frame = BytesMut::new();
+        match response.encode(&mut frame) {
+            Ok(()) => self.write_frame(frame.freeze(), ctx),
+            Err(e) => tracing::warn!(peer = %self.peer, error = %e, "cannot encode response"),
+        }
+    }
+}
+
+impl Actor for Connection {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
+    }
+}
+
+impl WriteHandler<std::io::Error> for Connection {
+    fn error(&mut self, err: std::io::Error, ctx: &mut Self::Context) -> Running {
+        self.on_disconnect(format!("write failed: {err}"), ctx);
+        Running::Continue
+    }
+
+    fn finished(&mut self, _ctx: &mut Self::Context) {
+        // The writer of a closed socket ended; the reader side reports the disconnect.
+    }
+}
+
+impl StreamHandler<Incoming> for Connection {
+    fn handle(&mut self, incoming: Incoming, ctx: &mut Self::Context) {
+        if incoming.generation != self.generation {
+            return; // a frame from a socket already replaced
+        }
+        match incoming.item {
+            Some(Ok(command)) if command.is_response() => {
+                match self.pending.remove(&command.opaque) {
+                    Some(pending) => {
+                        let _ = pending.reply.send(Ok(command));
+                    }
+                    None => tracing::debug!(
+                        peer = %self.peer,
+                        opaque = command.opaque,
+                        "response for no pending request (it timed out)"
+                    ),
+                }
+            }
+            Some(Ok(command)) => self.on_server_request(command, ctx),
+            Some(Err(e)) => {
+                tracing::warn!(peer = %self.peer, error = %e, "malformed frame, closing connection");
+                self.on_disconnect(format!("malformed frame: {e}"), ctx);
+            }
+            None => self.on_disconnect("closed by peer".into(), ctx),
+        }
+    }
+
+    fn finished(&mut self, _ctx: &mut Self::Context) {
+        // End of stream is delivered as `Incoming { item: None }`; do not stop the actor.
+    }
+}
+
+impl Handler<Request> for Connection {
+    type Result = ResponseActFuture<Self, Result<RemotingCommand>>;
+
+    fn handle(&mut self, msg: Request, ctx: &mut Self::Context) -> Self::Result {
+        let mut command = msg.command;
+        let code = command.code;
+        let opaque = self.allocate_opaque();
+        command.opaque = opaque;
+        command.flag &= !(RemotingCommand::FLAG_RESPONSE | RemotingCommand::FLAG_ONEWAY);
+        let mut frame = BytesMut::new();
+        if let Err(e) = command.encode(&mut frame) {
+            return Box::pin(fut::ready(Err(Error::Protocol(e))));
+        }
+        let (reply, response) = oneshot::channel();
+        self.pending.insert(opaque, Pending { code, reply });
+        self.write_frame(frame.freeze(), ctx);
+        let peer = self.peer.clone();
+        let timeout = msg.timeout;
+        Box::pin(
+            async move { tokio::time::timeout(timeout, response).await }
+                .into_actor(self)
+                .map(move |outcome, act, _ctx| match outcome {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(_)) => Err(Error::ConnectionClosed(peer)),
+                    Err(_) => {
+                        let code = act.pending.remove(&opaque).map_or(code, |p| p.code);
+                        Err(Error::Timeout {
+                            peer,
+                            code,
+                            timeout,
+                        })
+                    }
+                }),
+        )
+    }
+}
+
+impl Handler<Oneway> for Connection {
+    type Result = Result<()>;
+
+    fn handle(&mut self, msg: Oneway, ctx: &mut Self::Context) -> Self::Result {
+        let mut command = msg.command;
+        command.opaque = self.allocate_opaque();
+        command.mark_oneway();
+        let mut frame = BytesMut::new();
+        command.encode(&mut frame)?;
+        self.write_frame(frame.freeze(), ctx);
+        Ok(())
+    }
+}
+
+impl Handler<RegisterHandler> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegisterHandler, _ctx: &mut Self::Context) {
+        match msg.code {
+            Some(code) => {
+                self.handlers.insert(code, msg.handler);
+            }
+            None => self.fallback_handler = Some(msg.handler),
+        }
+    }
+}
+
+impl Handler<Subscribe> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
+        self.subscribers.push(msg.0);
+    }
+}
+
+impl Handler<Disconnect> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Disconnect, ctx: &mut Self::Context) {
+        self.on_disconnect("disconnect requested".into(), ctx);
+    }
+}
+
+impl Handler<Close> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Close, ctx: &mut Self::Context) {
+        self.on_disconnect("closed by owner".into(), ctx);
+        ctx.stop();
+    }
+}
+
+impl Handler<IsConnected> for Connection {
+    type Result = bool;
+
+    fn handle(&mut self, _msg: IsConnected, _ctx: &mut Self::Context) -> bool {
+        matches!(self.state, State::Connected { .. })
+    }
+}

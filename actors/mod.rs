@@ -1,0 +1,8 @@
+//! actix actors, one per file. Each is a thin shell over the sans-I/O core in `src/`.
+
+/// Actors of the embedded broker.
+pub mod broker;
+
+pub mod client;
+pub mod connection;
+pub mod producer;

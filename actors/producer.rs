@@ -1,0 +1,450 @@
+//! The producer: a cloneable handle that sends messages through the shared client instance.
+//!
+//! It is not an actor of its own: sends are independent requests, so each `send` goes straight to
+//! the connection actor of the chosen broker, and any number of sends may be in flight at once
+//! (pipelined on one connection per broker). Failed sends are retried on another broker.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::actors::client::{call, Client};
+use crate::error::{Error, Result};
+use crate::filter::java_hash_code;
+use crate::message::{self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
+use crate::protocol::RemotingCommand;
+use crate::route::TopicRoute;
+
+/// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.
+pub const AUTO_CREATE_TOPIC_KEY: &str = "TBW102";
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Producer group (informational for brokers; needed for transactions).
+    pub group: String,
+    /// Timeout of one send attempt.
+    pub send_timeout: Duration,
+    /// How many times a failed send is retried on another broker (Java: 2).
+    pub retry_times: u32,
+    /// Bodies larger than this are zlib-compressed (Java: 4 KiB).
+    pub compress_over: usize,
+    /// Largest accepted body (Java: 4 MiB).
+    pub max_message_size: usize,
+    /// Queue count a broker gives a topic it auto-creates.
+    pub default_topic_queue_nums: i32,
+    /// How long a cached route is used before it is fetched again.
+    pub route_ttl: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            group: "DEFAULT_PRODUCER".into(),
+            send_timeout: Duration::from_secs(3),
+            retry_times: 2,
+            compress_over: 4 * 1024,
+            max_message_size: 4 * 1024 * 1024,
+            default_topic_queue_nums: 8,
+            route_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How the broker stored a message that was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendStatus {
+    /// Stored and, as configured on the broker, flushed and replicated.
+    SendOk,
+    /// Stored, but the disk flush timed out.
+    FlushDiskTimeout,
+    /// Stored, but replication to the slave timed out.
+    FlushSlaveTimeout,
+    /// Stored, but no slave is available.
+    SlaveNotAvailable,
+}
+
+/// The outcome of a successful send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendResult {
+    /// How the broker stored it.
+    pub status: SendStatus,
+    /// The message id consumers see (UNIQ_KEY); comma-separated for a batch.
+    pub msg_id: String,
+    /// The broker's id of the stored record (store host + commit-log offset).
+    pub offset_msg_id: String,
+    /// Where it went.
+    pub queue: MessageQueue,
+    /// Its offset in that queue (of the first message, for a batch).
+    pub queue_offset: i64,
+}
+
+enum QueueChoice<'a> {
+    RoundRobin,
+    Exact(&'a MessageQueue),
+    Hash(u32),
+}
+
+struct CachedRoute {
+    route: Arc<TopicRoute>,
+    fetched: Instant,
+}
+
+struct ProducerShared {
+    client: Client,
+    config: ProducerConfig,
+    routes: Mutex<HashMap<String, CachedRoute>>,
+    next_queue: AtomicUsize,
+    ids: UniqueIdGenerator,
+}
+
+/// Sends messages. Cheap to clone; clones share routes and the id generator.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use rocketmq_actor::actors::client::{Client, ClientConfig};
+/// use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
+/// use rocketmq_actor::Message;
+/// let client = Client::start(ClientConfig::new("127.0.0.1:9876"))?;
+/// let producer = Producer::new(client, ProducerConfig::default());
+/// let sent = producer.send(Message::new("TopicTest", "hello").with_tags("TagA")).await?;
+/// println!("{} at {:?} offset {}", sent.msg_id, sent.queue, sent.queue_offset);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    shared: Arc<ProducerShared>,
+}
+
+impl Producer {
+    /// A producer sending through `client`.
+    pub fn new(client: Client, config: ProducerConfig) -> Self {
+        Producer {
+            shared: Arc::new(ProducerShared {
+                client,
+                config,
+                routes: Mutex::new(HashMap::new()),
+                next_queue: AtomicUsize::new(0),
+                ids: UniqueIdGenerator::from_system(std::net::IpAddr::from([127, 0, 0, 1])),
+            }),
+        }
+    }
+
+    /// Sends to a queue chosen round-robin; on failure retries on another broker.
+    pub async fn send(&self, message: Message) -> Result<SendResult> {
+        self.send_with_choice(message, QueueChoice::RoundRobin).await
+    }
+
+    /// Sends to exactly `queue` (no retry on another queue: the caller chose it).
+    pub async fn send_to_queue(&self, message: Message, queue: &MessageQueue) -> Result<SendResult> {
+        self.send_with_choice(message, QueueChoice::Exact(queue))
+            .await
+    }
+
+    /// Sends to the queue selected by a hash of `key`, so every message with the same key lands
+    /// in the same queue (in order) while the topic's queue set is unchanged. The key is also
+    /// added to the message's KEYS when not already there.
+    pub async fn send_with_key(&self, mut message: Message, key: &str) -> Result<SendResult> {
+        if !message.keys().contains(&key) {
+            let mut keys: Vec<String> = message.keys().into_iter().map(str::to_owned).collect();
+            keys.push(key.to_owned());
+            message = message.with_keys(keys);
+        }
+        let hash = java_hash_code(key).unsigned_abs();
+        self.send_with_choice(message, QueueChoice::Hash(hash))
+            .await
+    }
+
+    /// Sends several messages of one topic as one batch to one queue.
+    pub async fn send_batch(&self, messages: Vec<Message>) -> Result<SendResult> {
+        let Some(first) = messages.first() else {
+            return Err(invalid_message("a batch needs at least one message"));
+        };
+        let topic = first.topic.clone();
+        if messages.iter().any(|m| m.topic != topic) {
+            return Err(invalid_message("every message of a batch must have the same topic"));
+        }
+        let mut messages = messages;
+        let mut ids = Vec::with_capacity(messages.len());
+        for message in &mut messages {
+            self.validate(message)?;
+            ids.push(self.ensure_unique_id(message));
+        }
+        let body = message::encode_batch_body(&messages);
+        if body.len() > self.shared.config.max_message_size {
+            return Err(invalid_message(&format!(
+                "batch of {} bytes exceeds max_message_size {}",
+                body.len(),
+                self.shared.config.max_message_size
+            )));
+        }
+        let template = Message::new(topic, Bytes::new());
+        let mut result = self
+            .send_prepared(&template, body, 0, true, QueueChoice::RoundRobin)
+            .await?;
+        result.msg_id = ids.join(",");
+        Ok(result)
+    }
+
+    fn validate(&self, message: &Message) -> Result<()> {
+        if message.topic.is_empty() {
+            return Err(invalid_message("the topic is empty"));
+        }
+        if message.body.is_empty() {
+            return Err(invalid_message("the body is empty"));
+        }
+        if message.body.len() > self.shared.config.max_message_size {
+            return Err(invalid_message(&format!(
+                "body of {} bytes exceeds max_message_size {}",
+                message.body.len(),
+                self.shared.config.max_message_size
+            )));
+        }
+        Ok(())
+    }
+
+    fn ensure_unique_id(&self, message: &mut Message) -> String {
+        if let Some(id) = message.properties.get(property::UNIQ_KEY) {
+            return id.to_owned();
+        }
+        let id = self.shared.ids.next_id(now_millis());
+        message.properties.insert(property::UNIQ_KEY, &id);
+        id
+    }
+
+    async fn send_with_choice(
+        &self,
+        mut message: Message,
+        choice: QueueChoice<'_>,
+    ) -> Result<SendResult> {
+        self.validate(&message)?;
+        self.ensure_unique_id(&mut message);
+        let (body, sys_flag) = if message.body.len() > self.shared.config.compress_over {
+            // Java's producer compresses with zlib at level 5.
+            match message::compress(CompressionType::Zlib, &message.body, 5) {
+                Ok(compressed) => (
+                    Bytes::from(compressed),
+                    sys_flag::COMPRESSED | sys_flag::COMPRESSION_ZLIB,
+                ),
+                Err(_) => (message.body.clone(), 0),
+            }
+        } else {
+            (message.body.clone(), 0)
+        };
+        let mut result = self
+            .send_prepared(&message, body, sys_flag, false, choice)
+            .await?;
+        if let Some(id) = message.properties.get(property::UNIQ_KEY) {
+            result.msg_id = id.to_owned();
+        }
+        Ok(result)
+    }
+
+    async fn send_prepared(
+        &self,
+        message: &Message,
+        body: Bytes,
+        sys_flag: i32,
+        batch: bool,
+        choice: QueueChoice<'_>,
+    ) -> Result<SendResult> {
+        let config = &self.shared.config;
+        let attempts = match choice {
+            QueueChoice::RoundRobin => config.retry_times + 1,
+            _ => 1,
+        };
+        let mut failed_broker: Option<String> = None;
+        let mut last_error = None;
+        for attempt in 0..attempts {
+            let route = self.publish_route(&message.topic, attempt > 0).await?;
+            let queue = match &choice {
+                QueueChoice::Exact(queue) => (*queue).clone(),
+                QueueChoice::Hash(hash) => {
+                    let queues = &route.produce_queues;
+                    if queues.is_empty() {
+                        return Err(Error::TopicRouteNotFound(message.topic.clone()));
+                    }
+                    queues[*hash as usize % queues.len()].clone()
+                }
+                QueueChoice::RoundRobin => self.pick_queue(&route, failed_broker.as_deref())?,
+            };
+            let Some(addr) = route.master_addr(&queue.broker_name).map(str::to_owned) else {
+                return Err(Error::TopicRouteNotFound(format!(
+                    "{} (no master for {})",
+                    message.topic, queue.broker_name
+                )));
+            };
+            match self
+                .send_once(&addr, &queue, message, body.clone(), sys_flag, batch)
+                .await
+            {
+                Ok(result) => return Ok(result),
+                Err(e) if attempt + 1 < attempts && is_retriable(&e) => {
+                    tracing::debug!(broker = %queue.broker_name, error = %e, "send failed, retrying on another broker");
+                    failed_broker = Some(queue.broker_name.clone());
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::TopicRouteNotFound(message.topic.clone())))
+    }
+
+    fn pick_queue(&self, route: &TopicRoute, avoid_broker: Option<&str>) -> Result<MessageQueue> {
+        let queues = &route.produce_queues;
+        if queues.is_empty() {
+            return Err(Error::TopicRouteNotFound(route.topic.clone()));
+        }
+        let start = self.shared.next_queue.fetch_add(1, Ordering::Relaxed);
+        let pick = (0..queues.len())
+            .map(|i| &queues[(start + i) % queues.len()])
+            .find(|q| Some(q.broker_name.as_str()) != avoid_broker)
+            .unwrap_or(&queues[start % queues.len()]);
+        Ok(pick.clone())
+    }
+
+    async fn send_once(
+        &self,
+        addr: &str,
+        queue: &MessageQueue,
+        message: &Message,
+        body: Bytes,
+        sys_flag: i32,
+        batch: bool,
+    ) -> Result<SendResult> {
+        let config = &self.shared.config;
+        let header = SendMessageRequestHeader {
+            producer_group: config.group.clone(),
+            topic: message.topic.clone(),
+            default_topic: AUTO_CREATE_TOPIC_KEY.to_owned(),
+            default_topic_queue_nums: config.default_topic_queue_nums,
+            queue_id: queue.queue_id,
+            sys_flag,
+            born_timestamp: now_millis(),
+            flag: message.flag,
+            properties: Some(message.properties.to_wire()),
+            reconsume_times: Some(0),
+            unit_mode: Some(false),
+            max_reconsume_times: None,
+            batch: Some(batch),
+            bname: Some(queue.broker_name.clone()),
+        };
+        let code = if batch {
+            request_code::SEND_BATCH_MESSAGE
+        } else {
+            request_code::SEND_MESSAGE_V2
+        };
+        let mut command = RemotingCommand::request(code);
+        let mut ext = crate::protocol::ExtFields::new();
+        header.write_v2(&mut ext);
+        command.ext_fields = Some(ext);
+        let command = command.with_body(body);
+        let conn = self.shared.client.connection(addr).await?;
+        let response = call(&conn, command, config.send_timeout).await?;
+        let status = match response.code {
+            response_code::SUCCESS => SendStatus::SendOk,
+            response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
+            response_code::FLUSH_SLAVE_TIMEOUT => SendStatus::FlushSlaveTimeout,
+            response_code::SLAVE_NOT_AVAILABLE => SendStatus::SlaveNotAvailable,
+            code => {
+                return Err(Error::Broker {
+                    peer: addr.to_owned(),
+                    code,
+                    remark: response.remark.unwrap_or_default(),
+                })
+            }
+        };
+        let header: SendMessageResponseHeader = response.decode_header()?;
+        Ok(SendResult {
+            status,
+            msg_id: String::new(),
+            offset_msg_id: header.msg_id,
+            queue: MessageQueue::new(&queue.topic, &queue.broker_name, header.queue_id),
+            queue_offset: header.queue_offset,
+        })
+    }
+
+    /// The route used to publish to `topic`; when the topic does not exist yet, the route of
+    /// [`AUTO_CREATE_TOPIC_KEY`] so a broker auto-creates it on the first send.
+    async fn publish_route(&self, topic: &str, refresh: bool) -> Result<Arc<TopicRoute>> {
+        let ttl = self.shared.config.route_ttl;
+        if !refresh {
+            let routes = self.shared.routes.lock().map_err(poisoned)?;
+            if let Some(cached) = routes.get(topic) {
+                if cached.fetched.elapsed() < ttl {
+                    return Ok(cached.route.clone());
+                }
+            }
+        }
+        let client = &self.shared.client;
+        let route = match client.refresh_route(topic).await {
+            Ok(route) if !route.produce_queues.is_empty() => route,
+            Ok(_) | Err(Error::TopicRouteNotFound(_)) => {
+                let template = client.route(AUTO_CREATE_TOPIC_KEY).await.map_err(|e| match e {
+                    Error::TopicRouteNotFound(_) => Error::TopicRouteNotFound(topic.to_owned()),
+                    other => other,
+                })?;
+                Arc::new(auto_create_route(topic, &template, self.shared.config.default_topic_queue_nums))
+            }
+            Err(e) => return Err(e),
+        };
+        self.shared.routes.lock().map_err(poisoned)?.insert(
+            topic.to_owned(),
+            CachedRoute {
+                route: route.clone(),
+                fetched: Instant::now(),
+            },
+        );
+        Ok(route)
+    }
+}
+
+/// The route of a not-yet-existing `topic` derived from the auto-create template route: the
+/// template's writable brokers, each with at most `queue_nums` queues.
+fn auto_create_route(topic: &str, template: &TopicRoute, queue_nums: i32) -> TopicRoute {
+    let mut data = template.data.clone();
+    for queue_data in &mut data.queue_datas {
+        queue_data.write_queue_nums = queue_data.write_queue_nums.min(queue_nums);
+        queue_data.read_queue_nums = queue_data.read_queue_nums.min(queue_nums);
+    }
+    TopicRoute::new(topic, data)
+}
+
+fn is_retriable(error: &Error) -> bool {
+    match error {
+        Error::Timeout { .. } | Error::ConnectionClosed(_) | Error::Connect { .. } => true,
+        Error::Broker { code, .. } => matches!(
+            *code,
+            response_code::TOPIC_NOT_EXIST
+                | response_code::SERVICE_NOT_AVAILABLE
+                | response_code::SYSTEM_ERROR
+                | response_code::SYSTEM_BUSY
+                | response_code::NO_PERMISSION
+        ),
+        _ => false,
+    }
+}
+
+fn invalid_message(why: &str) -> Error {
+    Error::Config {
+        option: "message",
+        value: why.to_owned(),
+        allowed: "a non-empty topic and a body of 1..=max_message_size bytes".into(),
+    }
+}
+
+fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
+    Error::Shutdown("producer route cache poisoned by a panic".into())
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Starts or stops a real RocketMQ cluster on loopback: one name server and two brokers of the Rust
+# implementation (mxsm/rocketmq-rust, published on crates.io), for the interop suite.
+#
+#   scripts/real-cluster.sh start   # installs the binaries when missing, starts, waits until ready
+#   scripts/real-cluster.sh stop    # stops the processes by pid and removes the data
+#
+# On success `start` prints `ROCKETMQ_NAMESRV=127.0.0.1:<port>`. Ports can be moved with
+# RMQ_BASE_PORT (name server; brokers use +1035 and +1045, health ports 18080+).
+set -euo pipefail
+
+VERSION=1.0.0
+DIR=${RMQ_CLUSTER_DIR:-${TMPDIR:-/tmp}/rocketmq-actor-real-cluster}
+NS_PORT=${RMQ_BASE_PORT:-9876}
+BROKERS=(broker-a broker-b)
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+
+install_if_missing() {
+  local crate=$1 binary=$2
+  if ! command -v "$binary" >/dev/null 2>&1 && [ ! -x "$CARGO_BIN/$binary" ]; then
+    echo "installing $crate $VERSION (takes about 12 minutes once)..." >&2
+    cargo install --locked "$crate" --version "$VERSION" >&2
+  fi
+}
+
+wait_until() {
+  local what=$1 tries=$2; shift 2
+  for _ in $(seq "$tries"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "timed out waiting for $what; logs in $DIR" >&2
+  tail -n 20 "$DIR"/*.log >&2 || true
+  return 1
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start() {
+  export PATH="$CARGO_BIN:$PATH"
+  install_if_missing rocketmq-namesrv rocketmq-namesrv-rust
+  install_if_missing rocketmq-broker rocketmq-broker-rust
+  stop >/dev/null 2>&1 || true
+  mkdir -p "$DIR/ns"
+  cat >"$DIR/ns.toml" <<TOML
+rocketmqHome = "$DIR/ns"
+kvConfigPath = "$DIR/ns/kvConfig.json"
+configStorePath = "$DIR/ns/namesrv.properties"
+listenPort = $NS_PORT
+bindAddress = "127.0.0.1"
+TOML
+  ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR=127.0.0.1:18081 \
+    nohup rocketmq-namesrv-rust -c "$DIR/ns.toml" >"$DIR/namesrv.log" 2>&1 &
+  echo $! >"$DIR/namesrv.pid"
+  wait_until "name server on port $NS_PORT" 120 port_open "$NS_PORT"
+
+  local i=0
+  for name in "${BROKERS[@]}"; do
+    local port=$((NS_PORT + 1035 + i * 10)) health=$((18080 + i * 2))
+    mkdir -p "$DIR/$name/broker" "$DIR/$name/store"
+    cat >"$DIR/$name.toml" <<TOML
+[broker]
+namesrvAddr = "127.0.0.1:$NS_PORT"
+brokerIp1 = "127.0.0.1"
+listenPort = $port
+storePathRootDir = "$DIR/$name/broker"
+autoCreateTopicEnable = true
+[broker.topicQueueConfig]
+defaultTopicQueueNums = 8
+[broker.brokerServerConfig]
+bindAddress = "127.0.0.1"
+[broker.brokerIdentity]
+brokerName = "$name"
+brokerClusterName = "DefaultCluster"
+brokerId = 0
+[store]
+storeType = "LocalFile"
+brokerRole = "ASYNC_MASTER"
+flushDiskType = "ASYNC_FLUSH"
+storePathRootDir = "$DIR/$name/store"
+haListenAddress = "127.0.0.1"
+haListenPort = $((port + 1))
+mappedFileSizeCommitLog = 134217728
+TOML
+    env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
+      nohup rocketmq-broker-rust -c "$DIR/$name.toml" >"$DIR/$name.log" 2>&1 &
+    echo $! >"$DIR/$name.pid"
+    wait_until "$name health on port $health" 240 curl -sf "127.0.0.1:$health/readyz"
+    wait_until "$name on port $port" 60 port_open "$port"
+    i=$((i + 1))
+  done
+  echo "ROCKETMQ_NAMESRV=127.0.0.1:$NS_PORT"
+}
+
+stop() {
+  [ -d "$DIR" ] || return 0
+  for pidfile in "$DIR"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    local pid; pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+  done
+  rm -rf "$DIR"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,674 @@
+//! The embedded broker's sans-I/O core.
+//!
+//! [`BrokerCore`] answers broker requests exactly as a real RocketMQ broker would (protocol.md
+//! §2), and [`NameServerCore`] answers the name-server requests from the registered brokers.
+//! Neither touches a socket or a clock: the actix shell in `actors::broker` feeds them commands
+//! with a connection id and the current time, and executes the [`Action`]s they return.
+//!
+//! ```
+//! use rocketmq_actor::broker::{Action, BrokerConfig, BrokerCore};
+//! use rocketmq_actor::protocol::{codes::request_code, RemotingCommand};
+//!
+//! let mut core = BrokerCore::new(BrokerConfig::default());
+//! core.on_connect(1, "127.0.0.1:50000".parse().unwrap());
+//! let request = RemotingCommand::request(request_code::GET_MAX_OFFSET)
+//!     .with_ext("topic", "TopicTest")
+//!     .with_ext("queueId", "0")
+//!     .with_opaque(7);
+//! let actions = core.handle(1, request, 0);
+//! let Action::Send { conn: 1, command } = &actions[0] else { panic!() };
+//! assert_eq!((command.opaque, command.ext("offset")), (7, Some("0")));
+//! ```
+
+pub mod clients;
+pub mod locks;
+pub mod nameserver;
+pub mod offsets;
+pub mod record;
+pub mod schedule;
+pub mod store;
+
+mod admin;
+mod pull;
+pub use pull::pull_flag;
+mod send;
+
+pub use nameserver::{BrokerRegistration, NameServerCore};
+
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::RemotingCommand;
+use clients::ClientTable;
+use locks::LockTable;
+use offsets::OffsetTable;
+use schedule::{DelayLevels, ScheduleProgress};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::str::FromStr;
+use store::{MessageStore, PullLimits, TopicConfig};
+
+/// Identifies one client connection of the broker.
+pub type ConnId = u64;
+
+/// The auto-create template topic a broker with `autoCreateTopicEnable` registers.
+pub const AUTO_CREATE_TOPIC: &str = "TBW102";
+/// Prefix of a group's retry topic.
+pub const RETRY_PREFIX: &str = "%RETRY%";
+/// Prefix of a group's dead-letter topic.
+pub const DLQ_PREFIX: &str = "%DLQ%";
+
+/// Something the shell must do after a core call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Write a command (a response or a broker-initiated request) to a connection.
+    Send {
+        /// Target connection.
+        conn: ConnId,
+        /// What to write.
+        command: RemotingCommand,
+    },
+    /// Close a connection (idle expiry).
+    Close {
+        /// Connection to close.
+        conn: ConnId,
+    },
+    /// A call started with [`BrokerCore::call_client`] finished.
+    CallDone {
+        /// Token returned by `call_client`.
+        token: u64,
+        /// The client's response, or why there is none.
+        result: Result<RemotingCommand, String>,
+    },
+    /// The topic set changed: re-register the broker with the name server.
+    TopicsChanged,
+}
+
+/// A request code singled out by fault injection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this response code and remark instead of processing.
+    Fail {
+        /// Response code.
+        code: i32,
+        /// Remark.
+        remark: String,
+    },
+    /// Process the request this many milliseconds late.
+    Delay {
+        /// Delay in ms.
+        millis: i64,
+    },
+    /// Swallow the request: no processing, no answer (the client times out).
+    Drop,
+}
+
+/// Configuration of one broker core.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// `brokerName`, e.g. `broker-a`.
+    pub broker_name: String,
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// Address written into records and message ids; should be the listen address.
+    pub store_host: SocketAddr,
+    /// Queue count of auto-created topics (the real broker's `defaultTopicQueueNums`).
+    pub default_queues: i32,
+    /// Create topics on first send (through `TBW102`).
+    pub auto_create_topic: bool,
+    /// Idle time after which a client channel is dropped (120 s).
+    pub channel_expiry_ms: i64,
+    /// Queue lock lifetime without renewal (60 s).
+    pub lock_expiry_ms: i64,
+    /// Delay of each level for retries and delayed messages.
+    pub delay_levels: DelayLevels,
+    /// Default max reconsume times of a group (`retryMaxTimes`, 16).
+    pub retry_max_times: i32,
+    /// How long the broker waits for a client answering GET_CONSUMER_RUNNING_INFO etc. (10 s).
+    pub client_call_timeout_ms: i64,
+    /// Per-pull limits.
+    pub pull_limits: PullLimits,
+    /// Largest accepted message body (4 MiB).
+    pub max_message_size: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            broker_name: "broker-a".into(),
+            cluster_name: "DefaultCluster".into(),
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            default_queues: 8,
+            auto_create_topic: true,
+            channel_expiry_ms: 120_000,
+            lock_expiry_ms: 60_000,
+            delay_levels: DelayLevels::default(),
+            retry_max_times: 16,
+            client_call_timeout_ms: 10_000,
+            pull_limits: PullLimits::default(),
+            max_message_size: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Who waits for a client's answer to a broker-initiated request.
+#[derive(Clone, Debug)]
+enum Waiter {
+    /// An admin request on another connection, answered with the client's response.
+    Forward { conn: ConnId, opaque: i32 },
+    /// A call from the embedding program.
+    Token(u64),
+}
+
+#[derive(Clone, Debug)]
+struct PendingCall {
+    conn: ConnId,
+    deadline_ms: i64,
+    waiter: Waiter,
+}
+
+/// A request delayed by fault injection.
+#[derive(Clone, Debug)]
+struct DelayedRequest {
+    due_ms: i64,
+    conn: ConnId,
+    request: RemotingCommand,
+}
+
+/// An error answer of a handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Failure {
+    code: i32,
+    remark: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: i32, remark: impl Into<String>) -> Self {
+        Failure {
+            code,
+            remark: remark.into(),
+        }
+    }
+    pub(crate) fn system(remark: impl Into<String>) -> Self {
+        Failure::new(response_code::SYSTEM_ERROR, remark)
+    }
+}
+
+/// What a handler produced: a response, or nothing (held long poll, oneway, forwarded call).
+pub(crate) type Handled = Result<Option<RemotingCommand>, Failure>;
+
+/// The first present ext field among `keys` (V2 one-letter keys and V1 names).
+pub(crate) fn field<'a>(req: &'a RemotingCommand, keys: &[&str]) -> Option<&'a str> {
+    keys.iter().find_map(|k| req.ext(k))
+}
+
+/// A required header field; missing is what Java reports for a null `@CFNotNull` field.
+pub(crate) fn required<'a>(req: &'a RemotingCommand, keys: &[&str]) -> Result<&'a str, Failure> {
+    field(req, keys).ok_or_else(|| {
+        let name = keys.last().copied().unwrap_or("?");
+        Failure::system(format!(
+            "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom field <{name}> is null"
+        ))
+    })
+}
+
+fn parse_field<T: FromStr>(name: &str, text: &str) -> Result<T, Failure> {
+    text.trim().parse().map_err(|_| {
+        Failure::system(format!(
+            "java.lang.NumberFormatException: For input string: \"{text}\" (field {name})"
+        ))
+    })
+}
+
+/// A required numeric header field.
+pub(crate) fn required_num<T: FromStr>(req: &RemotingCommand, keys: &[&str]) -> Result<T, Failure> {
+    let text = required(req, keys)?;
+    parse_field(keys.last().copied().unwrap_or("?"), text)
+}
+
+/// An optional numeric header field (present but unparsable is an error, as in Java).
+pub(crate) fn optional_num<T: FromStr>(
+    req: &RemotingCommand,
+    keys: &[&str],
+) -> Result<Option<T>, Failure> {
+    field(req, keys)
+        .map(|text| parse_field(keys.last().copied().unwrap_or("?"), text))
+        .transpose()
+}
+
+/// An optional boolean header field (Java `Boolean.parseBoolean`: only "true" is true).
+pub(crate) fn optional_bool(req: &RemotingCommand, keys: &[&str]) -> Option<bool> {
+    field(req, keys).map(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// The retry topic of a consumer group.
+pub fn retry_topic(group: &str) -> String {
+    format!("{RETRY_PREFIX}{group}")
+}
+
+/// The dead-letter topic of a consumer group.
+pub fn dlq_topic(group: &str) -> String {
+    format!("{DLQ_PREFIX}{group}")
+}
+
+/// Topic names the real `TopicValidator` accepts: 1..=127 characters of `[%|a-zA-Z0-9_-]`.
+pub(crate) fn validate_topic(topic: &str) -> Result<(), Failure> {
+    if topic.trim().is_empty() {
+        return Err(Failure::system("The specified topic is blank."));
+    }
+    if topic.len() > 127 {
+        return Err(Failure::system(
+            "The specified topic is longer than topic max length.",
+        ));
+    }
+    if !topic
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-'))
+    {
+        return Err(Failure::system(format!(
+            "The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+        )));
+    }
+    Ok(())
+}
+
+/// The sans-I/O broker.
+#[derive(Debug)]
+pub struct BrokerCore {
+    config: BrokerConfig,
+    store: MessageStore,
+    offsets: OffsetTable,
+    clients: ClientTable,
+    locks: LockTable,
+    /// Subscription groups known to the broker (auto-created like `autoCreateSubscriptionGroup`).
+    groups: BTreeSet<String>,
+    held: pull::HeldPulls,
+    schedule: ScheduleProgress,
+    faults: HashMap<i32, Fault>,
+    delayed: Vec<DelayedRequest>,
+    pending: HashMap<i32, PendingCall>,
+    next_opaque: i32,
+    peers: HashMap<ConnId, SocketAddr>,
+    queue_cursor: u32,
+    uniq_ids: crate::message::UniqueIdGenerator,
+    data_changed: bool,
+}
+
+impl BrokerCore {
+    /// A broker with the auto-create template topic and the schedule topic.
+    pub fn new(config: BrokerConfig) -> Self {
+        let mut store = MessageStore::new(config.store_host);
+        store.set_pull_limits(config.pull_limits);
+        let mut template = TopicConfig::new(AUTO_CREATE_TOPIC, config.default_queues);
+        template.perm = store::perm::READ_WRITE | store::perm::INHERIT;
+        if config.auto_create_topic {
+            store.upsert_topic(template);
+        }
+        store.upsert_topic(TopicConfig::new(
+            schedule::SCHEDULE_TOPIC,
+            config.delay_levels.max_level(),
+        ));
+        let locks = LockTable::new(config.lock_expiry_ms);
+        let uniq_ids = crate::message::UniqueIdGenerator::from_system(config.store_host.ip());
+        BrokerCore {
+            config,
+            store,
+            offsets: OffsetTable::default(),
+            clients: ClientTable::default(),
+            locks,
+            groups: BTreeSet::new(),
+            held: pull::HeldPulls::default(),
+            schedule: ScheduleProgress::default(),
+            faults: HashMap::new(),
+            delayed: Vec::new(),
+            pending: HashMap::new(),
+            next_opaque: 0,
+            peers: HashMap::new(),
+            queue_cursor: 0,
+            uniq_ids,
+            data_changed: false,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    /// Read access to the message store.
+    pub fn store(&self) -> &MessageStore {
+        &self.store
+    }
+
+    /// Write access to the message store (tests, persistence, fault injection).
+    pub fn store_mut(&mut self) -> &mut MessageStore {
+        &mut self.store
+    }
+
+    /// The committed consumer offsets.
+    pub fn offsets(&self) -> &OffsetTable {
+        &self.offsets
+    }
+
+    /// Replaces the committed consumer offsets (persistence reload).
+    pub fn set_offsets(&mut self, offsets: OffsetTable) {
+        self.offsets = offsets;
+    }
+
+    /// Scheduler progress (persisted with the data).
+    pub fn schedule_progress(&self) -> &ScheduleProgress {
+        &self.schedule
+    }
+
+    /// Restores scheduler progress (persistence reload).
+    pub fn set_schedule_progress(&mut self, progress: ScheduleProgress) {
+        self.schedule = progress;
+    }
+
+    /// Client registrations.
+    pub fn clients(&self) -> &ClientTable {
+        &self.clients
+    }
+
+    /// Every topic configuration (what is registered with the name server).
+    pub fn topic_configs(&self) -> Vec<TopicConfig> {
+        self.store.topics().cloned().collect()
+    }
+
+    /// The registration to send to the name server.
+    pub fn registration(&self) -> BrokerRegistration {
+        BrokerRegistration {
+            cluster_name: self.config.cluster_name.clone(),
+            broker_name: self.config.broker_name.clone(),
+            broker_id: 0,
+            addr: self.config.store_host.to_string(),
+            topics: self.topic_configs(),
+        }
+    }
+
+    /// Returns and clears the "stored data changed" flag (for persistence).
+    pub fn take_data_changed(&mut self) -> bool {
+        std::mem::take(&mut self.data_changed)
+    }
+
+    /// Creates or updates a topic directly (admin/test setup).
+    pub fn create_topic(&mut self, config: TopicConfig) -> Vec<Action> {
+        self.store.upsert_topic(config);
+        self.data_changed = true;
+        vec![Action::TopicsChanged]
+    }
+
+    /// Injects (or with `None` clears) a fault for a request code.
+    pub fn set_fault(&mut self, request_code: i32, fault: Option<Fault>) {
+        match fault {
+            Some(f) => self.faults.insert(request_code, f),
+            None => self.faults.remove(&request_code),
+        };
+    }
+
+    /// Clears every injected fault.
+    pub fn clear_faults(&mut self) {
+        self.faults.clear();
+    }
+
+    /// Freezes or unfreezes what pulls see of a queue; unfreezing wakes held pulls on it.
+    pub fn set_queue_paused(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        paused: bool,
+        now_ms: i64,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.store.set_paused(topic, queue_id, paused) && !paused {
+            self.wake_held(topic, queue_id, None, now_ms, &mut out);
+        }
+        out
+    }
+
+    /// A connection was accepted from `peer` (the born host of what it sends).
+    pub fn on_connect(&mut self, conn: ConnId, peer: SocketAddr) {
+        self.peers.insert(conn, peer);
+    }
+
+    /// A connection closed: unregisters its clients (notifying the rest of their groups), drops
+    /// its held pulls and fails calls waiting on it.
+    pub fn on_disconnect(&mut self, conn: ConnId) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.peers.remove(&conn);
+        self.held.remove_conn(conn);
+        self.delayed.retain(|d| d.conn != conn);
+        for change in self.clients.remove_connection(conn) {
+            self.notify_ids_changed(&change.group, &change.notify, &mut out);
+        }
+        let failed: Vec<i32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.conn == conn)
+            .map(|(o, _)| *o)
+            .collect();
+        for opaque in failed {
+            if let Some(call) = self.pending.remove(&opaque) {
+                self.finish_call(call, Err(format!("connection {conn} closed")), &mut out);
+            }
+        }
+        for call in self.pending.values_mut() {
+            if let Waiter::Forward { conn: origin, .. } = call.waiter {
+                if origin == conn {
+                    // Nobody to answer any more; let the call time out quietly.
+                    call.waiter = Waiter::Token(u64::MAX);
+                }
+            }
+        }
+        out
+    }
+
+    /// Forgets everything volatile, as a broker process restart does: connections, client
+    /// registrations, locks, held pulls, pending calls. Messages, topics and offsets stay.
+    pub fn on_restart(&mut self) {
+        self.peers.clear();
+        self.clients.clear();
+        self.locks.clear();
+        self.held = pull::HeldPulls::default();
+        self.delayed.clear();
+        self.pending.clear();
+    }
+
+    /// Handles one frame received on `conn` at `now_ms`.
+    pub fn handle(&mut self, conn: ConnId, request: RemotingCommand, now_ms: i64) -> Vec<Action> {
+        let mut out = Vec::new();
+        if request.is_response() {
+            self.on_client_response(conn, request, &mut out);
+            return out;
+        }
+        match self.faults.get(&request.code).cloned() {
+            Some(Fault::Fail { code, remark }) => {
+                if !request.is_oneway() {
+                    out.push(Action::Send {
+                        conn,
+                        command: RemotingCommand::response_to(&request, code, Some(remark)),
+                    });
+                }
+                return out;
+            }
+            Some(Fault::Drop) => return out,
+            Some(Fault::Delay { millis }) => {
+                self.delayed.push(DelayedRequest {
+                    due_ms: now_ms.saturating_add(millis),
+                    conn,
+                    request,
+                });
+                return out;
+            }
+            None => {}
+        }
+        self.process(conn, request, now_ms, &mut out);
+        out
+    }
+
+    fn process(&mut self, conn: ConnId, request: RemotingCommand, now_ms: i64, out: &mut Vec<Action>) {
+        let oneway = request.is_oneway();
+        let result = self.dispatch(conn, &request, now_ms, out);
+        let response = match result {
+            Ok(Some(response)) => response,
+            Ok(None) => return,
+            Err(failure) => {
+                RemotingCommand::response_to(&request, failure.code, Some(failure.remark))
+            }
+        };
+        if !oneway {
+            out.push(Action::Send {
+                conn,
+                command: response,
+            });
+        }
+    }
+
+    fn dispatch(
+        &mut self,
+        conn: ConnId,
+        req: &RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        use request_code as rc;
+        match req.code {
+            rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 => self.on_send(conn, req, now_ms, out),
+            rc::SEND_BATCH_MESSAGE => self.on_send_batch(conn, req, now_ms, out),
+            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.on_pull(conn, req, now_ms, true),
+            rc::QUERY_CONSUMER_OFFSET => self.on_query_consumer_offset(req),
+            rc::UPDATE_CONSUMER_OFFSET => self.on_update_consumer_offset(req),
+            rc::GET_MAX_OFFSET => self.on_get_max_offset(req),
+            rc::GET_MIN_OFFSET => self.on_get_min_offset(req),
+            rc::SEARCH_OFFSET_BY_TIMESTAMP => self.on_search_offset(req),
+            rc::GET_EARLIEST_MSG_STORETIME => self.on_earliest_store_time(req),
+            rc::VIEW_MESSAGE_BY_ID => self.on_view_message(req),
+            rc::HEART_BEAT => self.on_heartbeat(conn, req, now_ms, out),
+            rc::UNREGISTER_CLIENT => self.on_unregister(conn, req, out),
+            rc::GET_CONSUMER_LIST_BY_GROUP => self.on_consumer_list(req),
+            rc::LOCK_BATCH_MQ => self.on_lock(req, now_ms),
+            rc::UNLOCK_BATCH_MQ => self.on_unlock(req),
+            rc::CONSUMER_SEND_MSG_BACK => self.on_send_back(req, now_ms, out),
+            rc::UPDATE_AND_CREATE_TOPIC => self.on_update_topic(req, out),
+            rc::GET_CONSUMER_RUNNING_INFO | rc::CONSUME_MESSAGE_DIRECTLY => {
+                self.on_forward_to_client(conn, req, now_ms, out)
+            }
+            code => Err(Failure::new(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                format!(" request type {code} not supported"),
+            )),
+        }
+    }
+
+    /// Periodic work at `now_ms`: due delayed messages, expired long polls, idle channels,
+    /// client calls without answer, fault-delayed requests, expired locks.
+    pub fn on_tick(&mut self, now_ms: i64) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.deliver_due_scheduled(now_ms, &mut out);
+        self.expire_held(now_ms, &mut out);
+        let idle = self
+            .clients
+            .expired_connections(now_ms, self.config.channel_expiry_ms);
+        for conn in idle {
+            out.extend(self.on_disconnect(conn));
+            out.push(Action::Close { conn });
+        }
+        let timed_out: Vec<i32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline_ms <= now_ms)
+            .map(|(o, _)| *o)
+            .collect();
+        for opaque in timed_out {
+            if let Some(call) = self.pending.remove(&opaque) {
+                self.finish_call(call, Err("timeout".into()), &mut out);
+            }
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+            .into_iter()
+            .partition(|d| d.due_ms <= now_ms);
+        self.delayed = later;
+        for d in due {
+            self.process(d.conn, d.request, now_ms, &mut out);
+        }
+        self.locks.purge_expired(now_ms);
+        out
+    }
+
+    /// The earliest time at which [`BrokerCore::on_tick`] has work to do, if any is scheduled.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let held = self.held.earliest_deadline();
+        let delayed = self.delayed.iter().map(|d| d.due_ms).min();
+        let pending = self.pending.values().map(|p| p.deadline_ms).min();
+        let scheduled = self.next_scheduled_due();
+        [held, delayed, pending, scheduled].into_iter().flatten().min()
+    }
+
+    fn next_opaque(&mut self) -> i32 {
+        self.next_opaque = self.next_opaque.wrapping_add(1);
+        self.next_opaque
+    }
+
+    fn notify_ids_changed(&mut self, group: &str, conns: &[ConnId], out: &mut Vec<Action>) {
+        for &conn in conns {
+            let opaque = self.next_opaque();
+            let mut command = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
+                .with_ext("consumerGroup", group)
+                .with_opaque(opaque);
+            command.mark_oneway();
+            out.push(Action::Send { conn, command });
+        }
+    }
+
+    fn peer(&self, conn: ConnId) -> SocketAddr {
+        self.peers
+            .get(&conn)
+            .copied()
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Ensures a subscription group exists (the real broker auto-creates them).
+    fn ensure_group(&mut self, group: &str) {
+        if !self.groups.contains(group) {
+            self.groups.insert(group.to_owned());
+        }
+    }
+
+    /// Creates a retry or DLQ topic if missing (`createTopicInSendMessageBackMethod`).
+    fn ensure_system_topic(&mut self, topic: &str, queues: i32, out: &mut Vec<Action>) {
+        if self.store.topic(topic).is_none() {
+            self.store.upsert_topic(TopicConfig::new(topic, queues));
+            self.data_changed = true;
+            out.push(Action::TopicsChanged);
+        }
+    }
+}
+
+/// Helper for tests and the shell: the response of the first `Send` to `conn` in `actions`.
+pub fn response_for(actions: &[Action], conn: ConnId) -> Option<&RemotingCommand> {
+    actions.iter().find_map(|a| match a {
+        Action::Send { conn: c, command } if *c == conn && command.is_response() => Some(command),
+        _ => None,
+    })
+}
+
+/// Groups a queue map into the JSON object-key form Java uses for `Map<MessageQueue, Long>`
+/// (protocol.md §5.1): `{{"brokerName":…,"queueId":…,"topic":…}:100,…}`.
+pub fn message_queue_offset_table_json(table: &BTreeMap<crate::message::MessageQueue, i64>) -> String {
+    let mut text = String::from("{");
+    for (i, (mq, offset)) in table.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            "{{\"brokerName\":{},\"queueId\":{},\"topic\":{}}}:{}",
+            serde_json::Value::from(mq.broker_name.as_str()),
+            mq.queue_id,
+            serde_json::Value::from(mq.topic.as_str()),
+            offset
+        ));
+    }
+    text.push('}');
+    text
+}
+
+#[cfg(test)]
+mod tests;

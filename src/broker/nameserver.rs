@@ -1,0 +1,298 @@
+//! The name server's sans-I/O core: route data from the registered brokers.
+
+use super::store::{perm, TopicConfig};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::RemotingCommand;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// `MQVersion.V4_9_4`: from this client version on, route data uses standard JSON.
+const VERSION_STANDARD_JSON: i32 = 401;
+
+/// What a broker registers with the name server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// 0 = master.
+    pub broker_id: i64,
+    /// `host:port` clients connect to.
+    pub addr: String,
+    /// Its topics.
+    pub topics: Vec<TopicConfig>,
+}
+
+/// Request codes a name server answers (everything else belongs to a broker).
+pub fn is_name_server_code(code: i32) -> bool {
+    matches!(
+        code,
+        request_code::GET_ROUTEINFO_BY_TOPIC
+            | request_code::GET_BROKER_CLUSTER_INFO
+            | GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+    )
+}
+
+/// `RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER`.
+pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
+
+/// The name server's view of the brokers.
+#[derive(Clone, Debug, Default)]
+pub struct NameServerCore {
+    brokers: BTreeMap<String, BrokerRegistration>,
+}
+
+/// Rewrites `"brokerAddrs":{"0":` style keys into fastjson's legacy unquoted form.
+fn legacy_broker_addrs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let marker = "\"brokerAddrs\":{";
+    while let Some(pos) = rest.find(marker) {
+        let (head, tail) = rest.split_at(pos + marker.len());
+        out.push_str(head);
+        // Inside the map, unquote keys that are all digits: `"0":` → `0:`.
+        let end = tail.find('}').unwrap_or(tail.len());
+        let (map, after) = tail.split_at(end);
+        let mut chars = String::new();
+        for entry in map.split(',') {
+            if !chars.is_empty() {
+                chars.push(',');
+            }
+            match entry.split_once(':') {
+                Some((key, value))
+                    if key.len() > 2
+                        && key.starts_with('"')
+                        && key.ends_with('"')
+                        && key[1..key.len() - 1].chars().all(|c| c.is_ascii_digit()) =>
+                {
+                    chars.push_str(&key[1..key.len() - 1]);
+                    chars.push(':');
+                    chars.push_str(value);
+                }
+                _ => chars.push_str(entry),
+            }
+        }
+        out.push_str(&chars);
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+impl NameServerCore {
+    /// Registers (or replaces) a broker and its topics.
+    pub fn register(&mut self, registration: BrokerRegistration) {
+        self.brokers
+            .insert(registration.broker_name.clone(), registration);
+    }
+
+    /// Removes a broker (graceful shutdown).
+    pub fn unregister(&mut self, broker_name: &str) {
+        self.brokers.remove(broker_name);
+    }
+
+    /// Registered brokers by name.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    fn broker_data(b: &BrokerRegistration) -> Value {
+        json!({
+            "cluster": b.cluster_name,
+            "brokerName": b.broker_name,
+            "brokerAddrs": { b.broker_id.to_string(): b.addr },
+            "enableActingMaster": false,
+        })
+    }
+
+    /// The `TopicRouteData` JSON of a topic, `None` when no broker has it.
+    pub fn route_json(&self, topic: &str) -> Option<Value> {
+        let mut queue_datas = Vec::new();
+        let mut broker_datas = Vec::new();
+        let mut order_conf = Vec::new();
+        for b in self.brokers.values() {
+            let Some(t) = b.topics.iter().find(|t| t.topic_name == topic) else {
+                continue;
+            };
+            queue_datas.push(json!({
+                "brokerName": b.broker_name,
+                "readQueueNums": t.read_queue_nums,
+                "writeQueueNums": t.write_queue_nums,
+                "perm": t.perm & (perm::READ | perm::WRITE | perm::INHERIT | 8),
+                "topicSysFlag": t.topic_sys_flag,
+            }));
+            if t.order {
+                order_conf.push(format!("{}:{}", b.broker_name, t.write_queue_nums));
+            }
+            broker_datas.push(Self::broker_data(b));
+        }
+        if queue_datas.is_empty() {
+            return None;
+        }
+        let mut route = json!({
+            "queueDatas": queue_datas,
+            "brokerDatas": broker_datas,
+            "filterServerTable": {},
+        });
+        if !order_conf.is_empty() {
+            route["orderTopicConf"] = Value::from(order_conf.join(";"));
+        }
+        Some(route)
+    }
+
+    /// Answers a name-server request; `None` for oneway requests.
+    pub fn handle(&self, request: &RemotingCommand) -> Option<RemotingCommand> {
+        let standard_json = request.version >= VERSION_STANDARD_JSON
+            || request
+                .ext("acceptStandardJsonOnly")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let encode = |value: &Value| {
+            let text = value.to_string();
+            let text = if standard_json {
+                text
+            } else {
+                legacy_broker_addrs(&text)
+            };
+            bytes::Bytes::from(text)
+        };
+        let response = match request.code {
+            request_code::GET_ROUTEINFO_BY_TOPIC => match request.ext("topic") {
+                None => RemotingCommand::response_to(
+                    request,
+                    response_code::SYSTEM_ERROR,
+                    Some(
+                        "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom field <topic> is null"
+                            .into(),
+                    ),
+                ),
+                Some(topic) => match self.route_json(topic) {
+                    Some(route) => {
+                        RemotingCommand::response_to(request, response_code::SUCCESS, None)
+                            .with_body(encode(&route))
+                    }
+                    None => RemotingCommand::response_to(
+                        request,
+                        response_code::TOPIC_NOT_EXIST,
+                        Some(format!(
+                            "No topic route info in name server for the topic: {topic}{}",
+                            super::send::FAQ_SUFFIX
+                        )),
+                    ),
+                },
+            },
+            request_code::GET_BROKER_CLUSTER_INFO => {
+                let mut addr_table = serde_json::Map::new();
+                let mut cluster_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for b in self.brokers.values() {
+                    addr_table.insert(b.broker_name.clone(), Self::broker_data(b));
+                    cluster_table
+                        .entry(b.cluster_name.clone())
+                        .or_default()
+                        .push(b.broker_name.clone());
+                }
+                let info = json!({
+                    "brokerAddrTable": addr_table,
+                    "clusterAddrTable": cluster_table,
+                });
+                RemotingCommand::response_to(request, response_code::SUCCESS, None)
+                    .with_body(encode(&info))
+            }
+            GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
+                let mut topics: Vec<&str> = self
+                    .brokers
+                    .values()
+                    .flat_map(|b| b.topics.iter().map(|t| t.topic_name.as_str()))
+                    .collect();
+                topics.sort_unstable();
+                topics.dedup();
+                RemotingCommand::response_to(request, response_code::SUCCESS, None)
+                    .with_body(bytes::Bytes::from(json!({ "topicList": topics }).to_string()))
+            }
+            code => RemotingCommand::response_to(
+                request,
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!(" request type {code} not supported")),
+            ),
+        };
+        (!request.is_oneway()).then_some(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_brokers() -> NameServerCore {
+        let mut ns = NameServerCore::default();
+        for (name, port) in [("broker-a", 10911), ("broker-b", 10921)] {
+            ns.register(BrokerRegistration {
+                cluster_name: "DefaultCluster".into(),
+                broker_name: name.into(),
+                broker_id: 0,
+                addr: format!("127.0.0.1:{port}"),
+                topics: vec![TopicConfig::new("T", 4)],
+            });
+        }
+        ns
+    }
+
+    fn route_request(version: i32) -> RemotingCommand {
+        let mut r = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC)
+            .with_ext("topic", "T")
+            .with_opaque(3);
+        r.version = version;
+        r
+    }
+
+    #[test]
+    fn route_lists_every_broker_with_quoted_ids_for_new_clients() {
+        let ns = two_brokers();
+        let resp = ns.handle(&route_request(479)).unwrap();
+        assert_eq!((resp.code, resp.opaque), (0, 3));
+        let route: Value = serde_json::from_slice(resp.body.as_deref().unwrap()).unwrap();
+        assert_eq!(route["queueDatas"].as_array().unwrap().len(), 2);
+        assert_eq!(route["queueDatas"][0]["perm"], 6);
+        assert_eq!(route["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10921");
+        assert_eq!(route["filterServerTable"], json!({}));
+    }
+
+    #[test]
+    fn old_clients_get_fastjson_unquoted_keys() {
+        let ns = two_brokers();
+        let resp = ns.handle(&route_request(400)).unwrap();
+        let text = std::str::from_utf8(resp.body.as_deref().unwrap()).unwrap();
+        assert!(text.contains("\"brokerAddrs\":{0:\"127.0.0.1:10911\"}"), "{text}");
+        let forced = route_request(400).with_ext("acceptStandardJsonOnly", "true");
+        let resp = ns.handle(&forced).unwrap();
+        let text = std::str::from_utf8(resp.body.as_deref().unwrap()).unwrap();
+        assert!(text.contains("{\"0\":"));
+    }
+
+    #[test]
+    fn unknown_topic_and_unknown_code() {
+        let ns = two_brokers();
+        let req = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "X");
+        assert_eq!(ns.handle(&req).unwrap().code, response_code::TOPIC_NOT_EXIST);
+        let req = RemotingCommand::request(999);
+        let resp = ns.handle(&req).unwrap();
+        assert_eq!(resp.code, response_code::REQUEST_CODE_NOT_SUPPORTED);
+        assert_eq!(resp.remark.as_deref(), Some(" request type 999 not supported"));
+        let mut oneway = RemotingCommand::request(999);
+        oneway.mark_oneway();
+        assert!(ns.handle(&oneway).is_none());
+    }
+
+    #[test]
+    fn cluster_info_groups_brokers_by_cluster() {
+        let ns = two_brokers();
+        let mut req = RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO);
+        req.version = 479;
+        let resp = ns.handle(&req).unwrap();
+        let info: Value = serde_json::from_slice(resp.body.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            info["clusterAddrTable"]["DefaultCluster"],
+            json!(["broker-a", "broker-b"])
+        );
+    }
+}

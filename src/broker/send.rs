@@ -1,0 +1,456 @@
+//! SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK and the
+//! scheduled-message store behind retries and delayed messages.
+
+use super::record::{self, offset_message_id};
+use super::schedule::SCHEDULE_TOPIC;
+use super::store::{perm, NewMessage, PutError, PutResult, TopicConfig};
+use super::{
+    dlq_topic, field, optional_num, required, required_num, retry_topic, validate_topic, Action,
+    BrokerCore, ConnId, Failure, Handled, DLQ_PREFIX, RETRY_PREFIX,
+};
+use crate::filter::tags_code;
+use crate::message::{property, Properties};
+use crate::protocol::codes::response_code;
+use crate::protocol::RemotingCommand;
+
+/// `MQVersion.V3_4_9`: from this client version on, `maxReconsumeTimes` in the request counts.
+const VERSION_HONOURS_MAX_RECONSUME: i32 = 121;
+/// The real broker's default region id, echoed in send responses.
+const REGION_ID: &str = "DefaultRegion";
+/// The suffix Java appends to many error remarks.
+pub(crate) const FAQ_SUFFIX: &str = "\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
+
+/// Where a stored message landed, for the send response.
+struct Stored {
+    put: PutResult,
+    msg_id: String,
+}
+
+impl BrokerCore {
+    /// Stores a message, diverting it to the schedule topic when it carries a positive DELAY
+    /// level, and wakes long polls of the queue it lands in.
+    fn put_message(
+        &mut self,
+        mut msg: NewMessage,
+        mut props: Properties,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) -> Result<Stored, Failure> {
+        let delay_level = props
+            .get(property::DELAY)
+            .and_then(|d| d.trim().parse::<i32>().ok())
+            .unwrap_or(0);
+        // Transaction half/rollback messages are never scheduled (sys flag bits 2-3 = 0x4/0xC).
+        let tran_type = msg.sys_flag & 0xC;
+        if delay_level > 0 && (tran_type == 0 || tran_type == 0x8) {
+            let level = delay_level.min(self.config.delay_levels.max_level());
+            let delay = self.config.delay_levels.delay_ms(level).unwrap_or(0);
+            props.insert(property::REAL_TOPIC, &msg.topic);
+            props.insert(property::REAL_QID, msg.queue_id.to_string());
+            msg.topic = SCHEDULE_TOPIC.to_owned();
+            msg.queue_id = level - 1;
+            msg.tags_code = now_ms.saturating_add(delay);
+        }
+        msg.properties = props.to_wire();
+        if msg.properties.len() > record::MAX_PROPERTIES_LEN {
+            return Err(Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("message properties length too long {}", msg.properties.len()),
+            ));
+        }
+        let topic = msg.topic.clone();
+        let queue_id = msg.queue_id;
+        let tags = msg.tags_code;
+        let put = self.store.put(msg, now_ms).map_err(|e| match e {
+            PutError::Record(e) => Failure::new(response_code::MESSAGE_ILLEGAL, e.to_string()),
+            other => Failure::system(other.to_string()),
+        })?;
+        self.data_changed = true;
+        if topic != SCHEDULE_TOPIC {
+            self.wake_held(&topic, queue_id, Some(tags), now_ms, out);
+        }
+        Ok(Stored {
+            put,
+            msg_id: offset_message_id(self.store.store_host(), put.commit_log_offset),
+        })
+    }
+
+    /// The topic a send goes to, auto-creating it like `createTopicInSendMessageMethod`.
+    fn topic_for_send(
+        &mut self,
+        topic: &str,
+        default_topic: &str,
+        default_queue_nums: i32,
+        out: &mut Vec<Action>,
+    ) -> Result<TopicConfig, Failure> {
+        if let Some(config) = self.store.topic(topic) {
+            return Ok(config.clone());
+        }
+        if topic.starts_with(RETRY_PREFIX) {
+            self.ensure_system_topic(topic, 1, out);
+        } else {
+            let template = self
+                .store
+                .topic(default_topic)
+                .filter(|t| t.perm & perm::INHERIT != 0)
+                .cloned();
+            if let Some(template) = template {
+                let queues = default_queue_nums.min(template.write_queue_nums).max(1);
+                let mut config = TopicConfig::new(topic, queues);
+                config.perm = template.perm & !perm::INHERIT;
+                self.store.upsert_topic(config);
+                self.data_changed = true;
+                out.push(Action::TopicsChanged);
+            }
+        }
+        self.store.topic(topic).cloned().ok_or_else(|| {
+            Failure::new(
+                response_code::TOPIC_NOT_EXIST,
+                format!("topic[{topic}] not exist, apply first please!{FAQ_SUFFIX}"),
+            )
+        })
+    }
+
+    fn pick_queue(&mut self, write_queue_nums: i32) -> i32 {
+        self.queue_cursor = self.queue_cursor.wrapping_add(1);
+        let n = u32::try_from(write_queue_nums.max(1)).unwrap_or(1);
+        i32::try_from(self.queue_cursor % n).unwrap_or(0)
+    }
+
+    /// Common checks of SEND_MESSAGE(_V2) and SEND_BATCH_MESSAGE (`msgCheck`).
+    fn check_send(
+        &mut self,
+        conn: ConnId,
+        req: &RemotingCommand,
+        topic: &str,
+        out: &mut Vec<Action>,
+    ) -> Result<(TopicConfig, i32), Failure> {
+        required(req, &["a", "producerGroup"])?;
+        let default_topic = required(req, &["c", "defaultTopic"])?.to_owned();
+        let default_queue_nums: i32 = required_num(req, &["d", "defaultTopicQueueNums"])?;
+        let queue_id: i32 = required_num(req, &["e", "queueId"])?;
+        validate_topic(topic)?;
+        if topic == SCHEDULE_TOPIC || topic.starts_with("rmq_sys_") || topic.starts_with("RMQ_SYS_")
+        {
+            return Err(Failure::new(
+                response_code::NO_PERMISSION,
+                format!("Sending message to topic[{topic}] is forbidden."),
+            ));
+        }
+        let config = self.topic_for_send(topic, &default_topic, default_queue_nums, out)?;
+        if config.perm & perm::WRITE == 0 {
+            return Err(Failure::new(
+                response_code::NO_PERMISSION,
+                format!("the topic[{topic}] sending message is forbidden"),
+            ));
+        }
+        let queue_limit = config.read_queue_nums.max(config.write_queue_nums);
+        if queue_id >= queue_limit {
+            return Err(Failure::system(format!(
+                "request queueId[{queue_id}] is illegal, {config:?} Producer: {}",
+                self.peer(conn)
+            )));
+        }
+        let queue_id = if queue_id < 0 {
+            self.pick_queue(config.write_queue_nums)
+        } else {
+            queue_id
+        };
+        Ok((config, queue_id))
+    }
+
+    fn check_body(&self, body: &bytes::Bytes) -> Result<(), Failure> {
+        if body.len() > self.config.max_message_size {
+            return Err(Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!(
+                    "the message body size over max value, MAX: {}",
+                    self.config.max_message_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds what the broker stamps on every received message.
+    fn stamp_properties(&self, props: &mut Properties, now_ms: i64) {
+        props.insert(property::CLUSTER, &self.config.cluster_name);
+        if props.get(property::UNIQ_KEY).is_none_or(str::is_empty) {
+            props.insert(property::UNIQ_KEY, self.uniq_ids.next_id(now_ms));
+        }
+    }
+
+    fn send_response(req: &RemotingCommand, msg_id: &str, queue_id: i32, queue_offset: i64) -> RemotingCommand {
+        RemotingCommand::response_to(req, response_code::SUCCESS, None)
+            .with_ext("msgId", msg_id)
+            .with_ext("queueId", queue_id.to_string())
+            .with_ext("queueOffset", queue_offset.to_string())
+            .with_ext(property::MSG_REGION, REGION_ID)
+            .with_ext(property::TRACE_ON, "true")
+    }
+
+    pub(super) fn on_send(
+        &mut self,
+        conn: ConnId,
+        req: &RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let mut topic = required(req, &["b", "topic"])?.to_owned();
+        let sys_flag: i32 = required_num(req, &["f", "sysFlag"])?;
+        let born_timestamp: i64 = required_num(req, &["g", "bornTimestamp"])?;
+        let flag: i32 = required_num(req, &["h", "flag"])?;
+        let reconsume_times: i32 = optional_num(req, &["j", "reconsumeTimes"])?.unwrap_or(0);
+        let max_reconsume: Option<i32> = optional_num(req, &["l", "maxReconsumeTimes"])?;
+        let (_, queue_id) = self.check_send(conn, req, &topic, out)?;
+        let body = req.body.clone().unwrap_or_default();
+        self.check_body(&body)?;
+        let mut props = Properties::parse(field(req, &["i", "properties"]).unwrap_or(""));
+        let mut store_queue = queue_id;
+        if let Some(group) = topic.strip_prefix(RETRY_PREFIX).map(str::to_owned) {
+            // handleRetryAndDLQ: a client-side retry past the limit goes to the DLQ.
+            self.ensure_group(&group);
+            let mut max = self.config.retry_max_times;
+            if req.version >= VERSION_HONOURS_MAX_RECONSUME {
+                if let Some(m) = max_reconsume {
+                    max = m;
+                }
+            }
+            if reconsume_times >= max {
+                topic = dlq_topic(&group);
+                store_queue = 0;
+                self.ensure_system_topic(&topic, 1, out);
+            }
+        }
+        self.stamp_properties(&mut props, now_ms);
+        let msg = NewMessage {
+            topic,
+            queue_id: store_queue,
+            flag,
+            body,
+            properties: String::new(),
+            sys_flag,
+            born_timestamp,
+            born_host: self.peer(conn),
+            reconsume_times,
+            prepared_transaction_offset: 0,
+            tags_code: i64::from(tags_code(props.get(property::TAGS))),
+        };
+        let stored = self.put_message(msg, props, now_ms, out)?;
+        Ok(Some(Self::send_response(
+            req,
+            &stored.msg_id,
+            queue_id,
+            stored.put.queue_offset,
+        )))
+    }
+
+    pub(super) fn on_send_batch(
+        &mut self,
+        conn: ConnId,
+        req: &RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let topic = required(req, &["b", "topic"])?.to_owned();
+        let sys_flag: i32 = required_num(req, &["f", "sysFlag"])?;
+        let born_timestamp: i64 = required_num(req, &["g", "bornTimestamp"])?;
+        if topic.len() > 127 {
+            return Err(Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("message topic length too long {}", topic.len()),
+            ));
+        }
+        if topic.starts_with(RETRY_PREFIX) {
+            return Err(Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("batch request does not support retry group {topic}"),
+            ));
+        }
+        let (_, queue_id) = self.check_send(conn, req, &topic, out)?;
+        let body = req.body.clone().unwrap_or_default();
+        self.check_body(&body)?;
+        let messages = crate::message::decode_batch_body(body).map_err(|e| {
+            Failure::new(response_code::MESSAGE_ILLEGAL, format!("bad batch body: {e}"))
+        })?;
+        if messages.is_empty() {
+            return Err(Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                "the batch body holds no message",
+            ));
+        }
+        let born_host = self.peer(conn);
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut first_offset = None;
+        for m in messages {
+            let mut props = m.properties;
+            self.stamp_properties(&mut props, now_ms);
+            // A batch is stored as is: a DELAY inside it is not honoured by the real broker either.
+            props.remove(property::DELAY);
+            let msg = NewMessage {
+                topic: topic.clone(),
+                queue_id,
+                flag: m.flag,
+                body: m.body,
+                properties: String::new(),
+                sys_flag,
+                born_timestamp,
+                born_host,
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+                tags_code: i64::from(tags_code(props.get(property::TAGS))),
+            };
+            let stored = self.put_message(msg, props, now_ms, out)?;
+            first_offset.get_or_insert(stored.put.queue_offset);
+            ids.push(stored.msg_id);
+        }
+        Ok(Some(Self::send_response(
+            req,
+            &ids.join(","),
+            queue_id,
+            first_offset.unwrap_or(0),
+        )))
+    }
+
+    pub(super) fn on_send_back(
+        &mut self,
+        req: &RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let offset: i64 = required_num(req, &["offset"])?;
+        let group = required(req, &["group"])?.to_owned();
+        let delay_level: i32 = required_num(req, &["delayLevel"])?;
+        let max_reconsume: Option<i32> = optional_num(req, &["maxReconsumeTimes"])?;
+        self.ensure_group(&group);
+        let mut topic = retry_topic(&group);
+        self.ensure_system_topic(&topic, 1, out);
+        let original = self
+            .store
+            .record_at_physical(offset)
+            .and_then(|raw| record::decode_record(raw).ok())
+            .ok_or_else(|| Failure::system(format!("look message by offset failed, {offset}")))?;
+        let mut props = Properties::parse(&original.properties);
+        if props.get(property::RETRY_TOPIC).is_none() {
+            props.insert(property::RETRY_TOPIC, &original.topic);
+        }
+        props.insert(property::WAIT, "false");
+        let mut max = self.config.retry_max_times;
+        if req.version >= VERSION_HONOURS_MAX_RECONSUME {
+            if let Some(m) = max_reconsume {
+                max = m;
+            }
+        }
+        let origin_id = match props.get(property::ORIGIN_MESSAGE_ID) {
+            Some(id) if !id.trim().is_empty() => id.to_owned(),
+            _ => offset_message_id(original.store_host, original.commit_log_offset),
+        };
+        props.insert(property::ORIGIN_MESSAGE_ID, &origin_id);
+        if original.reconsume_times >= max || delay_level < 0 {
+            topic = dlq_topic(&group);
+            self.ensure_system_topic(&topic, 1, out);
+            props.insert(property::DELAY, "0");
+            let origin_topic = props
+                .get(property::RETRY_TOPIC)
+                .unwrap_or(&original.topic)
+                .to_owned();
+            props.insert(property::DLQ_ORIGIN_TOPIC, origin_topic);
+            props.insert(property::DLQ_ORIGIN_MESSAGE_ID, &origin_id);
+        } else {
+            let level = if delay_level == 0 {
+                3 + original.reconsume_times
+            } else {
+                delay_level
+            };
+            props.insert(property::DELAY, level.to_string());
+        }
+        let msg = NewMessage {
+            topic,
+            queue_id: 0,
+            flag: original.flag,
+            body: original.body,
+            properties: String::new(),
+            sys_flag: original.sys_flag,
+            born_timestamp: original.born_timestamp,
+            born_host: original.born_host,
+            reconsume_times: original.reconsume_times.saturating_add(1),
+            prepared_transaction_offset: 0,
+            tags_code: i64::from(tags_code(props.get(property::TAGS))),
+        };
+        self.put_message(msg, props, now_ms, out)?;
+        Ok(Some(RemotingCommand::response_to(req, response_code::SUCCESS, None)))
+    }
+
+    /// Moves every due scheduled message to its real topic (`ScheduleMessageService`).
+    pub(super) fn deliver_due_scheduled(&mut self, now_ms: i64, out: &mut Vec<Action>) {
+        for level in 1..=self.config.delay_levels.max_level() {
+            let queue_id = level - 1;
+            let mut next = self.schedule.next_offset(level);
+            let max = self.store.max_offset(SCHEDULE_TOPIC, queue_id);
+            next = next.max(self.store.min_offset(SCHEDULE_TOPIC, queue_id));
+            while next < max {
+                let Some(due) = self.store.tags_code_at(SCHEDULE_TOPIC, queue_id, next) else {
+                    break;
+                };
+                if due > now_ms {
+                    break;
+                }
+                let scheduled = self
+                    .store
+                    .record_at(SCHEDULE_TOPIC, queue_id, next)
+                    .and_then(|raw| record::decode_record(raw).ok());
+                next += 1;
+                let Some(rec) = scheduled else { continue };
+                let mut props = Properties::parse(&rec.properties);
+                props.remove(property::DELAY);
+                let real_topic = props.get(property::REAL_TOPIC).map(str::to_owned);
+                let real_qid = props
+                    .get(property::REAL_QID)
+                    .and_then(|q| q.parse::<i32>().ok());
+                let (Some(real_topic), Some(real_qid)) = (real_topic, real_qid) else {
+                    continue;
+                };
+                if self.store.topic(&real_topic).is_none() {
+                    let system = real_topic.starts_with(RETRY_PREFIX) || real_topic.starts_with(DLQ_PREFIX);
+                    if !system {
+                        continue;
+                    }
+                    self.ensure_system_topic(&real_topic, 1, out);
+                }
+                let msg = NewMessage {
+                    topic: real_topic,
+                    queue_id: real_qid,
+                    flag: rec.flag,
+                    tags_code: i64::from(tags_code(props.get(property::TAGS))),
+                    body: rec.body,
+                    properties: String::new(),
+                    sys_flag: rec.sys_flag,
+                    born_timestamp: rec.born_timestamp,
+                    born_host: rec.born_host,
+                    reconsume_times: rec.reconsume_times,
+                    prepared_transaction_offset: rec.prepared_transaction_offset,
+                };
+                // A failure here (queue gone) drops the message, as the real scheduler logs and
+                // skips it.
+                let _ = self.put_message(msg, props, now_ms, out);
+            }
+            if next != self.schedule.next_offset(level) {
+                self.schedule.advance(level, next);
+                self.data_changed = true;
+            }
+        }
+    }
+
+    /// Deliver time of the earliest pending scheduled message.
+    pub(super) fn next_scheduled_due(&self) -> Option<i64> {
+        (1..=self.config.delay_levels.max_level())
+            .filter_map(|level| {
+                let next = self
+                    .schedule
+                    .next_offset(level)
+                    .max(self.store.min_offset(SCHEDULE_TOPIC, level - 1));
+                self.store.tags_code_at(SCHEDULE_TOPIC, level - 1, next)
+            })
+            .min()
+    }
+}

@@ -1,0 +1,799 @@
+//! The per-queue cache of pulled messages not yet consumed (Java `ProcessQueue`).
+//!
+//! Messages are kept ordered by queue offset. The smallest offset still cached is the queue's
+//! consume offset: everything below it has been consumed, so that is what gets committed
+//! ("at least once": a message is never skipped, a slow one holds the offset back). The cache
+//! also drives flow control (count, body bytes, offset span) and, in orderly mode, holds the
+//! batch being consumed apart from the waiting messages.
+//!
+//! ```
+//! use rocketmq_actor::consumer::process_queue::{CachedMessage, ProcessQueue};
+//!
+//! #[derive(Clone)]
+//! struct Msg(i64);
+//! impl CachedMessage for Msg {
+//!     fn queue_offset(&self) -> i64 { self.0 }
+//!     fn body_len(&self) -> usize { 10 }
+//! }
+//!
+//! let mut pq = ProcessQueue::new(0);
+//! pq.put_messages([Msg(100), Msg(101), Msg(102)]);
+//! assert_eq!(pq.remove_messages(&[101], 5), Some(100)); // 100 still in flight: offset stays
+//! assert_eq!(pq.remove_messages(&[100], 6), Some(102));
+//! assert_eq!(pq.remove_messages(&[102], 7), Some(103)); // empty: one past the highest seen
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the process queue needs to know about a message. Implemented for
+/// `crate::message::MessageExt` and for `Arc`/`Box`/`&` of any implementor, so a consumer can
+/// share messages between the cache and listener tasks.
+pub trait CachedMessage {
+    /// The message's logical offset in its queue.
+    fn queue_offset(&self) -> i64;
+    /// The size of its body in bytes (what the size thresholds count).
+    fn body_len(&self) -> usize;
+}
+
+impl<T: CachedMessage + ?Sized> CachedMessage for Arc<T> {
+    fn queue_offset(&self) -> i64 {
+        (**self).queue_offset()
+    }
+    fn body_len(&self) -> usize {
+        (**self).body_len()
+    }
+}
+
+impl<T: CachedMessage + ?Sized> CachedMessage for Box<T> {
+    fn queue_offset(&self) -> i64 {
+        (**self).queue_offset()
+    }
+    fn body_len(&self) -> usize {
+        (**self).body_len()
+    }
+}
+
+impl<T: CachedMessage + ?Sized> CachedMessage for &T {
+    fn queue_offset(&self) -> i64 {
+        (**self).queue_offset()
+    }
+    fn body_len(&self) -> usize {
+        (**self).body_len()
+    }
+}
+
+impl CachedMessage for crate::message::MessageExt {
+    fn queue_offset(&self) -> i64 {
+        self.queue_offset
+    }
+    fn body_len(&self) -> usize {
+        self.message.body.len()
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+struct Entry<M> {
+    message: M,
+    body_len: u64,
+    consume_started_ms: Option<i64>,
+}
+
+/// The numbers flow control looks at (see [`super::flow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Cached messages, including an orderly batch being consumed.
+    pub count: u64,
+    /// Sum of their body sizes in bytes.
+    pub body_bytes: u64,
+    /// Highest minus lowest waiting offset (0 when empty).
+    pub span: i64,
+}
+
+/// A process queue's state as reported in `ConsumerRunningInfo` (Java `ProcessQueueInfo`;
+/// serialized with Java's property names, including the misspelt `droped`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessQueueSnapshot {
+    /// The consume offset the offset store holds for the queue.
+    pub commit_offset: i64,
+    /// Lowest waiting offset (0 when none).
+    pub cached_msg_min_offset: i64,
+    /// Highest waiting offset (0 when none).
+    pub cached_msg_max_offset: i64,
+    /// Waiting messages (an orderly batch being consumed is counted apart).
+    pub cached_msg_count: i64,
+    /// Cached body bytes in whole MiB.
+    #[serde(rename = "cachedMsgSizeInMiB")]
+    pub cached_msg_size_in_mib: i64,
+    /// Orderly: lowest offset of the batch being consumed (0 when none).
+    pub transaction_msg_min_offset: i64,
+    /// Orderly: highest offset of the batch being consumed (0 when none).
+    pub transaction_msg_max_offset: i64,
+    /// Orderly: messages in the batch being consumed.
+    pub transaction_msg_count: i64,
+    /// Whether the broker lock is held (orderly clustering).
+    pub locked: bool,
+    /// How many unlock attempts were made for the queue.
+    pub try_unlock_times: i64,
+    /// When the lock was last granted (epoch ms).
+    pub last_lock_timestamp: i64,
+    /// Whether the queue was dropped (rebalanced away, offset reset…).
+    #[serde(rename = "droped")]
+    pub dropped: bool,
+    /// When the queue was last pulled (epoch ms).
+    pub last_pull_timestamp: i64,
+    /// When messages of the queue were last consumed (epoch ms).
+    pub last_consume_timestamp: i64,
+}
+
+/// The cache of one queue. `M` is the cached message type (see [`CachedMessage`]).
+pub struct ProcessQueue<M> {
+    /// Messages not yet consumed, by queue offset (Java `msgTreeMap`). In concurrent mode this
+    /// includes messages being consumed.
+    waiting: BTreeMap<i64, Entry<M>>,
+    /// Orderly: the batch taken for consumption and not yet committed.
+    consuming: BTreeMap<i64, Entry<M>>,
+    body_bytes: u64,
+    highest_offset_put: Option<i64>,
+    dispatching: bool,
+    dropped: bool,
+    locked: bool,
+    last_lock_ms: i64,
+    try_unlock_times: u64,
+    last_pull_ms: i64,
+    last_consume_ms: i64,
+}
+
+impl<M: CachedMessage> std::fmt::Debug for ProcessQueue<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessQueue")
+            .field("waiting", &self.waiting.len())
+            .field("consuming", &self.consuming.len())
+            .field("body_bytes", &self.body_bytes)
+            .field("min_offset", &self.min_cached_offset())
+            .field("max_offset", &self.max_cached_offset())
+            .field("dropped", &self.dropped)
+            .field("locked", &self.locked)
+            .finish()
+    }
+}
+
+impl<M: CachedMessage> ProcessQueue<M> {
+    /// An empty queue created at `now_ms` (pull, consume and lock clocks start there, as in
+    /// Java, so a fresh queue is neither idle nor lock-expired).
+    pub fn new(now_ms: i64) -> Self {
+        ProcessQueue {
+            waiting: BTreeMap::new(),
+            consuming: BTreeMap::new(),
+            body_bytes: 0,
+            highest_offset_put: None,
+            dispatching: false,
+            dropped: false,
+            locked: false,
+            last_lock_ms: now_ms,
+            try_unlock_times: 0,
+            last_pull_ms: now_ms,
+            last_consume_ms: now_ms,
+        }
+    }
+
+    /// Caches pulled messages. A message whose offset is already cached (waiting or being
+    /// consumed) is ignored, so a duplicate delivery cannot be consumed twice from the cache.
+    ///
+    /// Returns whether the caller should start a consume loop: true when messages are waiting
+    /// and no loop was running (the orderly service relies on it; the concurrent service
+    /// submits every pulled batch regardless, as Java does).
+    pub fn put_messages(&mut self, messages: impl IntoIterator<Item = M>) -> bool {
+        for message in messages {
+            let offset = message.queue_offset();
+            if self.waiting.contains_key(&offset) || self.consuming.contains_key(&offset) {
+                continue;
+            }
+            let body_len = message.body_len() as u64;
+            self.body_bytes += body_len;
+            self.highest_offset_put =
+                Some(self.highest_offset_put.map_or(offset, |h| h.max(offset)));
+            self.waiting.insert(
+                offset,
+                Entry {
+                    message,
+                    body_len,
+                    consume_started_ms: None,
+                },
+            );
+        }
+        if !self.waiting.is_empty() && !self.dispatching {
+            self.dispatching = true;
+            return true;
+        }
+        false
+    }
+
+    /// Removes consumed messages (concurrent mode) and returns the queue's new consume offset:
+    /// the smallest offset still cached, or one past the highest offset ever cached when
+    /// nothing is left. `None` when the cache was already empty (e.g. cleared by a drop), in
+    /// which case the offset must not be touched.
+    ///
+    /// The result can be lower than an offset committed earlier (after an offset reset); the
+    /// offset table's increase-only update takes care of that.
+    pub fn remove_messages(&mut self, offsets: &[i64], now_ms: i64) -> Option<i64> {
+        self.last_consume_ms = now_ms;
+        if self.waiting.is_empty() {
+            return None;
+        }
+        for offset in offsets {
+            if let Some(entry) = self.waiting.remove(offset) {
+                self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
+            }
+        }
+        match self.waiting.keys().next() {
+            Some(first) => Some(*first),
+            None => self.highest_offset_put.map(|h| h + 1),
+        }
+    }
+
+    /// Cached messages, including an orderly batch being consumed.
+    pub fn cached_count(&self) -> usize {
+        self.waiting.len() + self.consuming.len()
+    }
+
+    /// Body bytes of the cached messages.
+    pub fn cached_body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    /// Body bytes in whole MiB, rounded down (what Java compares to the MiB thresholds).
+    pub fn cached_size_mib(&self) -> u64 {
+        self.body_bytes / MIB
+    }
+
+    /// Lowest waiting offset.
+    pub fn min_cached_offset(&self) -> Option<i64> {
+        self.waiting.keys().next().copied()
+    }
+
+    /// Highest waiting offset.
+    pub fn max_cached_offset(&self) -> Option<i64> {
+        self.waiting.keys().next_back().copied()
+    }
+
+    /// Highest minus lowest waiting offset, 0 when empty (Java `getMaxSpan`).
+    pub fn span(&self) -> i64 {
+        match (self.min_cached_offset(), self.max_cached_offset()) {
+            (Some(lo), Some(hi)) => hi - lo,
+            _ => 0,
+        }
+    }
+
+    /// The numbers flow control needs.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            count: self.cached_count() as u64,
+            body_bytes: self.body_bytes,
+            span: self.span(),
+        }
+    }
+
+    /// Whether messages are waiting (Java `hasTempMessage`).
+    pub fn has_waiting_messages(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Whether a message with this offset is waiting.
+    pub fn contains(&self, offset: i64) -> bool {
+        self.waiting.contains_key(&offset)
+    }
+
+    /// The waiting message at `offset`.
+    pub fn get(&self, offset: i64) -> Option<&M> {
+        self.waiting.get(&offset).map(|e| &e.message)
+    }
+
+    /// The waiting messages in offset order.
+    pub fn waiting_messages(&self) -> impl Iterator<Item = &M> {
+        self.waiting.values().map(|e| &e.message)
+    }
+
+    /// Records that consumption of these waiting messages started at `now_ms` (Java's
+    /// `CONSUME_START_TIME` property), for [`ProcessQueue::expired_messages`].
+    pub fn mark_consume_started(&mut self, offsets: &[i64], now_ms: i64) {
+        for offset in offsets {
+            if let Some(entry) = self.waiting.get_mut(offset) {
+                entry.consume_started_ms = Some(now_ms);
+            }
+        }
+    }
+
+    /// When consumption of the waiting message at `offset` started, if it did.
+    pub fn consume_started_ms(&self, offset: i64) -> Option<i64> {
+        self.waiting.get(&offset).and_then(|e| e.consume_started_ms)
+    }
+
+    /// Concurrent mode's consume-timeout scan (Java `cleanExpiredMsg`): the offsets of the
+    /// leading waiting messages, at most `limit` (Java: 16), whose consumption started more
+    /// than `timeout` before `now_ms`. Only the head matters because only the head pins the
+    /// offset; the scan stops at the first message that has not expired or not started.
+    /// The caller sends each back for retry (delay level 3) and then removes it.
+    pub fn expired_messages(&self, now_ms: i64, timeout: Duration, limit: usize) -> Vec<i64> {
+        let timeout_ms = millis(timeout);
+        self.waiting
+            .iter()
+            .take(limit)
+            .take_while(|(_, e)| {
+                e.consume_started_ms
+                    .is_some_and(|started| now_ms.saturating_sub(started) > timeout_ms)
+            })
+            .map(|(offset, _)| *offset)
+            .collect()
+    }
+
+    /// Orderly: moves up to `batch` of the lowest waiting messages into the consuming batch and
+    /// returns them. An empty result ends the consume loop (the next
+    /// [`ProcessQueue::put_messages`] will ask for a new one).
+    pub fn take_messages(&mut self, batch: usize, now_ms: i64) -> Vec<M>
+    where
+        M: Clone,
+    {
+        self.last_consume_ms = now_ms;
+        let mut taken = Vec::with_capacity(batch.min(self.waiting.len()));
+        while taken.len() < batch {
+            let Some((offset, entry)) = self.waiting.pop_first() else {
+                break;
+            };
+            taken.push(entry.message.clone());
+            self.consuming.insert(offset, entry);
+        }
+        if taken.is_empty() {
+            self.dispatching = false;
+        }
+        taken
+    }
+
+    /// Orderly: the batch was consumed; forgets it and returns the new consume offset (one past
+    /// the batch's highest offset), `None` if no batch was taken.
+    pub fn commit(&mut self) -> Option<i64> {
+        let last = self.consuming.keys().next_back().copied()?;
+        let released: u64 = self.consuming.values().map(|e| e.body_len).sum();
+        self.body_bytes = self.body_bytes.saturating_sub(released);
+        self.consuming.clear();
+        Some(last + 1)
+    }
+
+    /// Orderly: the whole batch goes back to waiting, to be taken again.
+    pub fn rollback(&mut self) {
+        let batch = std::mem::take(&mut self.consuming);
+        self.waiting.extend(batch);
+    }
+
+    /// Orderly: these messages of the batch go back to waiting (the failed ones of a suspended
+    /// batch, whose reconsume count was bumped).
+    pub fn make_messages_consume_again(&mut self, offsets: &[i64]) {
+        for offset in offsets {
+            if let Some(entry) = self.consuming.remove(offset) {
+                self.waiting.insert(*offset, entry);
+            }
+        }
+    }
+
+    /// Orderly: messages of the batch being consumed.
+    pub fn consuming_count(&self) -> usize {
+        self.consuming.len()
+    }
+
+    /// Drops every cached message (offset reset, queue dropped).
+    pub fn clear(&mut self) {
+        self.waiting.clear();
+        self.consuming.clear();
+        self.body_bytes = 0;
+        self.highest_offset_put = None;
+    }
+
+    /// Whether the queue was dropped; a dropped queue must not be pulled, and results of its
+    /// consumption must not move the offset.
+    pub fn is_dropped(&self) -> bool {
+        self.dropped
+    }
+
+    /// Marks the queue dropped (or not).
+    pub fn set_dropped(&mut self, dropped: bool) {
+        self.dropped = dropped;
+    }
+
+    /// Whether the broker lock is held (orderly clustering).
+    pub fn is_locked(&self) -> bool {
+        self.locked
+    }
+
+    /// Records a lock grant (refreshing the lock clock) or loss.
+    pub fn set_locked(&mut self, locked: bool, now_ms: i64) {
+        self.locked = locked;
+        if locked {
+            self.last_lock_ms = now_ms;
+        }
+    }
+
+    /// When the lock was last granted.
+    pub fn last_lock_ms(&self) -> i64 {
+        self.last_lock_ms
+    }
+
+    /// Whether the lock is older than `max_live_time` (Java: 30 s) and so no longer trusted.
+    pub fn is_lock_expired(&self, now_ms: i64, max_live_time: Duration) -> bool {
+        now_ms.saturating_sub(self.last_lock_ms) > millis(max_live_time)
+    }
+
+    /// Records a pull attempt.
+    pub fn record_pull(&mut self, now_ms: i64) {
+        self.last_pull_ms = now_ms;
+    }
+
+    /// When the queue was last pulled.
+    pub fn last_pull_ms(&self) -> i64 {
+        self.last_pull_ms
+    }
+
+    /// Whether pulls stalled longer than `max_idle` (Java: 120 s): the rebalance then drops and
+    /// re-adds the queue, which restarts a pull loop that got lost.
+    pub fn is_pull_expired(&self, now_ms: i64, max_idle: Duration) -> bool {
+        now_ms.saturating_sub(self.last_pull_ms) > millis(max_idle)
+    }
+
+    /// When messages were last removed or taken for consumption.
+    pub fn last_consume_ms(&self) -> i64 {
+        self.last_consume_ms
+    }
+
+    /// Counts an unlock attempt.
+    pub fn inc_try_unlock_times(&mut self) {
+        self.try_unlock_times += 1;
+    }
+
+    /// Unlock attempts so far.
+    pub fn try_unlock_times(&self) -> u64 {
+        self.try_unlock_times
+    }
+
+    /// The queue's state for `ConsumerRunningInfo`, with the offset store's `commit_offset`.
+    pub fn snapshot(&self, commit_offset: i64) -> ProcessQueueSnapshot {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        ProcessQueueSnapshot {
+            commit_offset,
+            cached_msg_min_offset: self.min_cached_offset().unwrap_or(0),
+            cached_msg_max_offset: self.max_cached_offset().unwrap_or(0),
+            cached_msg_count: count(self.waiting.len()),
+            cached_msg_size_in_mib: i64::try_from(self.cached_size_mib()).unwrap_or(i64::MAX),
+            transaction_msg_min_offset: self.consuming.keys().next().copied().unwrap_or(0),
+            transaction_msg_max_offset: self.consuming.keys().next_back().copied().unwrap_or(0),
+            transaction_msg_count: count(self.consuming.len()),
+            locked: self.locked,
+            try_unlock_times: i64::try_from(self.try_unlock_times).unwrap_or(i64::MAX),
+            last_lock_timestamp: self.last_lock_ms,
+            dropped: self.dropped,
+            last_pull_timestamp: self.last_pull_ms,
+            last_consume_timestamp: self.last_consume_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Msg {
+        offset: i64,
+        body: usize,
+    }
+
+    impl CachedMessage for Msg {
+        fn queue_offset(&self) -> i64 {
+            self.offset
+        }
+        fn body_len(&self) -> usize {
+            self.body
+        }
+    }
+
+    fn msgs(offsets: impl IntoIterator<Item = i64>) -> Vec<Msg> {
+        offsets
+            .into_iter()
+            .map(|offset| Msg { offset, body: 100 })
+            .collect()
+    }
+
+    #[test]
+    fn slow_message_pins_the_offset_until_it_is_done() {
+        let mut pq = ProcessQueue::new(0);
+        assert!(pq.put_messages(msgs(10..15)));
+        assert_eq!(pq.cached_count(), 5);
+        assert_eq!(pq.cached_body_bytes(), 500);
+        assert_eq!(pq.span(), 4);
+        // 11..15 finish first; 10 is still running.
+        assert_eq!(pq.remove_messages(&[11, 12, 13, 14], 1), Some(10));
+        assert_eq!(pq.remove_messages(&[10], 2), Some(15));
+        assert_eq!(pq.cached_count(), 0);
+        assert_eq!(pq.cached_body_bytes(), 0);
+        assert_eq!(pq.last_consume_ms(), 2);
+        // Already empty: nothing to say about the offset.
+        assert_eq!(pq.remove_messages(&[10], 3), None);
+    }
+
+    #[test]
+    fn duplicates_are_cached_once() {
+        let mut pq = ProcessQueue::new(0);
+        pq.put_messages(msgs([1, 2]));
+        pq.put_messages(msgs([2, 3]));
+        assert_eq!(pq.cached_count(), 3);
+        assert_eq!(pq.cached_body_bytes(), 300);
+        // Also while the message is in an orderly batch.
+        let taken = pq.take_messages(1, 0);
+        assert_eq!(taken, msgs([1]));
+        pq.put_messages(msgs([1]));
+        assert_eq!(pq.cached_count(), 3);
+    }
+
+    #[test]
+    fn dispatch_is_requested_once_per_consume_loop() {
+        let mut pq = ProcessQueue::new(0);
+        assert!(!pq.put_messages(Vec::<Msg>::new()));
+        assert!(pq.put_messages(msgs([1])));
+        assert!(!pq.put_messages(msgs([2])));
+        assert_eq!(pq.take_messages(10, 1).len(), 2);
+        assert_eq!(pq.commit(), Some(3));
+        assert!(pq.take_messages(10, 2).is_empty());
+        // Loop ended: the next put asks for a new one.
+        assert!(pq.put_messages(msgs([3])));
+    }
+
+    #[test]
+    fn orderly_take_commit_rollback() {
+        let mut pq = ProcessQueue::new(0);
+        pq.put_messages(msgs(0..5));
+        let batch = pq.take_messages(2, 7);
+        assert_eq!(batch, msgs([0, 1]));
+        assert_eq!(pq.last_consume_ms(), 7);
+        assert_eq!(pq.consuming_count(), 2);
+        assert_eq!(pq.cached_count(), 5);
+        pq.rollback();
+        assert_eq!(pq.consuming_count(), 0);
+        assert_eq!(pq.take_messages(3, 8), msgs([0, 1, 2]));
+        pq.make_messages_consume_again(&[2]);
+        assert_eq!(pq.commit(), Some(2));
+        assert_eq!(pq.cached_count(), 3);
+        assert_eq!(pq.cached_body_bytes(), 300);
+        assert_eq!(pq.take_messages(1, 9), msgs([2]));
+        assert_eq!(pq.commit(), Some(3));
+        assert_eq!(pq.commit(), None);
+    }
+
+    #[test]
+    fn expired_scan_looks_at_started_head_messages_only() {
+        let mut pq = ProcessQueue::new(0);
+        pq.put_messages(msgs(0..40));
+        let timeout = Duration::from_secs(60);
+        pq.mark_consume_started(&(0..20).collect::<Vec<_>>(), 1_000);
+        pq.mark_consume_started(&[20], 50_000);
+        pq.mark_consume_started(&[21], 1_000);
+        assert_eq!(pq.consume_started_ms(20), Some(50_000));
+        // At exactly the timeout nothing has expired yet.
+        assert!(pq.expired_messages(61_000, timeout, 16).is_empty());
+        assert_eq!(
+            pq.expired_messages(61_001, timeout, 16),
+            (0..16).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            pq.expired_messages(61_001, timeout, 100),
+            (0..20).collect::<Vec<_>>()
+        );
+        // A message that never started stops the scan.
+        let mut fresh = ProcessQueue::new(0);
+        fresh.put_messages(msgs(0..3));
+        fresh.mark_consume_started(&[1, 2], 0);
+        assert!(fresh.expired_messages(i64::MAX, timeout, 16).is_empty());
+    }
+
+    #[test]
+    fn lock_and_pull_clocks() {
+        let mut pq: ProcessQueue<Msg> = ProcessQueue::new(1_000);
+        let live = Duration::from_secs(30);
+        assert!(!pq.is_lock_expired(31_000, live));
+        assert!(pq.is_lock_expired(31_001, live));
+        pq.set_locked(true, 20_000);
+        assert!(pq.is_locked());
+        assert!(!pq.is_lock_expired(50_000, live));
+        pq.set_locked(false, 60_000);
+        assert_eq!(pq.last_lock_ms(), 20_000);
+        let idle = Duration::from_secs(120);
+        assert!(!pq.is_pull_expired(121_000, idle));
+        assert!(pq.is_pull_expired(121_001, idle));
+        pq.record_pull(121_000);
+        assert!(!pq.is_pull_expired(121_001, idle));
+    }
+
+    #[test]
+    fn snapshot_reports_java_fields() {
+        let mut pq = ProcessQueue::new(5);
+        pq.put_messages((0..4).map(|offset| Msg {
+            offset,
+            body: 1024 * 1024,
+        }));
+        pq.take_messages(1, 6);
+        pq.set_locked(true, 7);
+        pq.inc_try_unlock_times();
+        pq.record_pull(8);
+        let s = pq.snapshot(42);
+        assert_eq!(s.commit_offset, 42);
+        assert_eq!((s.cached_msg_min_offset, s.cached_msg_max_offset), (1, 3));
+        assert_eq!(s.cached_msg_count, 3);
+        assert_eq!(s.cached_msg_size_in_mib, 4);
+        assert_eq!(
+            (
+                s.transaction_msg_min_offset,
+                s.transaction_msg_max_offset,
+                s.transaction_msg_count
+            ),
+            (0, 0, 1)
+        );
+        assert!(s.locked && !s.dropped);
+        assert_eq!(s.try_unlock_times, 1);
+        assert_eq!(
+            (
+                s.last_lock_timestamp,
+                s.last_pull_timestamp,
+                s.last_consume_timestamp
+            ),
+            (7, 8, 6)
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["cachedMsgSizeInMiB"], 4);
+        assert_eq!(json["droped"], false);
+        assert_eq!(json["commitOffset"], 42);
+        assert_eq!(json["lastPullTimestamp"], 8);
+    }
+
+    #[test]
+    fn clear_forgets_everything() {
+        let mut pq = ProcessQueue::new(0);
+        pq.put_messages(msgs(0..3));
+        pq.take_messages(1, 0);
+        pq.clear();
+        assert_eq!(pq.cache_stats(), CacheStats::default());
+        assert_eq!(pq.remove_messages(&[1], 1), None);
+        pq.put_messages(msgs([7]));
+        assert_eq!(pq.remove_messages(&[7], 2), Some(8));
+    }
+
+    #[test]
+    fn works_with_shared_messages() {
+        let mut pq: ProcessQueue<Arc<Msg>> = ProcessQueue::new(0);
+        pq.put_messages(msgs(0..2).into_iter().map(Arc::new));
+        assert_eq!(pq.get(1).map(|m| m.offset), Some(1));
+        assert_eq!(pq.waiting_messages().count(), 2);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(Vec<(i64, usize)>),
+        Remove(Vec<i64>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            proptest::collection::vec((0i64..200, 0usize..5000), 0..20).prop_map(Op::Put),
+            proptest::collection::vec(0i64..200, 0..20).prop_map(Op::Remove),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn concurrent_cache_matches_a_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut pq = ProcessQueue::new(0);
+            let mut model: BTreeMap<i64, usize> = BTreeMap::new();
+            let mut highest: Option<i64> = None;
+            for op in ops {
+                match op {
+                    Op::Put(items) => {
+                        for (offset, body) in items {
+                            if let std::collections::btree_map::Entry::Vacant(slot) = model.entry(offset) {
+                                slot.insert(body);
+                                highest = Some(highest.map_or(offset, |h: i64| h.max(offset)));
+                            }
+                            pq.put_messages([Msg { offset, body }]);
+                        }
+                    }
+                    Op::Remove(offsets) => {
+                        let was_empty = model.is_empty();
+                        for o in &offsets {
+                            model.remove(o);
+                        }
+                        let expected = if was_empty {
+                            None
+                        } else {
+                            model.keys().next().copied().or(highest.map(|h| h + 1))
+                        };
+                        prop_assert_eq!(pq.remove_messages(&offsets, 0), expected);
+                    }
+                }
+                prop_assert_eq!(pq.cached_count(), model.len());
+                prop_assert_eq!(pq.cached_body_bytes(), model.values().map(|b| *b as u64).sum::<u64>());
+                let span = match (model.keys().next(), model.keys().next_back()) {
+                    (Some(lo), Some(hi)) => hi - lo,
+                    _ => 0,
+                };
+                prop_assert_eq!(pq.span(), span);
+            }
+        }
+
+        #[test]
+        fn with_increasing_pulls_the_committed_offset_never_goes_back(
+            batches in proptest::collection::vec((1usize..10, proptest::collection::vec(any::<prop::sample::Index>(), 0..10)), 1..20)
+        ) {
+            let mut pq = ProcessQueue::new(0);
+            let mut next = 0i64;
+            let mut last_commit = i64::MIN;
+            let mut cached: BTreeSet<i64> = BTreeSet::new();
+            for (size, picks) in batches {
+                pq.put_messages(msgs(next..next + size as i64));
+                cached.extend(next..next + size as i64);
+                next += size as i64;
+                let done: Vec<i64> = picks
+                    .iter()
+                    .map(|ix| *cached.iter().nth(ix.index(cached.len())).unwrap())
+                    .collect();
+                for d in &done {
+                    cached.remove(d);
+                }
+                if let Some(commit) = pq.remove_messages(&done, 0) {
+                    prop_assert!(commit >= last_commit);
+                    // Everything below the commit offset has been consumed.
+                    prop_assert!(cached.iter().all(|o| *o >= commit));
+                    last_commit = commit;
+                }
+            }
+        }
+
+        #[test]
+        fn orderly_commits_are_contiguous(
+            total in 1i64..60,
+            steps in proptest::collection::vec((1usize..8, 0u8..3), 1..40),
+        ) {
+            let mut pq = ProcessQueue::new(0);
+            pq.put_messages(msgs(0..total));
+            let mut committed = 0i64;
+            for (batch, action) in steps {
+                let taken = pq.take_messages(batch, 0);
+                if taken.is_empty() {
+                    prop_assert_eq!(committed, total);
+                    break;
+                }
+                // A batch always starts at the committed offset: order is never broken.
+                prop_assert_eq!(taken[0].offset, committed);
+                match action {
+                    0 => pq.rollback(),
+                    1 => {
+                        let offsets: Vec<i64> = taken.iter().map(|m| m.offset).collect();
+                        pq.make_messages_consume_again(&offsets);
+                    }
+                    _ => {
+                        let new = pq.commit().unwrap();
+                        prop_assert_eq!(new, taken.last().unwrap().offset + 1);
+                        committed = new;
+                    }
+                }
+                prop_assert_eq!(pq.cached_count() as i64, total - committed);
+            }
+        }
+    }
+}

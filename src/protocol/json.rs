@@ -1,0 +1,620 @@
+//! A small lenient JSON reader/writer for the hot paths serde does not fit: the remoting
+//! command header (hand-written for speed and fastjson fidelity) and the fastjson-isms of
+//! bodies (unquoted numeric map keys, objects used as map keys).
+
+use std::borrow::Cow;
+
+use bytes::BufMut;
+
+/// Nesting limit for every recursive walk, so hostile input cannot overflow the stack.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Writes `s` as a JSON string literal (with quotes), escaping like fastjson: `"` and `\`,
+/// the short forms `\b \f \n \r \t`, other control characters as `\u00XX`; everything else
+/// (including non-ASCII) raw.
+pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
+    out.put_u8(b'"');
+    let bytes = s.as_bytes();
+    let mut run_start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => 0,
+            _ => continue,
+        };
+        out.put_slice(bytes.get(run_start..i).unwrap_or_default());
+        if short == 0 {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.put_slice(b"\\u00");
+            out.put_u8(HEX[usize::from(b >> 4)]);
+            out.put_u8(HEX[usize::from(b & 0xf)]);
+        } else {
+            out.put_u8(b'\\');
+            out.put_u8(short);
+        }
+        run_start = i + 1;
+    }
+    out.put_slice(bytes.get(run_start..).unwrap_or_default());
+    out.put_u8(b'"');
+}
+
+/// Writes a decimal integer without going through `fmt` (the header writer's hot path).
+pub(crate) fn write_i64<B: BufMut>(out: &mut B, value: i64) {
+    let mut buf = [0u8; 20];
+    let mut pos = buf.len();
+    let negative = value < 0;
+    let mut magnitude = value.unsigned_abs();
+    loop {
+        pos -= 1;
+        // `magnitude % 10` is below 10, so the cast cannot truncate.
+        buf[pos] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if negative {
+        out.put_u8(b'-');
+    }
+    out.put_slice(buf.get(pos..).unwrap_or_default());
+}
+
+/// A forward-only cursor over JSON text that tolerates fastjson's non-standard keys.
+pub(crate) struct JsonCursor<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> JsonCursor<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        JsonCursor { text, pos: 0 }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn byte_at(&self, pos: usize) -> Option<u8> {
+        self.bytes().get(pos).copied()
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Result<&'a str, String> {
+        self.text
+            .get(start..end)
+            .ok_or_else(|| format!("bad text boundary at byte {start}"))
+    }
+
+    /// Skips whitespace and returns the next byte without consuming it.
+    pub(crate) fn peek(&mut self) -> Option<u8> {
+        while let Some(b) = self.byte_at(self.pos) {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                self.pos += 1;
+            } else {
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// Consumes `expected` (after whitespace) or fails.
+    pub(crate) fn expect(&mut self, expected: u8) -> Result<(), String> {
+        match self.peek() {
+            Some(b) if b == expected => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(b) => Err(format!(
+                "expected `{}` at byte {}, found `{}`",
+                char::from(expected),
+                self.pos,
+                char::from(b)
+            )),
+            None => Err(format!(
+                "expected `{}`, found end of input",
+                char::from(expected)
+            )),
+        }
+    }
+
+    /// True when only whitespace remains.
+    pub(crate) fn at_end(&mut self) -> bool {
+        self.peek().is_none()
+    }
+
+    /// Raw text of the string literal at the cursor, quotes included, without decoding.
+    fn string_span(&mut self) -> Result<&'a str, String> {
+        let start = self.pos;
+        let mut i = start + 1;
+        loop {
+            match self.byte_at(i) {
+                None => return Err("unterminated string".to_owned()),
+                Some(b'"') => break,
+                Some(b'\\') => i += 2,
+                Some(_) => i += 1,
+            }
+        }
+        self.pos = i + 1;
+        self.slice(start, i + 1)
+    }
+
+    /// Decodes the string literal at the cursor (which must be at `"`).
+    pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, String> {
+        self.expect(b'"')?;
+        let start = self.pos;
+        let mut i = start;
+        loop {
+            match self.byte_at(i) {
+                None => return Err("unterminated string".to_owned()),
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return self.slice(start, i).map(Cow::Borrowed);
+                }
+                Some(b'\\') => break,
+                Some(_) => i += 1,
+            }
+        }
+        let mut out = String::with_capacity(i - start + 16);
+        out.push_str(self.slice(start, i)?);
+        loop {
+            match self.byte_at(i) {
+                None => return Err("unterminated string".to_owned()),
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(Cow::Owned(out));
+                }
+                Some(b'\\') => {
+                    let escape = self.byte_at(i + 1).ok_or("unterminated escape")?;
+                    i += 2;
+                    match escape {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let high = self.hex4(i)?;
+                            i += 4;
+                            let ch = if (0xD800..0xDC00).contains(&high)
+                                && self.byte_at(i) == Some(b'\\')
+                                && self.byte_at(i + 1) == Some(b'u')
+                            {
+                                let low = self.hex4(i + 2)?;
+                                if (0xDC00..0xE000).contains(&low) {
+                                    i += 6;
+                                    let combined =
+                                        0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                                    char::from_u32(combined).unwrap_or('\u{FFFD}')
+                                } else {
+                                    '\u{FFFD}'
+                                }
+                            } else {
+                                char::from_u32(high).unwrap_or('\u{FFFD}')
+                            };
+                            out.push(ch);
+                        }
+                        other => {
+                            return Err(format!("invalid escape `\\{}`", char::from(other)));
+                        }
+                    }
+                }
+                Some(_) => {
+                    let run_start = i;
+                    while let Some(b) = self.byte_at(i) {
+                        if b == b'"' || b == b'\\' {
+                            break;
+                        }
+                        i += 1;
+                    }
+                    out.push_str(self.slice(run_start, i)?);
+                }
+            }
+        }
+    }
+
+    fn hex4(&self, at: usize) -> Result<u32, String> {
+        let digits = self.text.get(at..at + 4).ok_or("truncated \\u escape")?;
+        u32::from_str_radix(digits, 16).map_err(|_| format!("invalid \\u escape `{digits}`"))
+    }
+
+    /// A bare token: number, `true`, `false`, `null`, or an unquoted identifier key.
+    pub(crate) fn bare_token(&mut self) -> Result<&'a str, String> {
+        self.peek();
+        let start = self.pos;
+        let mut i = start;
+        while let Some(b) = self.byte_at(i) {
+            if matches!(
+                b,
+                b',' | b':' | b'}' | b']' | b'{' | b'[' | b'"' | b' ' | b'\t' | b'\n' | b'\r'
+            ) {
+                break;
+            }
+            i += 1;
+        }
+        if i == start {
+            return Err(format!("expected a value at byte {start}"));
+        }
+        self.pos = i;
+        self.slice(start, i)
+    }
+
+    /// Skips one value of any kind.
+    pub(crate) fn skip_value(&mut self, depth: usize) -> Result<(), String> {
+        self.value_span(depth).map(|_| ())
+    }
+
+    /// The raw text of the next value of any kind.
+    pub(crate) fn value_span(&mut self, depth: usize) -> Result<&'a str, String> {
+        if depth > MAX_DEPTH {
+            return Err("JSON nested too deeply".to_owned());
+        }
+        let start = match self.peek() {
+            Some(_) => self.pos,
+            None => return Err("expected a value, found end of input".to_owned()),
+        };
+        match self.byte_at(start) {
+            Some(b'"') => {
+                self.string_span()?;
+            }
+            Some(b'{') => {
+                self.pos += 1;
+                if self.peek() == Some(b'}') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        self.skip_key(depth + 1)?;
+                        self.expect(b':')?;
+                        self.skip_value(depth + 1)?;
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b'}') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err("expected `,` or `}` in object".to_owned()),
+                        }
+                    }
+                }
+            }
+            Some(b'[') => {
+                self.pos += 1;
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        self.skip_value(depth + 1)?;
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b']') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err("expected `,` or `]` in array".to_owned()),
+                        }
+                    }
+                }
+            }
+            _ => {
+                self.bare_token()?;
+            }
+        }
+        self.slice(start, self.pos)
+    }
+
+    fn skip_key(&mut self, depth: usize) -> Result<(), String> {
+        match self.peek() {
+            Some(b'"') => self.string_span().map(|_| ()),
+            Some(b'{') | Some(b'[') => self.skip_value(depth),
+            _ => self.bare_token().map(|_| ()),
+        }
+    }
+
+    /// An object key: a string, or (fastjson) a bare number/identifier or a raw object text.
+    pub(crate) fn key(&mut self, depth: usize) -> Result<Cow<'a, str>, String> {
+        match self.peek() {
+            Some(b'"') => self.string(),
+            Some(b'{') | Some(b'[') => self.value_span(depth).map(Cow::Borrowed),
+            _ => self.bare_token().map(Cow::Borrowed),
+        }
+    }
+
+    /// Iterates the members of the object at the cursor; `member` must consume the value.
+    pub(crate) fn object<F>(&mut self, depth: usize, mut member: F) -> Result<(), String>
+    where
+        F: FnMut(&mut Self, Cow<'a, str>) -> Result<(), String>,
+    {
+        if depth > MAX_DEPTH {
+            return Err("JSON nested too deeply".to_owned());
+        }
+        self.expect(b'{')?;
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.key(depth + 1)?;
+            self.expect(b':')?;
+            member(self, key)?;
+            match self.peek() {
+                Some(b',') => {
+                    self.pos += 1;
+                    // fastjson tolerates a trailing comma; so do we.
+                    if self.peek() == Some(b'}') {
+                        self.pos += 1;
+                        return Ok(());
+                    }
+                }
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return Err(format!("expected `,` or `}}` at byte {}", self.pos)),
+            }
+        }
+    }
+
+    /// A scalar read as text: strings decoded, numbers/booleans as written, `null` as `None`,
+    /// nested objects/arrays as their raw text.
+    pub(crate) fn scalar_as_string(
+        &mut self,
+        depth: usize,
+    ) -> Result<Option<Cow<'a, str>>, String> {
+        match self.peek() {
+            Some(b'"') => self.string().map(Some),
+            Some(b'{') | Some(b'[') => self.value_span(depth).map(|s| Some(Cow::Borrowed(s))),
+            _ => {
+                let token = self.bare_token()?;
+                if token == "null" {
+                    Ok(None)
+                } else {
+                    Ok(Some(Cow::Borrowed(token)))
+                }
+            }
+        }
+    }
+
+    /// An integer given as a JSON number or a numeric string; `null` as `None`.
+    pub(crate) fn integer(&mut self, depth: usize) -> Result<Option<i64>, String> {
+        match self.scalar_as_string(depth)? {
+            None => Ok(None),
+            Some(text) => parse_lenient_i64(&text)
+                .map(Some)
+                .ok_or_else(|| format!("`{text}` is not an integer")),
+        }
+    }
+}
+
+/// Parses an integer written as `123`, `"123"` content, `1.0` or `1e3` (integral values only).
+pub(crate) fn parse_lenient_i64(text: &str) -> Option<i64> {
+    let text = text.trim();
+    if let Ok(v) = text.parse::<i64>() {
+        return Some(v);
+    }
+    let float = text.parse::<f64>().ok()?;
+    // Only integral, in-range floats are accepted; the casts below are then exact.
+    if float.fract() == 0.0 && float >= i64::MIN as f64 && float < i64::MAX as f64 {
+        Some(float as i64)
+    } else {
+        None
+    }
+}
+
+/// Rewrites fastjson's non-standard object keys into JSON strings: bare keys (`{0:"a"}`)
+/// become `{"0":"a"}`, object keys (`{{"topic":"T"}:1}`) become the object's text as a string
+/// (`{"{\"topic\":\"T\"}":1}`). Returns `None` when the input needs no rewriting.
+pub(crate) fn normalize_keys(input: &str) -> Result<Option<String>, String> {
+    let mut normalizer = Normalizer {
+        cursor: JsonCursor::new(input),
+        out: Vec::with_capacity(input.len() + 16),
+        changed: false,
+    };
+    normalizer.value(0)?;
+    if !normalizer.cursor.at_end() {
+        return Err("trailing characters after JSON value".to_owned());
+    }
+    if !normalizer.changed {
+        return Ok(None);
+    }
+    String::from_utf8(normalizer.out)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+struct Normalizer<'a> {
+    cursor: JsonCursor<'a>,
+    out: Vec<u8>,
+    changed: bool,
+}
+
+impl Normalizer<'_> {
+    fn value(&mut self, depth: usize) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err("JSON nested too deeply".to_owned());
+        }
+        match self.cursor.peek() {
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => {
+                let span = self.cursor.string_span()?;
+                self.out.extend_from_slice(span.as_bytes());
+                Ok(())
+            }
+            Some(_) => {
+                let token = self.cursor.bare_token()?;
+                self.out.extend_from_slice(token.as_bytes());
+                Ok(())
+            }
+            None => Err("expected a value, found end of input".to_owned()),
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<(), String> {
+        self.cursor.expect(b'{')?;
+        self.out.push(b'{');
+        if self.cursor.peek() == Some(b'}') {
+            self.cursor.pos += 1;
+            self.out.push(b'}');
+            return Ok(());
+        }
+        loop {
+            match self.cursor.peek() {
+                Some(b'"') => {
+                    let span = self.cursor.string_span()?;
+                    self.out.extend_from_slice(span.as_bytes());
+                }
+                Some(b'{') | Some(b'[') => {
+                    let mark = self.out.len();
+                    self.value(depth + 1)?;
+                    let raw = self.out.split_off(mark);
+                    let raw = String::from_utf8(raw).map_err(|e| e.to_string())?;
+                    write_json_string(&mut self.out, &raw);
+                    self.changed = true;
+                }
+                _ => {
+                    let token = self.cursor.bare_token()?;
+                    write_json_string(&mut self.out, token);
+                    self.changed = true;
+                }
+            }
+            self.cursor.expect(b':')?;
+            self.out.push(b':');
+            self.value(depth + 1)?;
+            match self.cursor.peek() {
+                Some(b',') => {
+                    self.cursor.pos += 1;
+                    self.out.push(b',');
+                }
+                Some(b'}') => {
+                    self.cursor.pos += 1;
+                    self.out.push(b'}');
+                    return Ok(());
+                }
+                _ => return Err("expected `,` or `}` in object".to_owned()),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<(), String> {
+        self.cursor.expect(b'[')?;
+        self.out.push(b'[');
+        if self.cursor.peek() == Some(b']') {
+            self.cursor.pos += 1;
+            self.out.push(b']');
+            return Ok(());
+        }
+        loop {
+            self.value(depth + 1)?;
+            match self.cursor.peek() {
+                Some(b',') => {
+                    self.cursor.pos += 1;
+                    self.out.push(b',');
+                }
+                Some(b']') => {
+                    self.cursor.pos += 1;
+                    self.out.push(b']');
+                    return Ok(());
+                }
+                _ => return Err("expected `,` or `]` in array".to_owned()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn escaped(s: &str) -> String {
+        let mut out = Vec::new();
+        write_json_string(&mut out, s);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escaping_is_standard_json_that_serde_reads_back() {
+        let tricky = "a\"b\\c\nd\te\u{1}f/g\u{7f}中";
+        let text = escaped(tricky);
+        assert_eq!(text, "\"a\\\"b\\\\c\\nd\\te\\u0001f/g\u{7f}中\"");
+        let back: String = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, tricky);
+    }
+
+    #[test]
+    fn integers_are_written_like_display() {
+        for v in [0i64, 7, -7, 479, i64::MAX, i64::MIN, 1_000_000] {
+            let mut out = Vec::new();
+            write_i64(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap(), v.to_string());
+        }
+    }
+
+    #[test]
+    fn cursor_decodes_escapes_and_surrogate_pairs() {
+        let mut cursor = JsonCursor::new(r#""x\u00e9\ud83d\ude00\n\/""#);
+        assert_eq!(cursor.string().unwrap(), "xé😀\n/");
+        assert!(cursor.at_end());
+    }
+
+    #[test]
+    fn normalize_quotes_bare_numeric_keys() {
+        let out = normalize_keys(r#"{"brokerAddrs":{0:"a:1", 1:"b:2"}}"#)
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["brokerAddrs"]["0"], "a:1");
+        assert_eq!(v["brokerAddrs"]["1"], "b:2");
+    }
+
+    #[test]
+    fn normalize_turns_object_keys_into_strings() {
+        let out = normalize_keys(r#"{"t":{{"brokerName":"b","queueId":0,"topic":"T"}:100}}"#)
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let table = v["t"].as_object().unwrap();
+        let (key, value) = table.iter().next().unwrap();
+        let key: serde_json::Value = serde_json::from_str(key).unwrap();
+        assert_eq!(key["topic"], "T");
+        assert_eq!(value, 100);
+    }
+
+    #[test]
+    fn normalize_leaves_standard_json_alone() {
+        assert_eq!(normalize_keys(r#"{"a":[1,{"b":"}"}]}"#).unwrap(), None);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = "[".repeat(100_000);
+        assert!(normalize_keys(&deep).is_err());
+        let mut cursor = JsonCursor::new(&deep);
+        assert!(cursor.skip_value(0).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,64}") {
+            let _ = normalize_keys(&text);
+            let mut cursor = JsonCursor::new(&text);
+            let _ = cursor.skip_value(0);
+            let mut cursor = JsonCursor::new(&text);
+            let _ = cursor.object(0, |c, _| c.skip_value(1));
+        }
+
+        #[test]
+        fn escaped_strings_decode_to_the_original(s in "\\PC{0,32}|[\\x00-\\x1f\"\\\\]{0,8}") {
+            let text = escaped(&s);
+            let mut cursor = JsonCursor::new(&text);
+            prop_assert_eq!(cursor.string().unwrap(), s);
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The RocketMQ remoting protocol: codes, commands, the frame codec, typed headers and JSON
+//! bodies (protocol.md §1, §2, §5). Sans-I/O: nothing here touches a socket.
+
+pub mod body;
+pub mod codec;
+pub mod codes;
+pub mod command;
+pub mod header;
+mod json;
+
+pub use codec::RemotingCodec;
+pub use command::{ExtFields, LanguageCode, RemotingCommand, SerializeType};
+pub use header::CommandHeader;
