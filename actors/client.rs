@@ -9,11 +9,15 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::connection::{self, Connection, ConnectionConfig};
+use crate::actors::connection::{self, Connection, ConnectionConfig, RegisterHandler, ServerRequest};
 use crate::error::{Error, Result};
 use crate::protocol::body::{decode_json, TopicRouteData};
 use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::GetRouteInfoRequestHeader;
+use crate::message::MessageQueue;
+use crate::protocol::header::{
+    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, GetRouteInfoRequestHeader,
+    OffsetResponseHeader, SearchOffsetRequestHeader,
+};
 use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
 
@@ -77,9 +81,29 @@ pub struct GetClientId;
 #[rtype(result = "()")]
 pub struct Shutdown;
 
+/// Routes requests that brokers send to this client (NOTIFY_CONSUMER_IDS_CHANGED,
+/// RESET_CONSUMER_CLIENT_OFFSET, GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY) to the
+/// consumer of the group they name. One consumer per group per client instance: brokers know
+/// consumers by client id, so two of one group would be indistinguishable.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct RegisterConsumer {
+    /// The consumer group.
+    pub group: String,
+    /// Who answers the group's server requests.
+    pub handler: Recipient<ServerRequest>,
+}
+
+/// Removes a consumer registered with [`RegisterConsumer`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnregisterConsumer(pub String);
+
 /// The client instance actor. Use it through [`Client`].
 pub struct ClientInstance {
     config: ClientConfig,
+    myself: Option<Addr<ClientInstance>>,
+    consumers: HashMap<String, Recipient<ServerRequest>>,
     client_id: String,
     namesrv: NameServerList,
     connections: HashMap<String, Addr<Connection>>,
@@ -95,6 +119,13 @@ impl ClientInstance {
             }
         }
         let conn = Connection::with_config(addr, self.config.connection.clone()).start();
+        if let Some(myself) = &self.myself {
+            // Registration is a control message on a fresh actor: it cannot be refused.
+            conn.do_send(RegisterHandler {
+                code: None,
+                handler: myself.clone().recipient(),
+            });
+        }
         self.connections.insert(addr.to_owned(), conn.clone());
         conn
     }
@@ -187,6 +218,7 @@ impl Actor for ClientInstance {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.myself = Some(ctx.address());
         // Timers are armed here so that a restarted instance re-arms them.
         ctx.run_interval(self.config.poll_name_server_interval, |act, ctx| {
             act.refresh_all(ctx)
@@ -218,6 +250,61 @@ impl Handler<GetRoute> for ClientInstance {
             }
         }
         Box::pin(self.fetch_route(msg.topic))
+    }
+}
+
+impl Handler<RegisterConsumer> for ClientInstance {
+    type Result = Result<()>;
+
+    fn handle(&mut self, msg: RegisterConsumer, _ctx: &mut Self::Context) -> Result<()> {
+        if self.consumers.contains_key(&msg.group) {
+            return Err(Error::Config {
+                option: "consumer_group",
+                value: msg.group,
+                allowed: "a group not already consumed through this client instance".into(),
+            });
+        }
+        self.consumers.insert(msg.group, msg.handler);
+        Ok(())
+    }
+}
+
+impl Handler<UnregisterConsumer> for ClientInstance {
+    type Result = ();
+
+    fn handle(&mut self, msg: UnregisterConsumer, _ctx: &mut Self::Context) {
+        self.consumers.remove(&msg.0);
+    }
+}
+
+impl Handler<ServerRequest> for ClientInstance {
+    type Result = ResponseFuture<Option<RemotingCommand>>;
+
+    fn handle(&mut self, msg: ServerRequest, _ctx: &mut Self::Context) -> Self::Result {
+        let group = msg
+            .command
+            .ext("consumerGroup")
+            .or_else(|| msg.command.ext("group"))
+            .unwrap_or_default()
+            .to_owned();
+        let code = msg.command.code;
+        let Some(consumer) = self.consumers.get(&group).cloned() else {
+            tracing::debug!(code, %group, "server request for a group this client does not consume");
+            let answer = RemotingCommand::response(
+                response_code::SYSTEM_ERROR,
+                Some(format!("The Consumer Group <{group}> not exist in this consumer")),
+            );
+            return Box::pin(async move { Some(answer) });
+        };
+        Box::pin(async move {
+            match consumer.send(msg).await {
+                Ok(answer) => answer,
+                Err(e) => Some(RemotingCommand::response(
+                    response_code::SYSTEM_ERROR,
+                    Some(format!("consumer of {group} unavailable: {e}")),
+                )),
+            }
+        })
     }
 }
 
@@ -300,6 +387,8 @@ impl Client {
         let request_timeout = config.request_timeout;
         let instance = ClientInstance {
             config,
+            myself: None,
+            consumers: HashMap::new(),
             client_id: client_id.clone(),
             namesrv,
             connections: HashMap::new(),
@@ -373,5 +462,64 @@ impl Client {
     /// Closes every connection and stops the instance.
     pub async fn shutdown(&self) {
         let _ = self.addr.send(Shutdown).await;
+    }
+}
+
+/// Offset look-ups on the master of a queue's broker, shared by every consumer kind.
+impl Client {
+    async fn queue_master(&self, queue: &MessageQueue) -> Result<(String, Addr<Connection>)> {
+        let route = self.route(&queue.topic).await?;
+        let addr = route
+            .master_addr(&queue.broker_name)
+            .ok_or_else(|| {
+                Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
+            })?
+            .to_owned();
+        let conn = self.connection(&addr).await?;
+        Ok((addr, conn))
+    }
+
+    async fn offset_call(&self, queue: &MessageQueue, command: RemotingCommand) -> Result<i64> {
+        let (addr, conn) = self.queue_master(queue).await?;
+        let response = call_ok(&conn, &addr, command, self.request_timeout).await?;
+        Ok(response.decode_header::<OffsetResponseHeader>()?.offset)
+    }
+
+    /// The queue's end offset (one past its last message): GET_MAX_OFFSET.
+    pub async fn max_offset(&self, queue: &MessageQueue) -> Result<i64> {
+        let header = GetMaxOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            committed: true,
+            bname: Some(queue.broker_name.clone()),
+        };
+        let command = RemotingCommand::request_with_header(request_code::GET_MAX_OFFSET, &header);
+        self.offset_call(queue, command).await
+    }
+
+    /// The queue's smallest offset still stored: GET_MIN_OFFSET.
+    pub async fn min_offset(&self, queue: &MessageQueue) -> Result<i64> {
+        let header = GetMinOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            bname: Some(queue.broker_name.clone()),
+        };
+        let command = RemotingCommand::request_with_header(request_code::GET_MIN_OFFSET, &header);
+        self.offset_call(queue, command).await
+    }
+
+    /// The offset of the first message stored at or after `timestamp_ms`:
+    /// SEARCH_OFFSET_BY_TIMESTAMP.
+    pub async fn search_offset(&self, queue: &MessageQueue, timestamp_ms: i64) -> Result<i64> {
+        let header = SearchOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            timestamp: timestamp_ms,
+            boundary_type: None,
+            bname: Some(queue.broker_name.clone()),
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::SEARCH_OFFSET_BY_TIMESTAMP, &header);
+        self.offset_call(queue, command).await
     }
 }

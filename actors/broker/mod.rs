@@ -15,7 +15,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod broker;
+pub mod broker_actor;
 pub mod listener;
 pub mod name_server;
 pub mod persistence;
@@ -28,8 +28,9 @@ use crate::error::{Error, Result};
 use crate::message::MessageQueue;
 use crate::protocol::RemotingCommand;
 use actix::prelude::*;
-use broker::{
-    AttachListener, BrokerActor, CallClient, DropConnections, StopBroker, StopServing, WithCore,
+use broker_actor::{
+    AttachListener, BrokerActor, CallClient, ClientCallStart, DropConnections, StopBroker,
+    StopServing, WithCore,
 };
 use listener::{ListenerActor, StopListener};
 use name_server::{NameServerActor, StopNameServer};
@@ -191,15 +192,20 @@ impl EmbeddedCluster {
             let mut core = BrokerCore::new(config.broker_config(index, addr));
             let data_dir = match &config.data_dir {
                 Some(root) => {
-                    let mut dir = DataDir::open(&root.join(broker_name(index))).map_err(Error::Io)?;
+                    let mut dir =
+                        DataDir::open(&root.join(broker_name(index))).map_err(Error::Io)?;
                     dir.load(&mut core).map_err(Error::Io)?;
                     Some(dir)
                 }
                 None => None,
             };
-            let actor =
-                BrokerActor::new(core, Some(name_server.clone()), config.tick_interval, data_dir)
-                    .start();
+            let actor = BrokerActor::new(
+                core,
+                Some(name_server.clone()),
+                config.tick_interval,
+                data_dir,
+            )
+            .start();
             let routes = SessionRoutes {
                 broker: Some(actor.clone()),
                 name_server: shared_port.then(|| name_server.clone()),
@@ -359,11 +365,7 @@ impl EmbeddedCluster {
         }
     }
 
-    async fn call_client(
-        &self,
-        broker: &str,
-        start: Box<dyn FnOnce(&mut BrokerCore, u64, i64) -> std::result::Result<Vec<Action>, String> + Send>,
-    ) -> Result<RemotingCommand> {
+    async fn call_client(&self, broker: &str, start: ClientCallStart) -> Result<RemotingCommand> {
         let handle = self.broker(broker)?;
         let peer = handle.addr.to_string();
         let rx = handle
@@ -378,7 +380,9 @@ impl EmbeddedCluster {
             })?;
         match rx.await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(reason)) => Err(Error::ConnectionClosed(format!("client call failed: {reason}"))),
+            Ok(Err(reason)) => Err(Error::ConnectionClosed(format!(
+                "client call failed: {reason}"
+            ))),
             Err(_) => Err(Error::Shutdown("embedded broker stopped".into())),
         }
     }
@@ -418,7 +422,12 @@ impl EmbeddedCluster {
     }
 
     /// Injects a fault for a request code on one broker (`None` clears it).
-    pub async fn set_fault(&self, broker: &str, request_code: i32, fault: Option<Fault>) -> Result<()> {
+    pub async fn set_fault(
+        &self,
+        broker: &str,
+        request_code: i32,
+        fault: Option<Fault>,
+    ) -> Result<()> {
         self.with_core(broker, move |core, _| {
             core.set_fault(request_code, fault);
             ((), Vec::new())
@@ -427,7 +436,13 @@ impl EmbeddedCluster {
     }
 
     /// Freezes (or unfreezes) what pulls see of a queue.
-    pub async fn pause_queue(&self, broker: &str, topic: &str, queue_id: i32, paused: bool) -> Result<()> {
+    pub async fn pause_queue(
+        &self,
+        broker: &str,
+        topic: &str,
+        queue_id: i32,
+        paused: bool,
+    ) -> Result<()> {
         let topic = topic.to_owned();
         self.with_core(broker, move |core, now| {
             ((), core.set_queue_paused(&topic, queue_id, paused, now))
@@ -496,7 +511,10 @@ mod tests {
     type Conn = Framed<TcpStream, RemotingCodec>;
 
     async fn connect(addr: &str) -> Conn {
-        Framed::new(TcpStream::connect(addr).await.unwrap(), RemotingCodec::default())
+        Framed::new(
+            TcpStream::connect(addr).await.unwrap(),
+            RemotingCodec::default(),
+        )
     }
 
     async fn call(conn: &mut Conn, req: RemotingCommand) -> RemotingCommand {
@@ -541,36 +559,59 @@ mod tests {
 
     #[actix_rt::test]
     async fn standalone_port_serves_routes_sends_and_long_polls() {
-        let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral()).await.unwrap();
+        let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
+            .await
+            .unwrap();
         let addr = cluster.namesrv_addr();
-        assert_eq!(cluster.broker_addr("broker-a").as_deref(), Some(addr.as_str()));
+        assert_eq!(
+            cluster.broker_addr("broker-a").as_deref(),
+            Some(addr.as_str())
+        );
         let mut producer = connect(&addr).await;
         let mut consumer = connect(&addr).await;
         // TBW102 is routable before any topic exists (the producer's auto-create path).
-        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "TBW102").with_opaque(1);
+        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC)
+            .with_ext("topic", "TBW102")
+            .with_opaque(1);
         assert_eq!(call(&mut producer, route).await.code, code::SUCCESS);
         let first = call(&mut producer, send_req("E2E", 2)).await;
         assert_eq!(first.code, code::SUCCESS);
         // The pull is held, then woken by the send on another connection.
-        consumer.send(held_pull("E2E", 3).with_ext("queueOffset", "1")).await.unwrap();
+        consumer
+            .send(held_pull("E2E", 3).with_ext("queueOffset", "1"))
+            .await
+            .unwrap();
         let sent = call(&mut producer, send_req("E2E", 4)).await;
         assert_eq!(sent.ext("queueOffset"), Some("1"));
         let woken = consumer.next().await.unwrap().unwrap();
         assert_eq!((woken.code, woken.opaque), (code::SUCCESS, 3));
         let msgs = crate::message::decode_messages(woken.body.unwrap()).unwrap();
-        assert_eq!(msgs[0].born_host.ip(), std::net::IpAddr::from([127, 0, 0, 1]));
-        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "E2E").with_opaque(5);
+        assert_eq!(
+            msgs[0].born_host.ip(),
+            std::net::IpAddr::from([127, 0, 0, 1])
+        );
+        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC)
+            .with_ext("topic", "E2E")
+            .with_opaque(5);
         let r = call(&mut consumer, route).await;
         let v: serde_json::Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
-        assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["0"], serde_json::Value::from(addr.clone()));
+        assert_eq!(
+            v["brokerDatas"][0]["brokerAddrs"]["0"],
+            serde_json::Value::from(addr.clone())
+        );
         // A garbage frame closes only that connection.
         use tokio::io::AsyncWriteExt;
         let mut raw = TcpStream::connect(&addr).await.unwrap();
-        raw.write_all(&[0, 0, 0, 8, 0, 0, 0, 200, 1, 2, 3, 4]).await.unwrap();
+        raw.write_all(&[0, 0, 0, 8, 0, 0, 0, 200, 1, 2, 3, 4])
+            .await
+            .unwrap();
         let mut buf = [0u8; 16];
         use tokio::io::AsyncReadExt;
         assert_eq!(raw.read(&mut buf).await.unwrap(), 0);
-        assert_eq!(call(&mut producer, send_req("E2E", 6)).await.code, code::SUCCESS);
+        assert_eq!(
+            call(&mut producer, send_req("E2E", 6)).await.code,
+            code::SUCCESS
+        );
         cluster.shutdown().await;
     }
 
@@ -583,7 +624,9 @@ mod tests {
         let cluster = EmbeddedCluster::start(config).await.unwrap();
         cluster.create_topic("Spread", 2).await.unwrap();
         let mut ns = connect(&cluster.namesrv_addr()).await;
-        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "Spread").with_opaque(1);
+        let route = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC)
+            .with_ext("topic", "Spread")
+            .with_opaque(1);
         let r = call(&mut ns, route.clone()).await;
         let v: serde_json::Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
         assert_eq!(v["brokerDatas"].as_array().unwrap().len(), 2);
@@ -592,7 +635,10 @@ mod tests {
         assert_eq!(r.code, code::REQUEST_CODE_NOT_SUPPORTED);
         let b = cluster.broker_addr("broker-b").unwrap();
         let mut conn = connect(&b).await;
-        assert_eq!(call(&mut conn, send_req("Spread", 3)).await.code, code::SUCCESS);
+        assert_eq!(
+            call(&mut conn, send_req("Spread", 3)).await.code,
+            code::SUCCESS
+        );
         cluster.stop_broker("broker-b", true).await.unwrap();
         assert!(conn.next().await.is_none());
         let r = call(&mut ns, route.clone().with_opaque(4)).await;
@@ -602,7 +648,66 @@ mod tests {
         let mut conn = connect(&b).await;
         let r = call(&mut conn, send_req("Spread", 5)).await;
         assert_eq!(r.ext("queueOffset"), Some("1"));
-        assert_eq!(cluster.max_offset("broker-b", "Spread", 0).await.unwrap(), 2);
+        assert_eq!(
+            cluster.max_offset("broker-b", "Spread", 0).await.unwrap(),
+            2
+        );
         cluster.shutdown().await;
+    }
+
+    #[actix_rt::test]
+    async fn a_restarted_standalone_broker_keeps_messages_and_offsets() {
+        let dir = std::env::temp_dir().join(format!(
+            "rocketmq-actor-embedded-{}-{}",
+            std::process::id(),
+            crate::actors::broker::broker_actor::now_ms()
+        ));
+        let config = EmbeddedConfig {
+            data_dir: Some(dir.clone()),
+            ..EmbeddedConfig::ephemeral()
+        };
+        let cluster = EmbeddedCluster::start(config.clone()).await.unwrap();
+        let mut conn = connect(&cluster.namesrv_addr()).await;
+        for opaque in 1..=3 {
+            assert_eq!(
+                call(&mut conn, send_req("Durable", opaque)).await.code,
+                code::SUCCESS
+            );
+        }
+        cluster
+            .with_core("broker-a", |core, _| {
+                core.set_offsets({
+                    let mut t = crate::broker::offsets::OffsetTable::default();
+                    t.commit("g", "Durable", 0, 2);
+                    t
+                });
+                // Offsets are saved with the next change; a send makes one.
+                ((), Vec::new())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            call(&mut conn, send_req("Durable", 4)).await.code,
+            code::SUCCESS
+        );
+        cluster.shutdown().await;
+
+        let cluster = EmbeddedCluster::start(config).await.unwrap();
+        assert_eq!(
+            cluster.max_offset("broker-a", "Durable", 0).await.unwrap(),
+            4
+        );
+        assert_eq!(
+            cluster
+                .committed_offset("broker-a", "g", "Durable", 0)
+                .await
+                .unwrap(),
+            Some(2)
+        );
+        let mut conn = connect(&cluster.namesrv_addr()).await;
+        let r = call(&mut conn, send_req("Durable", 5)).await;
+        assert_eq!(r.ext("queueOffset"), Some("4"));
+        cluster.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

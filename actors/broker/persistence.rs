@@ -3,11 +3,11 @@
 //! progress. Enough for a restarted standalone broker to keep its messages and offsets.
 
 use crate::broker::offsets::OffsetTable;
-use crate::broker::record::decode_record;
+use crate::broker::record::decode_stored;
 use crate::broker::schedule::{ScheduleProgress, SCHEDULE_TOPIC};
 use crate::broker::store::TopicConfig;
 use crate::broker::BrokerCore;
-use crate::message::{property, Properties};
+use crate::message::property;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -67,7 +67,9 @@ impl DataDir {
                 Err(e) => return Err(e),
             }
             let size = i32::from_be_bytes(size_bytes);
-            let Ok(size) = usize::try_from(size) else { break };
+            let Ok(size) = usize::try_from(size) else {
+                break;
+            };
             if size < 4 {
                 break;
             }
@@ -77,9 +79,9 @@ impl DataDir {
                 // A torn last record from a crash: ignore it.
                 break;
             }
-            let Ok(rec) = decode_record(&raw) else { break };
-            let props = Properties::parse(&rec.properties);
-            let tags_code = if rec.topic == SCHEDULE_TOPIC {
+            let Ok(rec) = decode_stored(&raw) else { break };
+            let props = &rec.message.properties;
+            let tags_code = if rec.message.topic == SCHEDULE_TOPIC {
                 let level = props
                     .get(property::DELAY)
                     .and_then(|d| d.parse::<i32>().ok())

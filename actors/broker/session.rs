@@ -4,7 +4,7 @@
 //! a listener with neither answers REQUEST_CODE_NOT_SUPPORTED. A frame that does not decode
 //! closes this connection only.
 
-use super::broker::{BrokerActor, Disconnected, Inbound, SessionConnected};
+use super::broker_actor::{BrokerActor, Disconnected, Inbound, SessionConnected};
 use super::name_server::{NameServerActor, NameServerRequest};
 use crate::broker::nameserver::is_name_server_code;
 use crate::broker::ConnId;
@@ -46,7 +46,12 @@ pub struct SessionActor {
 
 impl SessionActor {
     /// Starts a session on an accepted stream.
-    pub fn start_on(conn: ConnId, stream: TcpStream, peer: SocketAddr, routes: SessionRoutes) -> Addr<Self> {
+    pub fn start_on(
+        conn: ConnId,
+        stream: TcpStream,
+        peer: SocketAddr,
+        routes: SessionRoutes,
+    ) -> Addr<Self> {
         SessionActor::create(move |ctx| {
             let (read, write) = tokio::io::split(stream);
             let writer = actix::io::FramedWrite::new(write, RemotingCodec::default(), ctx);

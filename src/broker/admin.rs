@@ -3,81 +3,59 @@
 
 use super::clients::{ClientChannel, ConsumerRegistration, Subscription};
 use super::pull::subscription_from_expression;
-use super::record::{self, parse_offset_message_id};
+use super::record;
 use super::store::TopicConfig;
 use super::{
-    field, message_queue_offset_table_json, optional_num, required, required_num, retry_topic,
-    validate_topic, Action, BrokerCore, ConnId, Failure, Handled, PendingCall, Waiter,
+    needed, read_header, retry_topic, validate_topic, Action, BrokerCore, ConnId, Failure,
+    Handled, PendingCall, Waiter,
 };
-use crate::message::MessageQueue;
+use crate::message::{decode_offset_msg_id, MessageQueue};
+use crate::protocol::body::{
+    decode_json, encode_json, ConsumerListBody, HeartbeatData, LockBatchRequestBody,
+    LockBatchResponseBody, ResetOffsetBody, SubscriptionData, UnlockBatchRequestBody,
+};
 use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{
+    ConsumeMessageDirectlyRequestHeader, GetConsumerListByGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader, HeartbeatResponseHeader, ResetOffsetRequestHeader,
+    UnregisterClientRequestHeader, UpdateTopicRequestHeader,
+};
 use crate::protocol::RemotingCommand;
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 
 /// `MQVersion.V3_0_7_SNAPSHOT`: oldest client that understands RESET_CONSUMER_CLIENT_OFFSET.
 const VERSION_RESET_OFFSET: i32 = 28;
 /// `MQVersion.V3_1_8_SNAPSHOT`: oldest client answering running-info / consume-directly calls.
 const VERSION_CLIENT_CALLS: i32 = 62;
 
-fn json_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
-fn json_i64(v: &Value, key: &str) -> Option<i64> {
-    let value = v.get(key)?;
-    value
-        .as_i64()
-        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
-}
-
-fn parse_subscription(v: &Value) -> Option<Subscription> {
-    let topic = json_str(v, "topic")?;
-    let expression_type = json_str(v, "expressionType");
+fn subscription_of(data: &SubscriptionData) -> Subscription {
     let mut sub = subscription_from_expression(
-        topic,
-        json_str(v, "subString"),
-        expression_type,
-        json_i64(v, "subVersion").unwrap_or(0),
+        &data.topic,
+        Some(&data.sub_string),
+        Some(&data.expression_type),
+        data.sub_version,
     );
     // The client's codeSet is authoritative when present (it is what Java matches against).
-    if let Some(codes) = v.get("codeSet").and_then(Value::as_array) {
-        let set: BTreeSet<i32> = codes
-            .iter()
-            .filter_map(|c| c.as_i64().and_then(|c| i32::try_from(c).ok()))
-            .collect();
-        if !set.is_empty() || sub.sub_string == "*" {
-            sub.code_set = set;
-        }
+    if !data.code_set.is_empty() {
+        sub.code_set = data.code_set.iter().copied().collect();
     }
-    sub.class_filter_mode = v
-        .get("classFilterMode")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    Some(sub)
+    sub.class_filter_mode = data.class_filter_mode;
+    sub
 }
 
-fn parse_json_body(req: &RemotingCommand) -> Result<Value, Failure> {
+/// A request's JSON body; a missing or unparsable one fails as Java's fastjson does.
+fn json_body<T: DeserializeOwned>(req: &RemotingCommand) -> Result<T, Failure> {
     let body = req
         .body
         .as_deref()
         .ok_or_else(|| Failure::system("java.lang.NullPointerException: request body is null"))?;
-    serde_json::from_slice(body).map_err(|e| {
-        Failure::system(format!("com.alibaba.fastjson.JSONException: {e}"))
-    })
+    decode_json(body).map_err(|e| Failure::system(format!("com.alibaba.fastjson.JSONException: {e}")))
 }
 
-fn parse_mq_set(v: &Value) -> Vec<MessageQueue> {
-    v.get("mqSet")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|mq| serde_json::from_value::<MessageQueue>(mq.clone()).ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+/// Result of [`BrokerCore::reset_offsets`]: the new offset of each queue and the pushes to the
+/// group's clients, or the real broker's (response code, remark).
+pub type ResetResult = Result<(BTreeMap<MessageQueue, i64>, Vec<Action>), (i32, String)>;
 
 impl BrokerCore {
     pub(super) fn on_heartbeat(
@@ -87,60 +65,52 @@ impl BrokerCore {
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Handled {
-        let data = parse_json_body(req)?;
-        let client_id = json_str(&data, "clientID").unwrap_or("").to_owned();
+        let data: HeartbeatData = json_body(req)?;
         let channel = ClientChannel {
             conn,
-            client_id,
+            client_id: data.client_id,
             language: req.language.name().to_owned(),
             version: req.version,
             last_update_ms: now_ms,
         };
-        let consumers = data
-            .get("consumerDataSet")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for consumer in &consumers {
-            let Some(group) = json_str(consumer, "groupName").map(str::to_owned) else {
+        for consumer in data.consumer_data_set {
+            if consumer.group_name.is_empty() {
                 continue;
-            };
+            }
+            let group = consumer.group_name;
             self.ensure_group(&group);
             self.ensure_system_topic(&retry_topic(&group), 1, out);
-            let subscriptions = consumer
-                .get("subscriptionDataSet")
-                .and_then(Value::as_array)
-                .map(|subs| subs.iter().filter_map(parse_subscription).collect())
-                .unwrap_or_default();
             let registration = ConsumerRegistration {
                 group,
-                consume_type: json_str(consumer, "consumeType").unwrap_or("").to_owned(),
-                message_model: json_str(consumer, "messageModel")
-                    .unwrap_or("CLUSTERING")
-                    .to_owned(),
-                consume_from_where: json_str(consumer, "consumeFromWhere")
-                    .unwrap_or("")
-                    .to_owned(),
-                subscriptions,
+                consume_type: consumer.consume_type,
+                message_model: consumer.message_model,
+                consume_from_where: consumer.consume_from_where,
+                subscriptions: consumer
+                    .subscription_data_set
+                    .iter()
+                    .filter(|sub| !sub.topic.is_empty())
+                    .map(subscription_of)
+                    .collect(),
             };
-            if let Some(change) = self.clients.register_consumer(channel.clone(), registration) {
+            if let Some(change) = self
+                .clients
+                .register_consumer(channel.clone(), registration)
+            {
                 self.notify_ids_changed(&change.group, &change.notify, out);
             }
         }
-        let producers = data
-            .get("producerDataSet")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for producer in &producers {
-            if let Some(group) = json_str(producer, "groupName") {
-                self.clients.register_producer(group, channel.clone());
+        for producer in data.producer_data_set {
+            if !producer.group_name.is_empty() {
+                self.clients
+                    .register_producer(&producer.group_name, channel.clone());
             }
         }
+        let header = HeartbeatResponseHeader {
+            is_support_heart_beat_v2: Some(true),
+            is_sub_change: Some(true),
+        };
         Ok(Some(
-            RemotingCommand::response_to(req, response_code::SUCCESS, None)
-                .with_ext("IS_SUPPORT_HEART_BEAT_V2", "true")
-                .with_ext("IS_SUB_CHANGE", "true"),
+            RemotingCommand::response_to(req, response_code::SUCCESS, None).with_header(&header),
         ))
     }
 
@@ -150,12 +120,12 @@ impl BrokerCore {
         req: &RemotingCommand,
         out: &mut Vec<Action>,
     ) -> Handled {
-        required(req, &["clientID"])?;
-        if let Some(group) = field(req, &["producerGroup"]) {
+        let header: UnregisterClientRequestHeader = read_header(req)?;
+        if let Some(group) = &header.producer_group {
             self.clients.unregister_producer(group, conn);
         }
-        if let Some(group) = field(req, &["consumerGroup"]).map(str::to_owned) {
-            if let Some(change) = self.clients.unregister_consumer(&group, conn) {
+        if let Some(group) = &header.consumer_group {
+            if let Some(change) = self.clients.unregister_consumer(group, conn) {
                 self.notify_ids_changed(&change.group, &change.notify, out);
             }
         }
@@ -167,10 +137,12 @@ impl BrokerCore {
     }
 
     pub(super) fn on_consumer_list(&mut self, req: &RemotingCommand) -> Handled {
-        let group = required(req, &["consumerGroup"])?;
+        let GetConsumerListByGroupRequestHeader {
+            consumer_group: group,
+        } = read_header(req)?;
         let ids = self
             .clients
-            .consumer_group(group)
+            .consumer_group(&group)
             .map(|g| g.client_ids())
             .unwrap_or_default();
         if ids.is_empty() {
@@ -178,33 +150,36 @@ impl BrokerCore {
                 "no consumer for this group, {group}"
             )));
         }
-        let body = serde_json::json!({ "consumerIdList": ids }).to_string();
+        let body = ConsumerListBody {
+            consumer_id_list: ids,
+        };
         Ok(Some(
             RemotingCommand::response_to(req, response_code::SUCCESS, None)
-                .with_body(bytes::Bytes::from(body)),
+                .with_body(encode_json(&body)),
         ))
     }
 
     pub(super) fn on_lock(&mut self, req: &RemotingCommand, now_ms: i64) -> Handled {
-        let body = parse_json_body(req)?;
-        let group = json_str(&body, "consumerGroup").unwrap_or("").to_owned();
-        let client_id = json_str(&body, "clientId").unwrap_or("").to_owned();
-        let queues = parse_mq_set(&body);
-        let locked = self.locks.try_lock_batch(&group, &queues, &client_id, now_ms);
-        let locked: Vec<&MessageQueue> = locked.iter().collect();
-        let body = serde_json::json!({ "lockOKMQSet": locked }).to_string();
+        let body: LockBatchRequestBody = json_body(req)?;
+        let locked = self.locks.try_lock_batch(
+            &body.consumer_group,
+            &body.mq_set,
+            &body.client_id,
+            now_ms,
+        );
+        let body = LockBatchResponseBody {
+            lock_ok_mq_set: locked.into_iter().collect(),
+        };
         Ok(Some(
             RemotingCommand::response_to(req, response_code::SUCCESS, None)
-                .with_body(bytes::Bytes::from(body)),
+                .with_body(encode_json(&body)),
         ))
     }
 
     pub(super) fn on_unlock(&mut self, req: &RemotingCommand) -> Handled {
-        let body = parse_json_body(req)?;
-        let group = json_str(&body, "consumerGroup").unwrap_or("").to_owned();
-        let client_id = json_str(&body, "clientId").unwrap_or("").to_owned();
-        let queues = parse_mq_set(&body);
-        self.locks.unlock_batch(&group, &queues, &client_id);
+        let body: UnlockBatchRequestBody = json_body(req)?;
+        self.locks
+            .unlock_batch(&body.consumer_group, &body.mq_set, &body.client_id);
         Ok(Some(RemotingCommand::response_to(
             req,
             response_code::SUCCESS,
@@ -212,13 +187,21 @@ impl BrokerCore {
         )))
     }
 
-    pub(super) fn on_update_topic(&mut self, req: &RemotingCommand, out: &mut Vec<Action>) -> Handled {
-        let topic = required(req, &["topic"])?.to_owned();
-        let read: i32 = required_num(req, &["readQueueNums"])?;
-        let write: i32 = required_num(req, &["writeQueueNums"])?;
-        let perm: i32 = required_num(req, &["perm"])?;
-        let topic_sys_flag: i32 = optional_num(req, &["topicSysFlag"])?.unwrap_or(0);
-        let order = field(req, &["order"]).is_some_and(|o| o.eq_ignore_ascii_case("true"));
+    pub(super) fn on_update_topic(
+        &mut self,
+        req: &RemotingCommand,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let UpdateTopicRequestHeader {
+            topic,
+            read_queue_nums: read,
+            write_queue_nums: write,
+            perm,
+            topic_sys_flag,
+            order,
+            ..
+        } = read_header(req)?;
+        let topic_sys_flag = topic_sys_flag.unwrap_or(0);
         validate_topic(&topic)?;
         if topic == super::AUTO_CREATE_TOPIC || topic == super::schedule::SCHEDULE_TOPIC {
             return Err(Failure::system(format!(
@@ -263,16 +246,20 @@ impl BrokerCore {
     /// The body of CONSUME_MESSAGE_DIRECTLY: the stored record named by an offset message id
     /// (or, as a convenience, by its UNIQ_KEY).
     fn record_for_msg_id(&self, msg_id: &str) -> Result<Vec<u8>, Failure> {
-        if let Some((_, offset)) = parse_offset_message_id(msg_id) {
-            if let Some(raw) = self.store.record_at_physical(offset) {
+        if let Ok(id) = decode_offset_msg_id(msg_id) {
+            if let Some(raw) = self.store.record_at_physical(id.commit_log_offset) {
                 return Ok(raw.to_vec());
             }
         }
+        // A byte search finds candidates cheaply; decoding confirms the id is the UNIQ_KEY
+        // property and not text that happens to sit in a body.
         let needle = format!("UNIQ_KEY\u{1}{msg_id}\u{2}");
         self.store
             .records()
+            .filter(|raw| contains_bytes(raw, needle.as_bytes()))
             .find(|raw| {
-                record::decode_record(raw).is_ok_and(|r| r.properties.contains(needle.as_str()))
+                record::decode_stored(raw)
+                    .is_ok_and(|m| m.message.properties.get("UNIQ_KEY") == Some(msg_id))
             })
             .map(<[u8]>::to_vec)
             .ok_or_else(|| Failure::system(format!("can not find message by msgId {msg_id}")))
@@ -309,28 +296,41 @@ impl BrokerCore {
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Handled {
-        let group = required(req, &["consumerGroup"])?.to_owned();
-        let client_id = required(req, &["clientId"])?.to_owned();
-        let target = self.callable_client(&group, &client_id)?;
         let mut command = req.clone();
         if req.code == request_code::CONSUME_MESSAGE_DIRECTLY {
-            let msg_id = required(req, &["msgId"])?.to_owned();
+            let header: ConsumeMessageDirectlyRequestHeader = read_header(req)?;
+            let client_id = needed(header.client_id, "clientId")?;
+            let target = self.callable_client(&header.consumer_group, &client_id)?;
+            let msg_id = needed(header.msg_id, "msgId")?;
             let raw = self.record_for_msg_id(&msg_id)?;
             command = command
                 .with_ext("brokerName", self.config.broker_name.clone())
                 .with_body(bytes::Bytes::from(raw));
+            self.forward(conn, target, req.opaque, command, now_ms, out);
+        } else {
+            let header: GetConsumerRunningInfoRequestHeader = read_header(req)?;
+            let target = self.callable_client(&header.consumer_group, &header.client_id)?;
+            self.forward(conn, target, req.opaque, command, now_ms, out);
         }
-        self.start_call(
-            target,
-            command,
-            now_ms,
-            Waiter::Forward {
-                conn,
-                opaque: req.opaque,
-            },
-            out,
-        );
         Ok(None)
+    }
+
+    /// Sends `command` to the client on `target`; its answer goes back to `origin` under the
+    /// opaque the origin used.
+    fn forward(
+        &mut self,
+        origin: ConnId,
+        target: ConnId,
+        opaque: i32,
+        command: RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) {
+        let waiter = Waiter::Forward {
+            conn: origin,
+            opaque,
+        };
+        self.start_call(target, command, now_ms, waiter, out);
     }
 
     pub(super) fn on_client_response(
@@ -359,11 +359,9 @@ impl BrokerCore {
                         response.opaque = opaque;
                         response
                     }
-                    Err(reason) => {
-                        RemotingCommand::response(response_code::SYSTEM_ERROR, None)
-                            .with_opaque(opaque)
-                            .with_remark(format!("invoke consumer failed: {reason}"))
-                    }
+                    Err(reason) => RemotingCommand::response(response_code::SYSTEM_ERROR, None)
+                        .with_opaque(opaque)
+                        .with_remark(format!("invoke consumer failed: {reason}")),
                 };
                 out.push(Action::Send { conn, command });
             }
@@ -383,10 +381,13 @@ impl BrokerCore {
         let conn = self
             .callable_client(group, client_id)
             .map_err(|f| f.remark)?;
-        let command = RemotingCommand::request(request_code::GET_CONSUMER_RUNNING_INFO)
-            .with_ext("consumerGroup", group)
-            .with_ext("clientId", client_id)
-            .with_ext("jstackEnable", jstack.to_string());
+        let header = GetConsumerRunningInfoRequestHeader {
+            consumer_group: group.to_owned(),
+            client_id: client_id.to_owned(),
+            jstack_enable: jstack,
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::GET_CONSUMER_RUNNING_INFO, &header);
         let mut out = Vec::new();
         self.start_call(conn, command, now_ms, Waiter::Token(token), &mut out);
         Ok(out)
@@ -406,16 +407,21 @@ impl BrokerCore {
             .callable_client(group, client_id)
             .map_err(|f| f.remark)?;
         let raw = self.record_for_msg_id(msg_id).map_err(|f| f.remark)?;
-        let topic = record::decode_record(&raw)
-            .map(|r| r.topic)
+        let topic = record::decode_stored(&raw)
+            .map(|m| m.message.topic)
             .unwrap_or_default();
-        let command = RemotingCommand::request(request_code::CONSUME_MESSAGE_DIRECTLY)
-            .with_ext("consumerGroup", group)
-            .with_ext("clientId", client_id)
-            .with_ext("msgId", msg_id)
-            .with_ext("brokerName", self.config.broker_name.clone())
-            .with_ext("topic", topic)
-            .with_body(bytes::Bytes::from(raw));
+        let header = ConsumeMessageDirectlyRequestHeader {
+            consumer_group: group.to_owned(),
+            client_id: Some(client_id.to_owned()),
+            msg_id: Some(msg_id.to_owned()),
+            broker_name: Some(self.config.broker_name.clone()),
+            topic: Some(topic),
+            topic_sys_flag: None,
+            group_sys_flag: None,
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::CONSUME_MESSAGE_DIRECTLY, &header)
+                .with_body(bytes::Bytes::from(raw));
         let mut out = Vec::new();
         self.start_call(conn, command, now_ms, Waiter::Token(token), &mut out);
         Ok(out)
@@ -431,11 +437,13 @@ impl BrokerCore {
         group: &str,
         timestamp_ms: i64,
         force: bool,
-    ) -> Result<(BTreeMap<MessageQueue, i64>, Vec<Action>), (i32, String)> {
+    ) -> ResetResult {
         let Some(config) = self.store.topic(topic).cloned() else {
             return Err((
                 response_code::TOPIC_NOT_EXIST,
-                format!("[reset-offset] reset offset failed, no topic in this broker. topic={topic}"),
+                format!(
+                    "[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
+                ),
             ));
         };
         let mut table = BTreeMap::new();
@@ -479,24 +487,34 @@ impl BrokerCore {
         if let Some(old) = members.iter().find(|m| m.version < VERSION_RESET_OFFSET) {
             return Err((
                 response_code::SYSTEM_ERROR,
-                format!("the client does not support this feature. version={}", old.version),
+                format!(
+                    "the client does not support this feature. version={}",
+                    old.version
+                ),
             ));
         }
-        let body = format!(
-            "{{\"offsetTable\":{}}}",
-            message_queue_offset_table_json(&table)
-        );
+        let body = ResetOffsetBody {
+            offset_table: table.iter().map(|(mq, o)| (mq.clone(), *o)).collect(),
+        }
+        .encode();
+        // Broker2Client never sets `isForce` on the push (the clients only ever see false).
+        let header = ResetOffsetRequestHeader {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            queue_id: -1,
+            offset: None,
+            timestamp: timestamp_ms,
+            is_force: false,
+        };
         let mut out = Vec::new();
         for member in members {
             let opaque = self.next_opaque();
-            let mut command = RemotingCommand::request(request_code::RESET_CONSUMER_CLIENT_OFFSET)
-                .with_ext("topic", topic)
-                .with_ext("group", group)
-                .with_ext("timestamp", timestamp_ms.to_string())
-                .with_ext("isForce", "false")
-                .with_ext("queueId", "-1")
-                .with_opaque(opaque)
-                .with_body(bytes::Bytes::from(body.clone()));
+            let mut command = RemotingCommand::request_with_header(
+                request_code::RESET_CONSUMER_CLIENT_OFFSET,
+                &header,
+            )
+            .with_opaque(opaque)
+            .with_body(body.clone());
             command.mark_oneway();
             out.push(Action::Send {
                 conn: member.conn,
@@ -505,4 +523,9 @@ impl BrokerCore {
         }
         Ok((table, out))
     }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }

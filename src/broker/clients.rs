@@ -5,6 +5,7 @@
 //! client from every group.
 
 use super::ConnId;
+use crate::protocol::body::{ConsumeFromWhere, ConsumeType, MessageModel};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A consumer's subscription to one topic, as sent in HEART_BEAT or built from a pull header.
@@ -64,23 +65,27 @@ pub struct ConsumerGroupInfo {
     pub channels: BTreeMap<ConnId, ClientChannel>,
     /// Subscriptions by topic.
     pub subscriptions: BTreeMap<String, Subscription>,
-    /// `CONSUME_ACTIVELY` / `CONSUME_PASSIVELY` / `CONSUME_POP`.
-    pub consume_type: String,
-    /// `CLUSTERING` / `BROADCASTING`.
-    pub message_model: String,
+    /// Push, pull or pop.
+    pub consume_type: ConsumeType,
+    /// Clustering or broadcasting.
+    pub message_model: MessageModel,
     /// Informational start policy.
-    pub consume_from_where: String,
+    pub consume_from_where: ConsumeFromWhere,
 }
 
 impl ConsumerGroupInfo {
     /// Whether the group consumes in broadcasting mode (no id-change notifications then).
     pub fn is_broadcast(&self) -> bool {
-        self.message_model == "BROADCASTING"
+        self.message_model == MessageModel::Broadcasting
     }
 
     /// Sorted, de-duplicated client ids.
     pub fn client_ids(&self) -> Vec<String> {
-        let ids: BTreeSet<&str> = self.channels.values().map(|c| c.client_id.as_str()).collect();
+        let ids: BTreeSet<&str> = self
+            .channels
+            .values()
+            .map(|c| c.client_id.as_str())
+            .collect();
         ids.into_iter().map(str::to_owned).collect()
     }
 
@@ -96,11 +101,11 @@ pub struct ConsumerRegistration {
     /// Group name.
     pub group: String,
     /// `consumeType`.
-    pub consume_type: String,
+    pub consume_type: ConsumeType,
     /// `messageModel`.
-    pub message_model: String,
+    pub message_model: MessageModel,
     /// `consumeFromWhere`.
-    pub consume_from_where: String,
+    pub consume_from_where: ConsumeFromWhere,
     /// Subscriptions.
     pub subscriptions: Vec<Subscription>,
 }
@@ -296,9 +301,9 @@ mod tests {
     fn reg(group: &str, subs: Vec<Subscription>) -> ConsumerRegistration {
         ConsumerRegistration {
             group: group.into(),
-            consume_type: "CONSUME_PASSIVELY".into(),
-            message_model: "CLUSTERING".into(),
-            consume_from_where: "CONSUME_FROM_LAST_OFFSET".into(),
+            consume_type: ConsumeType::ConsumePassively,
+            message_model: MessageModel::Clustering,
+            consume_from_where: ConsumeFromWhere::ConsumeFromLastOffset,
             subscriptions: subs,
         }
     }
@@ -318,7 +323,10 @@ mod tests {
         assert!(t
             .register_consumer(channel(1, "a", 6), reg("g", vec![sub("T", 2)]))
             .is_none());
-        assert_eq!(t.consumer_group("g").unwrap().subscriptions["T"].sub_version, 2);
+        assert_eq!(
+            t.consumer_group("g").unwrap().subscriptions["T"].sub_version,
+            2
+        );
         assert!(t
             .register_consumer(channel(1, "a", 6), reg("g", vec![sub("T", 2), sub("U", 1)]))
             .is_some());
@@ -345,10 +353,7 @@ mod tests {
         t.register_consumer(channel(1, "a", 0), reg("g", vec![]));
         t.register_producer("p", channel(2, "b", 50));
         assert!(t.expired_connections(120_000, 120_000).is_empty());
-        assert_eq!(
-            t.expired_connections(120_001, 120_000),
-            BTreeSet::from([1])
-        );
+        assert_eq!(t.expired_connections(120_001, 120_000), BTreeSet::from([1]));
         assert_eq!(
             t.expired_connections(120_051, 120_000),
             BTreeSet::from([1, 2])

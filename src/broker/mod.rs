@@ -30,20 +30,21 @@ pub mod store;
 
 mod admin;
 mod pull;
-pub use pull::pull_flag;
 mod send;
 
+pub use admin::ResetResult;
 pub use nameserver::{BrokerRegistration, NameServerCore};
 
+use crate::error::ProtocolError;
 use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{CommandHeader, NotifyConsumerIdsChangedRequestHeader};
 use crate::protocol::RemotingCommand;
 use clients::ClientTable;
 use locks::LockTable;
 use offsets::OffsetTable;
 use schedule::{DelayLevels, ScheduleProgress};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::str::FromStr;
 use store::{MessageStore, PullLimits, TopicConfig};
 
 /// Identifies one client connection of the broker.
@@ -195,48 +196,29 @@ impl Failure {
 /// What a handler produced: a response, or nothing (held long poll, oneway, forwarded call).
 pub(crate) type Handled = Result<Option<RemotingCommand>, Failure>;
 
-/// The first present ext field among `keys` (V2 one-letter keys and V1 names).
-pub(crate) fn field<'a>(req: &'a RemotingCommand, keys: &[&str]) -> Option<&'a str> {
-    keys.iter().find_map(|k| req.ext(k))
-}
-
-/// A required header field; missing is what Java reports for a null `@CFNotNull` field.
-pub(crate) fn required<'a>(req: &'a RemotingCommand, keys: &[&str]) -> Result<&'a str, Failure> {
-    field(req, keys).ok_or_else(|| {
-        let name = keys.last().copied().unwrap_or("?");
-        Failure::system(format!(
+/// What Java's `decodeCommandCustomHeader` (and the processor behind it) answers for a header
+/// that does not decode: SYSTEM_ERROR with the exception text as remark.
+pub(crate) fn header_failure(error: ProtocolError) -> Failure {
+    match error {
+        ProtocolError::MissingField(name) => Failure::system(format!(
             "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom field <{name}> is null"
-        ))
-    })
+        )),
+        ProtocolError::InvalidField { field, value } => Failure::system(format!(
+            "java.lang.NumberFormatException: For input string: \"{value}\" (field {field})"
+        )),
+        other => Failure::system(other.to_string()),
+    }
 }
 
-fn parse_field<T: FromStr>(name: &str, text: &str) -> Result<T, Failure> {
-    text.trim().parse().map_err(|_| {
-        Failure::system(format!(
-            "java.lang.NumberFormatException: For input string: \"{text}\" (field {name})"
-        ))
-    })
+/// Reads a request's typed header, failing the way the real broker does.
+pub(crate) fn read_header<H: CommandHeader>(req: &RemotingCommand) -> Result<H, Failure> {
+    req.decode_header::<H>().map_err(header_failure)
 }
 
-/// A required numeric header field.
-pub(crate) fn required_num<T: FromStr>(req: &RemotingCommand, keys: &[&str]) -> Result<T, Failure> {
-    let text = required(req, keys)?;
-    parse_field(keys.last().copied().unwrap_or("?"), text)
-}
-
-/// An optional numeric header field (present but unparsable is an error, as in Java).
-pub(crate) fn optional_num<T: FromStr>(
-    req: &RemotingCommand,
-    keys: &[&str],
-) -> Result<Option<T>, Failure> {
-    field(req, keys)
-        .map(|text| parse_field(keys.last().copied().unwrap_or("?"), text))
-        .transpose()
-}
-
-/// An optional boolean header field (Java `Boolean.parseBoolean`: only "true" is true).
-pub(crate) fn optional_bool(req: &RemotingCommand, keys: &[&str]) -> Option<bool> {
-    field(req, keys).map(|v| v.trim().eq_ignore_ascii_case("true"))
+/// A field the typed header treats as optional but this request needs (Java's processors fail
+/// on the null the same way as the header check does).
+pub(crate) fn needed<T>(value: Option<T>, name: &'static str) -> Result<T, Failure> {
+    value.ok_or_else(|| header_failure(ProtocolError::MissingField(name)))
 }
 
 /// The retry topic of a consumer group.
@@ -504,7 +486,13 @@ impl BrokerCore {
         out
     }
 
-    fn process(&mut self, conn: ConnId, request: RemotingCommand, now_ms: i64, out: &mut Vec<Action>) {
+    fn process(
+        &mut self,
+        conn: ConnId,
+        request: RemotingCommand,
+        now_ms: i64,
+        out: &mut Vec<Action>,
+    ) {
         let oneway = request.is_oneway();
         let result = self.dispatch(conn, &request, now_ms, out);
         let response = match result {
@@ -599,7 +587,10 @@ impl BrokerCore {
         let delayed = self.delayed.iter().map(|d| d.due_ms).min();
         let pending = self.pending.values().map(|p| p.deadline_ms).min();
         let scheduled = self.next_scheduled_due();
-        [held, delayed, pending, scheduled].into_iter().flatten().min()
+        [held, delayed, pending, scheduled]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn next_opaque(&mut self) -> i32 {
@@ -610,9 +601,14 @@ impl BrokerCore {
     fn notify_ids_changed(&mut self, group: &str, conns: &[ConnId], out: &mut Vec<Action>) {
         for &conn in conns {
             let opaque = self.next_opaque();
-            let mut command = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
-                .with_ext("consumerGroup", group)
-                .with_opaque(opaque);
+            let header = NotifyConsumerIdsChangedRequestHeader {
+                consumer_group: group.to_owned(),
+            };
+            let mut command = RemotingCommand::request_with_header(
+                request_code::NOTIFY_CONSUMER_IDS_CHANGED,
+                &header,
+            )
+            .with_opaque(opaque);
             command.mark_oneway();
             out.push(Action::Send { conn, command });
         }
@@ -648,26 +644,6 @@ pub fn response_for(actions: &[Action], conn: ConnId) -> Option<&RemotingCommand
         Action::Send { conn: c, command } if *c == conn && command.is_response() => Some(command),
         _ => None,
     })
-}
-
-/// Groups a queue map into the JSON object-key form Java uses for `Map<MessageQueue, Long>`
-/// (protocol.md §5.1): `{{"brokerName":…,"queueId":…,"topic":…}:100,…}`.
-pub fn message_queue_offset_table_json(table: &BTreeMap<crate::message::MessageQueue, i64>) -> String {
-    let mut text = String::from("{");
-    for (i, (mq, offset)) in table.iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(&format!(
-            "{{\"brokerName\":{},\"queueId\":{},\"topic\":{}}}:{}",
-            serde_json::Value::from(mq.broker_name.as_str()),
-            mq.queue_id,
-            serde_json::Value::from(mq.topic.as_str()),
-            offset
-        ));
-    }
-    text.push('}');
-    text
 }
 
 #[cfg(test)]

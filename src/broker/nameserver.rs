@@ -1,9 +1,11 @@
 //! The name server's sans-I/O core: route data from the registered brokers.
 
 use super::store::{perm, TopicConfig};
+use super::{header_failure, Failure};
+use crate::protocol::body::{encode_json, BrokerData, ClusterInfo, QueueData, TopicRouteData};
 use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::GetRouteInfoRequestHeader;
 use crate::protocol::RemotingCommand;
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// `MQVersion.V4_9_4`: from this client version on, route data uses standard JSON.
@@ -97,48 +99,66 @@ impl NameServerCore {
         self.brokers.values()
     }
 
-    fn broker_data(b: &BrokerRegistration) -> Value {
-        json!({
-            "cluster": b.cluster_name,
-            "brokerName": b.broker_name,
-            "brokerAddrs": { b.broker_id.to_string(): b.addr },
-            "enableActingMaster": false,
-        })
+    fn broker_data(b: &BrokerRegistration) -> BrokerData {
+        BrokerData {
+            cluster: b.cluster_name.clone(),
+            broker_name: b.broker_name.clone(),
+            broker_addrs: BTreeMap::from([(b.broker_id, b.addr.clone())]),
+            zone_name: None,
+            enable_acting_master: false,
+        }
     }
 
-    /// The `TopicRouteData` JSON of a topic, `None` when no broker has it.
-    pub fn route_json(&self, topic: &str) -> Option<Value> {
-        let mut queue_datas = Vec::new();
-        let mut broker_datas = Vec::new();
+    /// The route of a topic, `None` when no broker has it.
+    pub fn route(&self, topic: &str) -> Option<TopicRouteData> {
+        let mut route = TopicRouteData::default();
         let mut order_conf = Vec::new();
         for b in self.brokers.values() {
             let Some(t) = b.topics.iter().find(|t| t.topic_name == topic) else {
                 continue;
             };
-            queue_datas.push(json!({
-                "brokerName": b.broker_name,
-                "readQueueNums": t.read_queue_nums,
-                "writeQueueNums": t.write_queue_nums,
-                "perm": t.perm & (perm::READ | perm::WRITE | perm::INHERIT | 8),
-                "topicSysFlag": t.topic_sys_flag,
-            }));
+            route.queue_datas.push(QueueData {
+                broker_name: b.broker_name.clone(),
+                read_queue_nums: t.read_queue_nums,
+                write_queue_nums: t.write_queue_nums,
+                perm: t.perm & (perm::READ | perm::WRITE | perm::INHERIT | perm::PRIORITY),
+                topic_sys_flag: t.topic_sys_flag,
+            });
             if t.order {
                 order_conf.push(format!("{}:{}", b.broker_name, t.write_queue_nums));
             }
-            broker_datas.push(Self::broker_data(b));
+            route.broker_datas.push(Self::broker_data(b));
         }
-        if queue_datas.is_empty() {
+        if route.queue_datas.is_empty() {
             return None;
         }
-        let mut route = json!({
-            "queueDatas": queue_datas,
-            "brokerDatas": broker_datas,
-            "filterServerTable": {},
-        });
         if !order_conf.is_empty() {
-            route["orderTopicConf"] = Value::from(order_conf.join(";"));
+            route.order_topic_conf = Some(order_conf.join(";"));
         }
         Some(route)
+    }
+
+    fn route_response(
+        &self,
+        request: &RemotingCommand,
+        encode: impl Fn(bytes::Bytes) -> bytes::Bytes,
+    ) -> Result<RemotingCommand, Failure> {
+        let header: GetRouteInfoRequestHeader =
+            request.decode_header().map_err(header_failure)?;
+        let topic = header.topic;
+        match self.route(&topic) {
+            Some(route) => Ok(
+                RemotingCommand::response_to(request, response_code::SUCCESS, None)
+                    .with_body(encode(encode_json(&route))),
+            ),
+            None => Err(Failure::new(
+                response_code::TOPIC_NOT_EXIST,
+                format!(
+                    "No topic route info in name server for the topic: {topic}{}",
+                    super::send::FAQ_SUFFIX
+                ),
+            )),
+        }
     }
 
     /// Answers a name-server request; `None` for oneway requests.
@@ -147,56 +167,30 @@ impl NameServerCore {
             || request
                 .ext("acceptStandardJsonOnly")
                 .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let encode = |value: &Value| {
-            let text = value.to_string();
-            let text = if standard_json {
-                text
-            } else {
-                legacy_broker_addrs(&text)
-            };
-            bytes::Bytes::from(text)
+        // Old clients parse route data with fastjson, which wrote broker ids as bare numbers.
+        let encode = |json: bytes::Bytes| {
+            if standard_json {
+                return json;
+            }
+            let text = String::from_utf8_lossy(&json);
+            bytes::Bytes::from(legacy_broker_addrs(&text))
         };
         let response = match request.code {
-            request_code::GET_ROUTEINFO_BY_TOPIC => match request.ext("topic") {
-                None => RemotingCommand::response_to(
-                    request,
-                    response_code::SYSTEM_ERROR,
-                    Some(
-                        "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom field <topic> is null"
-                            .into(),
-                    ),
-                ),
-                Some(topic) => match self.route_json(topic) {
-                    Some(route) => {
-                        RemotingCommand::response_to(request, response_code::SUCCESS, None)
-                            .with_body(encode(&route))
-                    }
-                    None => RemotingCommand::response_to(
-                        request,
-                        response_code::TOPIC_NOT_EXIST,
-                        Some(format!(
-                            "No topic route info in name server for the topic: {topic}{}",
-                            super::send::FAQ_SUFFIX
-                        )),
-                    ),
-                },
-            },
+            request_code::GET_ROUTEINFO_BY_TOPIC => self
+                .route_response(request, encode)
+                .unwrap_or_else(|f| RemotingCommand::response_to(request, f.code, Some(f.remark))),
             request_code::GET_BROKER_CLUSTER_INFO => {
-                let mut addr_table = serde_json::Map::new();
-                let mut cluster_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                let mut info = ClusterInfo::default();
                 for b in self.brokers.values() {
-                    addr_table.insert(b.broker_name.clone(), Self::broker_data(b));
-                    cluster_table
+                    info.broker_addr_table
+                        .insert(b.broker_name.clone(), Self::broker_data(b));
+                    info.cluster_addr_table
                         .entry(b.cluster_name.clone())
                         .or_default()
                         .push(b.broker_name.clone());
                 }
-                let info = json!({
-                    "brokerAddrTable": addr_table,
-                    "clusterAddrTable": cluster_table,
-                });
                 RemotingCommand::response_to(request, response_code::SUCCESS, None)
-                    .with_body(encode(&info))
+                    .with_body(encode(encode_json(&info)))
             }
             GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
                 let mut topics: Vec<&str> = self
@@ -206,8 +200,9 @@ impl NameServerCore {
                     .collect();
                 topics.sort_unstable();
                 topics.dedup();
+                let body = serde_json::json!({ "topicList": topics });
                 RemotingCommand::response_to(request, response_code::SUCCESS, None)
-                    .with_body(bytes::Bytes::from(json!({ "topicList": topics }).to_string()))
+                    .with_body(encode_json(&body))
             }
             code => RemotingCommand::response_to(
                 request,
@@ -222,6 +217,8 @@ impl NameServerCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::{json, Value};
 
     fn two_brokers() -> NameServerCore {
         let mut ns = NameServerCore::default();
@@ -253,7 +250,10 @@ mod tests {
         let route: Value = serde_json::from_slice(resp.body.as_deref().unwrap()).unwrap();
         assert_eq!(route["queueDatas"].as_array().unwrap().len(), 2);
         assert_eq!(route["queueDatas"][0]["perm"], 6);
-        assert_eq!(route["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10921");
+        assert_eq!(
+            route["brokerDatas"][1]["brokerAddrs"]["0"],
+            "127.0.0.1:10921"
+        );
         assert_eq!(route["filterServerTable"], json!({}));
     }
 
@@ -262,7 +262,10 @@ mod tests {
         let ns = two_brokers();
         let resp = ns.handle(&route_request(400)).unwrap();
         let text = std::str::from_utf8(resp.body.as_deref().unwrap()).unwrap();
-        assert!(text.contains("\"brokerAddrs\":{0:\"127.0.0.1:10911\"}"), "{text}");
+        assert!(
+            text.contains("\"brokerAddrs\":{0:\"127.0.0.1:10911\"}"),
+            "{text}"
+        );
         let forced = route_request(400).with_ext("acceptStandardJsonOnly", "true");
         let resp = ns.handle(&forced).unwrap();
         let text = std::str::from_utf8(resp.body.as_deref().unwrap()).unwrap();
@@ -272,12 +275,19 @@ mod tests {
     #[test]
     fn unknown_topic_and_unknown_code() {
         let ns = two_brokers();
-        let req = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "X");
-        assert_eq!(ns.handle(&req).unwrap().code, response_code::TOPIC_NOT_EXIST);
+        let req =
+            RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "X");
+        assert_eq!(
+            ns.handle(&req).unwrap().code,
+            response_code::TOPIC_NOT_EXIST
+        );
         let req = RemotingCommand::request(999);
         let resp = ns.handle(&req).unwrap();
         assert_eq!(resp.code, response_code::REQUEST_CODE_NOT_SUPPORTED);
-        assert_eq!(resp.remark.as_deref(), Some(" request type 999 not supported"));
+        assert_eq!(
+            resp.remark.as_deref(),
+            Some(" request type 999 not supported")
+        );
         let mut oneway = RemotingCommand::request(999);
         oneway.mark_oneway();
         assert!(ns.handle(&oneway).is_none());

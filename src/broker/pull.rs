@@ -3,25 +3,18 @@
 use super::clients::Subscription;
 use super::send::FAQ_SUFFIX;
 use super::store::{perm, GetStatus};
-use super::{
-    field, optional_bool, optional_num, required, required_num, Action, BrokerCore, ConnId,
-    Failure, Handled,
+use super::{read_header, Action, BrokerCore, ConnId, Failure, Handled};
+use crate::filter::TagExpression;
+use crate::protocol::codes::{pull_sys_flag, response_code};
+use crate::protocol::header::{
+    GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, OffsetResponseHeader,
+    PullMessageRequestHeader, PullMessageResponseHeader, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
 };
-use crate::protocol::codes::response_code;
 use crate::protocol::RemotingCommand;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// `PullSysFlag` bits.
-pub mod pull_flag {
-    /// Commit the request's `commitOffset`.
-    pub const COMMIT_OFFSET: i32 = 0x1;
-    /// Long-poll when nothing is there.
-    pub const SUSPEND: i32 = 0x2;
-    /// Use the subscription in the request instead of the heartbeat's.
-    pub const SUBSCRIPTION: i32 = 0x4;
-    /// Legacy class filter.
-    pub const CLASS_FILTER: i32 = 0x8;
-}
 
 /// A pull parked until a message arrives on its queue or its timeout passes
 /// (`PullRequestHoldService`).
@@ -102,21 +95,12 @@ pub(crate) fn subscription_from_expression(
     expression_type: Option<&str>,
     sub_version: i64,
 ) -> Subscription {
-    let text = expression.unwrap_or("").trim();
-    let mut code_set = BTreeSet::new();
-    let sub_string = if text.is_empty() || text == "*" {
-        "*".to_owned()
-    } else {
-        for tag in text.split("||").map(str::trim).filter(|t| !t.is_empty()) {
-            code_set.insert(crate::filter::java_hash_code(tag));
-        }
-        text.to_owned()
-    };
+    let parsed = TagExpression::parse(expression.unwrap_or("").trim());
     Subscription {
         topic: topic.to_owned(),
-        sub_string,
+        sub_string: parsed.sub_string().to_owned(),
         expression_type: expression_type.unwrap_or("TAG").to_owned(),
-        code_set,
+        code_set: parsed.codes().iter().copied().collect::<BTreeSet<i32>>(),
         sub_version,
         class_filter_mode: false,
     }
@@ -132,15 +116,20 @@ impl BrokerCore {
         now_ms: i64,
         allow_suspend: bool,
     ) -> Handled {
-        let group = required(req, &["consumerGroup"])?.to_owned();
-        let topic = required(req, &["topic"])?.to_owned();
-        let queue_id: i32 = required_num(req, &["queueId"])?;
-        let queue_offset: i64 = required_num(req, &["queueOffset"])?;
-        let max_msg_nums: i32 = required_num(req, &["maxMsgNums"])?;
-        let sys_flag: i32 = required_num(req, &["sysFlag"])?;
-        let commit_offset: i64 = required_num(req, &["commitOffset"])?;
-        let suspend_timeout: i64 = required_num(req, &["suspendTimeoutMillis"])?;
-        let sub_version: i64 = optional_num(req, &["subVersion"])?.unwrap_or(0);
+        let PullMessageRequestHeader {
+            consumer_group: group,
+            topic,
+            queue_id,
+            queue_offset,
+            max_msg_nums,
+            sys_flag,
+            commit_offset,
+            suspend_timeout_millis: suspend_timeout,
+            subscription: expression,
+            sub_version,
+            expression_type,
+            ..
+        } = read_header(req)?;
         self.ensure_group(&group);
         let Some(config) = self.store.topic(&topic).cloned() else {
             return Err(Failure::new(
@@ -164,11 +153,11 @@ impl BrokerCore {
                 ),
             ));
         }
-        let subscription = if sys_flag & pull_flag::SUBSCRIPTION != 0 {
+        let subscription = if sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
             subscription_from_expression(
                 &topic,
-                field(req, &["subscription"]),
-                field(req, &["expressionType"]),
+                expression.as_deref(),
+                expression_type.as_deref(),
                 sub_version,
             )
         } else {
@@ -198,9 +187,11 @@ impl BrokerCore {
                 subscription.expression_type
             )));
         }
-        let result = self.store.get(&topic, queue_id, queue_offset, max_msg_nums, |code| {
-            subscription.matches_tags_code(code)
-        });
+        let result = self
+            .store
+            .get(&topic, queue_id, queue_offset, max_msg_nums, |code| {
+                subscription.matches_tags_code(code)
+            });
         let code = match result.status {
             GetStatus::Found => response_code::SUCCESS,
             GetStatus::NoMatchedMessage => response_code::PULL_RETRY_IMMEDIATELY,
@@ -216,11 +207,13 @@ impl BrokerCore {
                 response_code::PULL_OFFSET_MOVED
             }
         };
-        if allow_suspend && sys_flag & pull_flag::COMMIT_OFFSET != 0 {
+        if allow_suspend && sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 {
             self.offsets.commit(&group, &topic, queue_id, commit_offset);
             self.data_changed = true;
         }
-        if code == response_code::PULL_NOT_FOUND && allow_suspend && sys_flag & pull_flag::SUSPEND != 0
+        if code == response_code::PULL_NOT_FOUND
+            && allow_suspend
+            && sys_flag & pull_sys_flag::SUSPEND != 0
         {
             self.held.hold(
                 &topic,
@@ -235,14 +228,19 @@ impl BrokerCore {
             );
             return Ok(None);
         }
+        let header = PullMessageResponseHeader {
+            suggest_which_broker_id: 0,
+            next_begin_offset: result.next_begin_offset,
+            min_offset: result.min_offset,
+            max_offset: result.max_offset,
+            offset_delta: None,
+            topic_sys_flag: Some(config.topic_sys_flag),
+            group_sys_flag: Some(0),
+            forbidden_type: None,
+        };
         let mut response =
             RemotingCommand::response_to(req, code, Some(result.status.name().to_owned()))
-                .with_ext("suggestWhichBrokerId", "0")
-                .with_ext("nextBeginOffset", result.next_begin_offset.to_string())
-                .with_ext("minOffset", result.min_offset.to_string())
-                .with_ext("maxOffset", result.max_offset.to_string())
-                .with_ext("topicSysFlag", config.topic_sys_flag.to_string())
-                .with_ext("groupSysFlag", "0");
+                .with_header(&header);
         if code == response_code::SUCCESS {
             response = response.with_body(bytes::Bytes::from(result.body));
         }
@@ -280,7 +278,7 @@ impl BrokerCore {
         let mut keep = Vec::new();
         for pull in pulls {
             let arrived = newest > pull.offset
-                && tags_code.is_none_or(|code| pull.subscription.matches_tags_code(code));
+                && tags_code.map_or(true, |code| pull.subscription.matches_tags_code(code));
             if arrived || now_ms >= pull.deadline_ms {
                 self.rerun_held(pull, now_ms, out);
             } else {
@@ -305,18 +303,20 @@ impl BrokerCore {
     fn offset_reply(req: &RemotingCommand, offset: i64) -> Handled {
         Ok(Some(
             RemotingCommand::response_to(req, response_code::SUCCESS, None)
-                .with_ext("offset", offset.to_string()),
+                .with_header(&OffsetResponseHeader { offset }),
         ))
     }
 
     pub(super) fn on_query_consumer_offset(&mut self, req: &RemotingCommand) -> Handled {
-        let group = required(req, &["consumerGroup"])?;
-        let topic = required(req, &["topic"])?;
-        let queue_id: i32 = required_num(req, &["queueId"])?;
+        let header: QueryConsumerOffsetRequestHeader = read_header(req)?;
+        let (group, topic, queue_id) = (&header.consumer_group, &header.topic, header.queue_id);
         if let Some(offset) = self.offsets.query(group, topic, queue_id) {
-            return Self::offset_reply(req, offset);
+            return Ok(Some(
+                RemotingCommand::response_to(req, response_code::SUCCESS, None)
+                    .with_header(&QueryConsumerOffsetResponseHeader { offset }),
+            ));
         }
-        if optional_bool(req, &["setZeroIfNotFound"]) == Some(false) {
+        if header.set_zero_if_not_found == Some(false) {
             return Err(Failure::new(
                 response_code::QUERY_NOT_FOUND,
                 "Not found, do not set to zero, maybe this group boot first",
@@ -326,7 +326,10 @@ impl BrokerCore {
         if self.store.min_offset(topic, queue_id) <= 0
             && self.store.record_at(topic, queue_id, 0).is_some()
         {
-            return Self::offset_reply(req, 0);
+            return Ok(Some(
+                RemotingCommand::response_to(req, response_code::SUCCESS, None)
+                    .with_header(&QueryConsumerOffsetResponseHeader { offset: 0 }),
+            ));
         }
         Err(Failure::new(
             response_code::QUERY_NOT_FOUND,
@@ -334,9 +337,16 @@ impl BrokerCore {
         ))
     }
 
+    /// UPDATE_CONSUMER_OFFSET. A missing queueId or commitOffset fails in the header check
+    /// (both are `@CFNotNull` in Java) before the group and topic checks.
     pub(super) fn on_update_consumer_offset(&mut self, req: &RemotingCommand) -> Handled {
-        let group = required(req, &["consumerGroup"])?.to_owned();
-        let topic = required(req, &["topic"])?.to_owned();
+        let UpdateConsumerOffsetRequestHeader {
+            consumer_group: group,
+            topic,
+            queue_id,
+            commit_offset,
+            ..
+        } = read_header(req)?;
         if !self.groups.contains(&group) {
             return Err(Failure::new(
                 response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -349,19 +359,7 @@ impl BrokerCore {
                 format!("Topic {topic} not exist!"),
             ));
         }
-        let Some(queue_id) = optional_num::<i32>(req, &["queueId"])? else {
-            return Err(Failure::new(
-                response_code::INVALID_PARAMETER,
-                format!("QueueId is null, topic is {topic}"),
-            ));
-        };
-        let Some(offset) = optional_num::<i64>(req, &["commitOffset"])? else {
-            return Err(Failure::new(
-                response_code::INVALID_PARAMETER,
-                format!("Offset is null, topic is {topic}"),
-            ));
-        };
-        self.offsets.commit(&group, &topic, queue_id, offset);
+        self.offsets.commit(&group, &topic, queue_id, commit_offset);
         self.data_changed = true;
         Ok(Some(RemotingCommand::response_to(
             req,
@@ -371,42 +369,41 @@ impl BrokerCore {
     }
 
     pub(super) fn on_get_max_offset(&mut self, req: &RemotingCommand) -> Handled {
-        let topic = required(req, &["topic"])?;
-        let queue_id: i32 = required_num(req, &["queueId"])?;
-        Self::offset_reply(req, self.store.max_offset(topic, queue_id))
+        let header: GetMaxOffsetRequestHeader = read_header(req)?;
+        Self::offset_reply(req, self.store.max_offset(&header.topic, header.queue_id))
     }
 
     pub(super) fn on_get_min_offset(&mut self, req: &RemotingCommand) -> Handled {
-        let topic = required(req, &["topic"])?;
-        let queue_id: i32 = required_num(req, &["queueId"])?;
-        Self::offset_reply(req, self.store.min_offset(topic, queue_id))
+        let header: GetMinOffsetRequestHeader = read_header(req)?;
+        Self::offset_reply(req, self.store.min_offset(&header.topic, header.queue_id))
     }
 
     pub(super) fn on_search_offset(&mut self, req: &RemotingCommand) -> Handled {
-        let topic = required(req, &["topic"])?;
-        let queue_id: i32 = required_num(req, &["queueId"])?;
-        let timestamp: i64 = required_num(req, &["timestamp"])?;
-        let upper = field(req, &["boundaryType"]).is_some_and(|b| b.eq_ignore_ascii_case("UPPER"));
+        let header: SearchOffsetRequestHeader = read_header(req)?;
+        let upper = header
+            .boundary_type
+            .as_deref()
+            .is_some_and(|b| b.eq_ignore_ascii_case("UPPER"));
         Self::offset_reply(
             req,
             self.store
-                .search_offset_by_time(topic, queue_id, timestamp, upper),
+                .search_offset_by_time(&header.topic, header.queue_id, header.timestamp, upper),
         )
     }
 
     pub(super) fn on_earliest_store_time(&mut self, req: &RemotingCommand) -> Handled {
-        let topic = required(req, &["topic"])?;
-        let queue_id: i32 = required_num(req, &["queueId"])?;
+        let header: GetEarliestMsgStoretimeRequestHeader = read_header(req)?;
+        let timestamp = self
+            .store
+            .earliest_store_time(&header.topic, header.queue_id);
         Ok(Some(
-            RemotingCommand::response_to(req, response_code::SUCCESS, None).with_ext(
-                "timestamp",
-                self.store.earliest_store_time(topic, queue_id).to_string(),
-            ),
+            RemotingCommand::response_to(req, response_code::SUCCESS, None)
+                .with_header(&GetEarliestMsgStoretimeResponseHeader { timestamp }),
         ))
     }
 
     pub(super) fn on_view_message(&mut self, req: &RemotingCommand) -> Handled {
-        let offset: i64 = required_num(req, &["offset"])?;
+        let ViewMessageRequestHeader { offset } = read_header(req)?;
         match self.store.record_at_physical(offset) {
             Some(raw) => Ok(Some(
                 RemotingCommand::response_to(req, response_code::SUCCESS, None)

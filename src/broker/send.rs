@@ -1,16 +1,21 @@
 //! SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK and the
 //! scheduled-message store behind retries and delayed messages.
 
-use super::record::{self, offset_message_id};
+use super::record;
 use super::schedule::SCHEDULE_TOPIC;
 use super::store::{perm, NewMessage, PutError, PutResult, TopicConfig};
 use super::{
-    dlq_topic, field, optional_num, required, required_num, retry_topic, validate_topic, Action,
-    BrokerCore, ConnId, Failure, Handled, DLQ_PREFIX, RETRY_PREFIX,
+    dlq_topic, header_failure, read_header, retry_topic, validate_topic, Action, BrokerCore,
+    ConnId, Failure, Handled, DLQ_PREFIX, RETRY_PREFIX,
 };
 use crate::filter::tags_code;
-use crate::message::{property, Properties};
-use crate::protocol::codes::response_code;
+use crate::message::encode::MAX_PROPERTIES_LEN;
+use crate::message::{offset_msg_id, property, Properties};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{
+    CommandHeader, ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader,
+    SendMessageResponseHeader,
+};
 use crate::protocol::RemotingCommand;
 
 /// `MQVersion.V3_4_9`: from this client version on, `maxReconsumeTimes` in the request counts.
@@ -18,7 +23,22 @@ const VERSION_HONOURS_MAX_RECONSUME: i32 = 121;
 /// The real broker's default region id, echoed in send responses.
 const REGION_ID: &str = "DefaultRegion";
 /// The suffix Java appends to many error remarks.
-pub(crate) const FAQ_SUFFIX: &str = "\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
+pub(crate) const FAQ_SUFFIX: &str =
+    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.";
+
+/// The send header under the key set the request code implies: one-letter V2 keys for
+/// SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE, long V1 keys for SEND_MESSAGE — each accepting the
+/// other set when only that one is present, as the embedded broker always has.
+fn send_header(req: &RemotingCommand) -> Result<SendMessageRequestHeader, Failure> {
+    let ext = req.ext_fields_or_empty();
+    let v1_only = ext.contains_key("topic") && !ext.contains_key("b");
+    let result = if req.code == request_code::SEND_MESSAGE || v1_only {
+        SendMessageRequestHeader::read_ext(ext)
+    } else {
+        SendMessageRequestHeader::read_v2(ext)
+    };
+    result.map_err(header_failure)
+}
 
 /// Where a stored message landed, for the send response.
 struct Stored {
@@ -32,10 +52,10 @@ impl BrokerCore {
     fn put_message(
         &mut self,
         mut msg: NewMessage,
-        mut props: Properties,
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Result<Stored, Failure> {
+        let props = &mut msg.properties;
         let delay_level = props
             .get(property::DELAY)
             .and_then(|d| d.trim().parse::<i32>().ok())
@@ -51,11 +71,11 @@ impl BrokerCore {
             msg.queue_id = level - 1;
             msg.tags_code = now_ms.saturating_add(delay);
         }
-        msg.properties = props.to_wire();
-        if msg.properties.len() > record::MAX_PROPERTIES_LEN {
+        let properties_len = msg.properties.wire_len();
+        if properties_len > MAX_PROPERTIES_LEN {
             return Err(Failure::new(
                 response_code::MESSAGE_ILLEGAL,
-                format!("message properties length too long {}", msg.properties.len()),
+                format!("message properties length too long {properties_len}"),
             ));
         }
         let topic = msg.topic.clone();
@@ -71,7 +91,7 @@ impl BrokerCore {
         }
         Ok(Stored {
             put,
-            msg_id: offset_message_id(self.store.store_host(), put.commit_log_offset),
+            msg_id: offset_msg_id(self.store.store_host(), put.commit_log_offset),
         })
     }
 
@@ -121,14 +141,11 @@ impl BrokerCore {
     fn check_send(
         &mut self,
         conn: ConnId,
-        req: &RemotingCommand,
-        topic: &str,
+        header: &SendMessageRequestHeader,
         out: &mut Vec<Action>,
     ) -> Result<(TopicConfig, i32), Failure> {
-        required(req, &["a", "producerGroup"])?;
-        let default_topic = required(req, &["c", "defaultTopic"])?.to_owned();
-        let default_queue_nums: i32 = required_num(req, &["d", "defaultTopicQueueNums"])?;
-        let queue_id: i32 = required_num(req, &["e", "queueId"])?;
+        let topic = header.topic.as_str();
+        let queue_id = header.queue_id;
         validate_topic(topic)?;
         if topic == SCHEDULE_TOPIC || topic.starts_with("rmq_sys_") || topic.starts_with("RMQ_SYS_")
         {
@@ -137,7 +154,12 @@ impl BrokerCore {
                 format!("Sending message to topic[{topic}] is forbidden."),
             ));
         }
-        let config = self.topic_for_send(topic, &default_topic, default_queue_nums, out)?;
+        let config = self.topic_for_send(
+            topic,
+            &header.default_topic,
+            header.default_topic_queue_nums,
+            out,
+        )?;
         if config.perm & perm::WRITE == 0 {
             return Err(Failure::new(
                 response_code::NO_PERMISSION,
@@ -175,16 +197,26 @@ impl BrokerCore {
     /// Adds what the broker stamps on every received message.
     fn stamp_properties(&self, props: &mut Properties, now_ms: i64) {
         props.insert(property::CLUSTER, &self.config.cluster_name);
-        if props.get(property::UNIQ_KEY).is_none_or(str::is_empty) {
+        if props.get(property::UNIQ_KEY).map_or(true, str::is_empty) {
             props.insert(property::UNIQ_KEY, self.uniq_ids.next_id(now_ms));
         }
     }
 
-    fn send_response(req: &RemotingCommand, msg_id: &str, queue_id: i32, queue_offset: i64) -> RemotingCommand {
+    fn send_response(
+        req: &RemotingCommand,
+        msg_id: &str,
+        queue_id: i32,
+        queue_offset: i64,
+    ) -> RemotingCommand {
+        let header = SendMessageResponseHeader {
+            msg_id: msg_id.to_owned(),
+            queue_id,
+            queue_offset,
+            transaction_id: None,
+            batch_uniq_id: None,
+        };
         RemotingCommand::response_to(req, response_code::SUCCESS, None)
-            .with_ext("msgId", msg_id)
-            .with_ext("queueId", queue_id.to_string())
-            .with_ext("queueOffset", queue_offset.to_string())
+            .with_header(&header)
             .with_ext(property::MSG_REGION, REGION_ID)
             .with_ext(property::TRACE_ON, "true")
     }
@@ -196,16 +228,14 @@ impl BrokerCore {
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Handled {
-        let mut topic = required(req, &["b", "topic"])?.to_owned();
-        let sys_flag: i32 = required_num(req, &["f", "sysFlag"])?;
-        let born_timestamp: i64 = required_num(req, &["g", "bornTimestamp"])?;
-        let flag: i32 = required_num(req, &["h", "flag"])?;
-        let reconsume_times: i32 = optional_num(req, &["j", "reconsumeTimes"])?.unwrap_or(0);
-        let max_reconsume: Option<i32> = optional_num(req, &["l", "maxReconsumeTimes"])?;
-        let (_, queue_id) = self.check_send(conn, req, &topic, out)?;
+        let header = send_header(req)?;
+        let reconsume_times = header.reconsume_times.unwrap_or(0);
+        let max_reconsume = header.max_reconsume_times;
+        let (_, queue_id) = self.check_send(conn, &header, out)?;
+        let mut topic = header.topic;
         let body = req.body.clone().unwrap_or_default();
         self.check_body(&body)?;
-        let mut props = Properties::parse(field(req, &["i", "properties"]).unwrap_or(""));
+        let mut props = Properties::parse(header.properties.as_deref().unwrap_or(""));
         let mut store_queue = queue_id;
         if let Some(group) = topic.strip_prefix(RETRY_PREFIX).map(str::to_owned) {
             // handleRetryAndDLQ: a client-side retry past the limit goes to the DLQ.
@@ -226,17 +256,17 @@ impl BrokerCore {
         let msg = NewMessage {
             topic,
             queue_id: store_queue,
-            flag,
+            flag: header.flag,
             body,
-            properties: String::new(),
-            sys_flag,
-            born_timestamp,
+            tags_code: i64::from(tags_code(props.get(property::TAGS))),
+            properties: props,
+            sys_flag: header.sys_flag,
+            born_timestamp: header.born_timestamp,
             born_host: self.peer(conn),
             reconsume_times,
             prepared_transaction_offset: 0,
-            tags_code: i64::from(tags_code(props.get(property::TAGS))),
         };
-        let stored = self.put_message(msg, props, now_ms, out)?;
+        let stored = self.put_message(msg, now_ms, out)?;
         Ok(Some(Self::send_response(
             req,
             &stored.msg_id,
@@ -252,9 +282,8 @@ impl BrokerCore {
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Handled {
-        let topic = required(req, &["b", "topic"])?.to_owned();
-        let sys_flag: i32 = required_num(req, &["f", "sysFlag"])?;
-        let born_timestamp: i64 = required_num(req, &["g", "bornTimestamp"])?;
+        let header = send_header(req)?;
+        let topic = header.topic.clone();
         if topic.len() > 127 {
             return Err(Failure::new(
                 response_code::MESSAGE_ILLEGAL,
@@ -267,11 +296,14 @@ impl BrokerCore {
                 format!("batch request does not support retry group {topic}"),
             ));
         }
-        let (_, queue_id) = self.check_send(conn, req, &topic, out)?;
+        let (_, queue_id) = self.check_send(conn, &header, out)?;
         let body = req.body.clone().unwrap_or_default();
         self.check_body(&body)?;
         let messages = crate::message::decode_batch_body(body).map_err(|e| {
-            Failure::new(response_code::MESSAGE_ILLEGAL, format!("bad batch body: {e}"))
+            Failure::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("bad batch body: {e}"),
+            )
         })?;
         if messages.is_empty() {
             return Err(Failure::new(
@@ -292,15 +324,15 @@ impl BrokerCore {
                 queue_id,
                 flag: m.flag,
                 body: m.body,
-                properties: String::new(),
-                sys_flag,
-                born_timestamp,
+                tags_code: i64::from(tags_code(props.get(property::TAGS))),
+                properties: props,
+                sys_flag: header.sys_flag,
+                born_timestamp: header.born_timestamp,
                 born_host,
                 reconsume_times: 0,
                 prepared_transaction_offset: 0,
-                tags_code: i64::from(tags_code(props.get(property::TAGS))),
             };
-            let stored = self.put_message(msg, props, now_ms, out)?;
+            let stored = self.put_message(msg, now_ms, out)?;
             first_offset.get_or_insert(stored.put.queue_offset);
             ids.push(stored.msg_id);
         }
@@ -318,21 +350,25 @@ impl BrokerCore {
         now_ms: i64,
         out: &mut Vec<Action>,
     ) -> Handled {
-        let offset: i64 = required_num(req, &["offset"])?;
-        let group = required(req, &["group"])?.to_owned();
-        let delay_level: i32 = required_num(req, &["delayLevel"])?;
-        let max_reconsume: Option<i32> = optional_num(req, &["maxReconsumeTimes"])?;
+        let ConsumerSendMsgBackRequestHeader {
+            offset,
+            group,
+            delay_level,
+            max_reconsume_times: max_reconsume,
+            ..
+        } = read_header(req)?;
         self.ensure_group(&group);
         let mut topic = retry_topic(&group);
         self.ensure_system_topic(&topic, 1, out);
         let original = self
             .store
             .record_at_physical(offset)
-            .and_then(|raw| record::decode_record(raw).ok())
+            .and_then(|raw| record::decode_stored(raw).ok())
             .ok_or_else(|| Failure::system(format!("look message by offset failed, {offset}")))?;
-        let mut props = Properties::parse(&original.properties);
+        let original_topic = original.message.topic;
+        let mut props = original.message.properties;
         if props.get(property::RETRY_TOPIC).is_none() {
-            props.insert(property::RETRY_TOPIC, &original.topic);
+            props.insert(property::RETRY_TOPIC, &original_topic);
         }
         props.insert(property::WAIT, "false");
         let mut max = self.config.retry_max_times;
@@ -343,7 +379,7 @@ impl BrokerCore {
         }
         let origin_id = match props.get(property::ORIGIN_MESSAGE_ID) {
             Some(id) if !id.trim().is_empty() => id.to_owned(),
-            _ => offset_message_id(original.store_host, original.commit_log_offset),
+            _ => offset_msg_id(original.store_host, original.commit_log_offset),
         };
         props.insert(property::ORIGIN_MESSAGE_ID, &origin_id);
         if original.reconsume_times >= max || delay_level < 0 {
@@ -352,7 +388,7 @@ impl BrokerCore {
             props.insert(property::DELAY, "0");
             let origin_topic = props
                 .get(property::RETRY_TOPIC)
-                .unwrap_or(&original.topic)
+                .unwrap_or(&original_topic)
                 .to_owned();
             props.insert(property::DLQ_ORIGIN_TOPIC, origin_topic);
             props.insert(property::DLQ_ORIGIN_MESSAGE_ID, &origin_id);
@@ -367,18 +403,22 @@ impl BrokerCore {
         let msg = NewMessage {
             topic,
             queue_id: 0,
-            flag: original.flag,
-            body: original.body,
-            properties: String::new(),
+            flag: original.message.flag,
+            body: original.message.body,
+            tags_code: i64::from(tags_code(props.get(property::TAGS))),
+            properties: props,
             sys_flag: original.sys_flag,
             born_timestamp: original.born_timestamp,
             born_host: original.born_host,
             reconsume_times: original.reconsume_times.saturating_add(1),
             prepared_transaction_offset: 0,
-            tags_code: i64::from(tags_code(props.get(property::TAGS))),
         };
-        self.put_message(msg, props, now_ms, out)?;
-        Ok(Some(RemotingCommand::response_to(req, response_code::SUCCESS, None)))
+        self.put_message(msg, now_ms, out)?;
+        Ok(Some(RemotingCommand::response_to(
+            req,
+            response_code::SUCCESS,
+            None,
+        )))
     }
 
     /// Moves every due scheduled message to its real topic (`ScheduleMessageService`).
@@ -398,10 +438,10 @@ impl BrokerCore {
                 let scheduled = self
                     .store
                     .record_at(SCHEDULE_TOPIC, queue_id, next)
-                    .and_then(|raw| record::decode_record(raw).ok());
+                    .and_then(|raw| record::decode_stored(raw).ok());
                 next += 1;
                 let Some(rec) = scheduled else { continue };
-                let mut props = Properties::parse(&rec.properties);
+                let mut props = rec.message.properties;
                 props.remove(property::DELAY);
                 let real_topic = props.get(property::REAL_TOPIC).map(str::to_owned);
                 let real_qid = props
@@ -411,7 +451,8 @@ impl BrokerCore {
                     continue;
                 };
                 if self.store.topic(&real_topic).is_none() {
-                    let system = real_topic.starts_with(RETRY_PREFIX) || real_topic.starts_with(DLQ_PREFIX);
+                    let system =
+                        real_topic.starts_with(RETRY_PREFIX) || real_topic.starts_with(DLQ_PREFIX);
                     if !system {
                         continue;
                     }
@@ -420,10 +461,10 @@ impl BrokerCore {
                 let msg = NewMessage {
                     topic: real_topic,
                     queue_id: real_qid,
-                    flag: rec.flag,
+                    flag: rec.message.flag,
                     tags_code: i64::from(tags_code(props.get(property::TAGS))),
-                    body: rec.body,
-                    properties: String::new(),
+                    body: rec.message.body,
+                    properties: props,
                     sys_flag: rec.sys_flag,
                     born_timestamp: rec.born_timestamp,
                     born_host: rec.born_host,
@@ -432,7 +473,7 @@ impl BrokerCore {
                 };
                 // A failure here (queue gone) drops the message, as the real scheduler logs and
                 // skips it.
-                let _ = self.put_message(msg, props, now_ms, out);
+                let _ = self.put_message(msg, now_ms, out);
             }
             if next != self.schedule.next_offset(level) {
                 self.schedule.advance(level, next);

@@ -5,18 +5,16 @@
 //! consume-queue entry is (physical offset, size, tags code) — the same 20 bytes of information
 //! the real consume queue keeps — so a million messages cost their encoded size plus 24 bytes.
 
-use super::record::{self, Record, RecordError};
+use super::record;
+use crate::error::ProtocolError;
+use crate::message::{stored_record_len, try_encode_stored_message, Message, MessageExt, Properties};
+use bytes::BytesMut;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-/// `PermName` bits.
+/// `PermName` bits: the shared constants plus the read-write combination topics default to.
 pub mod perm {
-    /// Topic is readable.
-    pub const READ: i32 = 4;
-    /// Topic is writable.
-    pub const WRITE: i32 = 2;
-    /// Topic can be used as a template for auto-creation (TBW102).
-    pub const INHERIT: i32 = 1;
+    pub use crate::protocol::codes::perm::{INHERIT, PRIORITY, READ, WRITE};
     /// Read and write.
     pub const READ_WRITE: i32 = READ | WRITE;
 }
@@ -122,7 +120,7 @@ struct TopicState {
 #[derive(Debug)]
 struct Chunk {
     base: i64,
-    data: Vec<u8>,
+    data: BytesMut,
 }
 
 /// A message to append; the store assigns offsets and the store timestamp.
@@ -136,8 +134,8 @@ pub struct NewMessage {
     pub flag: i32,
     /// Body as received.
     pub body: bytes::Bytes,
-    /// Properties in wire form.
-    pub properties: String,
+    /// Properties as they will be stored.
+    pub properties: Properties,
     /// `MessageSysFlag` bits.
     pub sys_flag: i32,
     /// Producer timestamp.
@@ -167,7 +165,7 @@ pub struct PutResult {
 }
 
 /// Why a message was not stored.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum PutError {
     /// No such topic.
     #[error("topic {0} not exist")]
@@ -180,9 +178,9 @@ pub enum PutError {
         /// Requested queue.
         queue_id: i32,
     },
-    /// The record cannot be encoded.
+    /// The record cannot be encoded (properties or topic too long, record over 2 GiB).
     #[error(transparent)]
-    Record(#[from] RecordError),
+    Record(#[from] ProtocolError),
 }
 
 /// `GetMessageStatus` of the real store.
@@ -333,10 +331,15 @@ impl MessageStore {
             None => return Err(PutError::TopicNotExist(msg.topic)),
         };
         let commit_log_offset = self.commit_log_max_offset();
-        let rec = Record {
-            topic: msg.topic,
-            queue_id: msg.queue_id,
-            flag: msg.flag,
+        let queue_id = msg.queue_id;
+        let ext = MessageExt {
+            message: Message {
+                topic: msg.topic,
+                flag: msg.flag,
+                properties: msg.properties,
+                body: msg.body,
+            },
+            queue_id,
             queue_offset,
             commit_log_offset,
             sys_flag: msg.sys_flag,
@@ -346,14 +349,13 @@ impl MessageStore {
             store_host: self.store_host,
             reconsume_times: msg.reconsume_times,
             prepared_transaction_offset: msg.prepared_transaction_offset,
-            body: msg.body,
-            properties: msg.properties,
+            ..MessageExt::default()
         };
-        let size = record::encoded_len(&rec)?;
+        let size = stored_record_len(&ext)?;
+        let size_i32 = i32::try_from(size).map_err(|_| too_large(size))?;
         let chunk = self.writable_chunk(size, commit_log_offset);
-        record::encode_record(&rec, &mut chunk.data)?;
-        let size_i32 = i32::try_from(size).map_err(|_| RecordError::BodyTooLarge(size))?;
-        if let Some(q) = self.queue_mut(&rec.topic, rec.queue_id) {
+        try_encode_stored_message(&ext, &mut chunk.data)?;
+        if let Some(q) = self.queue_mut(&ext.message.topic, queue_id) {
             q.entries.push(CqEntry {
                 commit_log_offset,
                 size: size_i32,
@@ -370,14 +372,14 @@ impl MessageStore {
 
     /// Appends an already encoded record read back from disk, rebuilding its queue entry.
     /// Returns false (and stores nothing) when the record does not continue the commit log.
-    pub fn replay(&mut self, raw: &[u8], tags_code: i64) -> Result<bool, RecordError> {
-        let rec = record::decode_record(raw)?;
+    pub fn replay(&mut self, raw: &[u8], tags_code: i64) -> Result<bool, ProtocolError> {
+        let rec = record::decode_stored(raw)?;
         let expected = self.commit_log_max_offset();
         if rec.commit_log_offset != expected {
             return Ok(false);
         }
         let size = raw.len();
-        let Some(q) = self.queue_mut(&rec.topic, rec.queue_id) else {
+        let Some(q) = self.queue_mut(&rec.message.topic, rec.queue_id) else {
             // A record of a deleted topic still occupies commit-log space.
             let chunk = self.writable_chunk(size, expected);
             chunk.data.extend_from_slice(raw);
@@ -392,7 +394,7 @@ impl MessageStore {
         }
         q.entries.push(CqEntry {
             commit_log_offset: expected,
-            size: i32::try_from(size).map_err(|_| RecordError::BodyTooLarge(size))?,
+            size: i32::try_from(size).map_err(|_| too_large(size))?,
             tags_code,
         });
         let chunk = self.writable_chunk(size, expected);
@@ -406,9 +408,10 @@ impl MessageStore {
             Some(c) => !c.data.is_empty() && c.data.len() + size > CHUNK_CAPACITY,
         };
         if need_new {
+            // Reserving the whole chunk up front means appends never move stored records.
             self.chunks.push(Chunk {
                 base: next_offset,
-                data: Vec::new(),
+                data: BytesMut::with_capacity(CHUNK_CAPACITY.max(size)),
             });
         }
         let last = self.chunks.len() - 1;
@@ -478,7 +481,8 @@ impl MessageStore {
 
     /// Max logical offset of a queue: one past the last message (0 when it does not exist).
     pub fn max_offset(&self, topic: &str, queue_id: i32) -> i64 {
-        self.queue(topic, queue_id).map_or(0, ConsumeQueue::max_offset)
+        self.queue(topic, queue_id)
+            .map_or(0, ConsumeQueue::max_offset)
     }
 
     /// Max offset as pulls see it (frozen while the queue is paused).
@@ -642,6 +646,10 @@ impl MessageStore {
     }
 }
 
+fn too_large(size: usize) -> ProtocolError {
+    ProtocolError::InvalidMessage(format!("record of {size} bytes is too large to store"))
+}
+
 /// First index in `0..n` for which `pred` is false, assuming `pred` is true then false.
 fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
     let (mut lo, mut hi) = (0usize, n);
@@ -670,7 +678,7 @@ mod tests {
             queue_id,
             flag: 0,
             body: bytes::Bytes::from_static(b"body"),
-            properties: String::new(),
+            properties: Properties::new(),
             sys_flag: 0,
             born_timestamp: 1,
             born_host: "127.0.0.1:40000".parse().unwrap(),
@@ -697,8 +705,11 @@ mod tests {
         assert_eq!(b.commit_log_offset, i64::from(a.size));
         assert_eq!(c.commit_log_offset, i64::from(a.size + b.size));
         let raw = s.record_at_physical(b.commit_log_offset).unwrap();
-        let rec = record::decode_record(raw).unwrap();
-        assert_eq!((rec.queue_id, rec.queue_offset, rec.store_timestamp), (1, 0, 11));
+        let rec = crate::message::decode_message(&mut bytes::Bytes::copy_from_slice(raw)).unwrap();
+        assert_eq!(
+            (rec.queue_id, rec.queue_offset, rec.store_timestamp),
+            (1, 0, 11)
+        );
         assert_eq!(s.records().count(), 3);
     }
 
@@ -721,21 +732,39 @@ mod tests {
         let r = s.get("nope", 0, 5, 32, |_| true);
         assert_eq!(r.status, GetStatus::NoMatchedLogicQueue);
         let r = s.get("T", 0, 5, 32, |_| true);
-        assert_eq!((r.status, r.next_begin_offset), (GetStatus::NoMessageInQueue, 0));
+        assert_eq!(
+            (r.status, r.next_begin_offset),
+            (GetStatus::NoMessageInQueue, 0)
+        );
         for _ in 0..3 {
             s.put(msg("T", 0, 7), 0).unwrap();
         }
         let r = s.get("T", 0, 3, 32, |_| true);
-        assert_eq!((r.status, r.next_begin_offset), (GetStatus::OffsetOverflowOne, 3));
+        assert_eq!(
+            (r.status, r.next_begin_offset),
+            (GetStatus::OffsetOverflowOne, 3)
+        );
         let r = s.get("T", 0, 9, 32, |_| true);
-        assert_eq!((r.status, r.next_begin_offset), (GetStatus::OffsetOverflowBadly, 3));
+        assert_eq!(
+            (r.status, r.next_begin_offset),
+            (GetStatus::OffsetOverflowBadly, 3)
+        );
         let r = s.get("T", 0, 1, 32, |_| true);
-        assert_eq!((r.status, r.next_begin_offset, r.message_count), (GetStatus::Found, 3, 2));
+        assert_eq!(
+            (r.status, r.next_begin_offset, r.message_count),
+            (GetStatus::Found, 3, 2)
+        );
         let r = s.get("T", 0, 0, 32, |code| code != 7);
-        assert_eq!((r.status, r.next_begin_offset), (GetStatus::NoMatchedMessage, 3));
+        assert_eq!(
+            (r.status, r.next_begin_offset),
+            (GetStatus::NoMatchedMessage, 3)
+        );
         s.truncate_before("T", 0, 2);
         let r = s.get("T", 0, 0, 32, |_| true);
-        assert_eq!((r.status, r.next_begin_offset, r.min_offset), (GetStatus::OffsetTooSmall, 2, 2));
+        assert_eq!(
+            (r.status, r.next_begin_offset, r.min_offset),
+            (GetStatus::OffsetTooSmall, 2, 2)
+        );
     }
 
     #[test]
@@ -756,7 +785,10 @@ mod tests {
         s.put(msg("T", 0, 0), 0).unwrap();
         assert!(s.set_paused("T", 0, true));
         s.put(msg("T", 0, 0), 0).unwrap();
-        assert_eq!(s.get("T", 0, 1, 32, |_| true).status, GetStatus::OffsetOverflowOne);
+        assert_eq!(
+            s.get("T", 0, 1, 32, |_| true).status,
+            GetStatus::OffsetOverflowOne
+        );
         assert_eq!(s.max_offset("T", 0), 2);
         s.set_paused("T", 0, false);
         assert_eq!(s.get("T", 0, 1, 32, |_| true).status, GetStatus::Found);

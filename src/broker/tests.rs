@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::message::{decode_messages, property, Message, MessageExt};
-use crate::protocol::codes::{request_code as rc, response_code as code};
+use crate::protocol::codes::{pull_sys_flag, request_code as rc, response_code as code};
 
 const PRODUCER: ConnId = 1;
 const C1: ConnId = 2;
@@ -49,14 +49,26 @@ fn send_request(topic: &str, queue_id: i32, tags: Option<&str>, props: &str) -> 
         .with_body(bytes::Bytes::from_static(b"hello"))
 }
 
-fn send(c: &mut BrokerCore, topic: &str, queue_id: i32, tags: Option<&str>, now: i64) -> RemotingCommand {
+fn send(
+    c: &mut BrokerCore,
+    topic: &str,
+    queue_id: i32,
+    tags: Option<&str>,
+    now: i64,
+) -> RemotingCommand {
     let actions = c.handle(PRODUCER, send_request(topic, queue_id, tags, ""), now);
     let r = reply(&actions, PRODUCER);
     assert_eq!(r.code, code::SUCCESS, "{r:?}");
     r
 }
 
-fn pull_request(group: &str, topic: &str, queue_id: i32, offset: i64, sys_flag: i32) -> RemotingCommand {
+fn pull_request(
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    sys_flag: i32,
+) -> RemotingCommand {
     RemotingCommand::request(rc::PULL_MESSAGE)
         .with_ext("consumerGroup", group)
         .with_ext("topic", topic)
@@ -72,14 +84,21 @@ fn pull_request(group: &str, topic: &str, queue_id: i32, offset: i64, sys_flag: 
 }
 
 fn pull_with_sub(topic: &str, queue_id: i32, offset: i64, expr: &str) -> RemotingCommand {
-    pull_request("g", topic, queue_id, offset, pull_flag::SUBSCRIPTION).with_ext("subscription", expr)
+    pull_request("g", topic, queue_id, offset, pull_sys_flag::SUBSCRIPTION)
+        .with_ext("subscription", expr)
 }
 
 fn messages(r: &RemotingCommand) -> Vec<MessageExt> {
     decode_messages(r.body.clone().unwrap_or_default()).unwrap()
 }
 
-fn heartbeat(c: &mut BrokerCore, conn: ConnId, client: &str, sub_version: i64, now: i64) -> Vec<Action> {
+fn heartbeat(
+    c: &mut BrokerCore,
+    conn: ConnId,
+    client: &str,
+    sub_version: i64,
+    now: i64,
+) -> Vec<Action> {
     let body = serde_json::json!({
         "clientID": client,
         "producerDataSet": [],
@@ -122,7 +141,10 @@ fn notified(actions: &[Action]) -> Vec<ConnId> {
 fn send_then_pull_round_trips_with_broker_stamped_properties() {
     let mut c = core();
     let r = send(&mut c, "T", 2, Some("TagA"), T0);
-    assert_eq!((r.opaque, r.ext("queueId"), r.ext("queueOffset")), (11, Some("2"), Some("0")));
+    assert_eq!(
+        (r.opaque, r.ext("queueId"), r.ext("queueOffset")),
+        (11, Some("2"), Some("0"))
+    );
     // The reply's msgId is the offsetMsgId: store host 127.0.0.1:10911 and commit offset 0.
     assert_eq!(r.ext("msgId"), Some("7F00000100002A9F0000000000000000"));
     // Auto-created with min(d=4, TBW102 8) queues.
@@ -132,9 +154,17 @@ fn send_then_pull_round_trips_with_broker_stamped_properties() {
 
     let actions = c.handle(C1, pull_with_sub("T", 2, 0, "*"), T0 + 2);
     let p = reply(&actions, C1);
-    assert_eq!((p.code, p.remark.as_deref()), (code::SUCCESS, Some("FOUND")));
     assert_eq!(
-        (p.ext("nextBeginOffset"), p.ext("minOffset"), p.ext("maxOffset"), p.ext("suggestWhichBrokerId")),
+        (p.code, p.remark.as_deref()),
+        (code::SUCCESS, Some("FOUND"))
+    );
+    assert_eq!(
+        (
+            p.ext("nextBeginOffset"),
+            p.ext("minOffset"),
+            p.ext("maxOffset"),
+            p.ext("suggestWhichBrokerId")
+        ),
         (Some("2"), Some("0"), Some("2"), Some("0"))
     );
     let msgs = messages(&p);
@@ -145,7 +175,9 @@ fn send_then_pull_round_trips_with_broker_stamped_properties() {
     assert_eq!(m.born_host, "10.1.1.1:5000".parse().unwrap());
     assert_eq!(m.store_timestamp, T0);
     assert_eq!(m.property(property::CLUSTER), Some("DefaultCluster"));
-    assert!(m.property(property::UNIQ_KEY).is_some_and(|k| !k.is_empty()));
+    assert!(m
+        .property(property::UNIQ_KEY)
+        .is_some_and(|k| !k.is_empty()));
     assert_eq!(m.tags(), Some("TagA"));
     assert_eq!(m.body().as_ref(), b"hello");
 }
@@ -166,7 +198,10 @@ fn negative_queue_id_lets_the_broker_pick_and_v1_headers_work() {
         .with_ext("bornTimestamp", "1")
         .with_ext("flag", "0")
         .with_body(bytes::Bytes::from_static(b"x"));
-    assert_eq!(reply(&c.handle(PRODUCER, v1, T0), PRODUCER).code, code::SUCCESS);
+    assert_eq!(
+        reply(&c.handle(PRODUCER, v1, T0), PRODUCER).code,
+        code::SUCCESS
+    );
     let bad = send_request("T", 9, None, "");
     let r = reply(&c.handle(PRODUCER, bad, T0), PRODUCER);
     assert_eq!(r.code, code::SYSTEM_ERROR);
@@ -179,7 +214,9 @@ fn batch_send_stores_each_message_and_joins_ids() {
         Message::new("T", "a").with_tags("TagA"),
         Message::new("T", "b"),
     ]);
-    let req = send_request("T", 0, None, "").with_ext("m", "true").with_body(body);
+    let req = send_request("T", 0, None, "")
+        .with_ext("m", "true")
+        .with_body(body);
     let mut req = req;
     req.code = rc::SEND_BATCH_MESSAGE;
     let r = reply(&c.handle(PRODUCER, req, T0), PRODUCER);
@@ -188,7 +225,10 @@ fn batch_send_stores_each_message_and_joins_ids() {
     assert_eq!(ids.len(), 2);
     let p = reply(&c.handle(C1, pull_with_sub("T", 0, 0, "*"), T0), C1);
     let msgs = messages(&p);
-    assert_eq!(msgs.iter().map(|m| m.offset_msg_id()).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        msgs.iter().map(|m| m.offset_msg_id()).collect::<Vec<_>>(),
+        ids
+    );
     assert_eq!(msgs[1].queue_offset, 1);
 }
 
@@ -202,18 +242,30 @@ fn every_pull_status_maps_like_the_real_broker() {
     };
     // Empty queue: offset 0 → 19, any other offset → 21 (moved to 0).
     assert_eq!(status(&mut c, 0), (code::PULL_NOT_FOUND, Some("0".into())));
-    assert_eq!(status(&mut c, 5), (code::PULL_OFFSET_MOVED, Some("0".into())));
+    assert_eq!(
+        status(&mut c, 5),
+        (code::PULL_OFFSET_MOVED, Some("0".into()))
+    );
     send(&mut c, "T", 0, Some("TagB"), T0);
     send(&mut c, "T", 0, Some("TagB"), T0);
     // Caught up → 19; beyond → 21 to max.
     assert_eq!(status(&mut c, 2), (code::PULL_NOT_FOUND, Some("2".into())));
-    assert_eq!(status(&mut c, 7), (code::PULL_OFFSET_MOVED, Some("2".into())));
+    assert_eq!(
+        status(&mut c, 7),
+        (code::PULL_OFFSET_MOVED, Some("2".into()))
+    );
     // Everything filtered → 20 with the offset advanced past the scanned range.
     let r = reply(&c.handle(C1, pull_with_sub("T", 0, 0, "TagA"), T0), C1);
-    assert_eq!((r.code, r.ext("nextBeginOffset")), (code::PULL_RETRY_IMMEDIATELY, Some("2")));
+    assert_eq!(
+        (r.code, r.ext("nextBeginOffset")),
+        (code::PULL_RETRY_IMMEDIATELY, Some("2"))
+    );
     // Below the min offset (after retention) → 21 to min.
     c.store_mut().truncate_before("T", 0, 1);
-    assert_eq!(status(&mut c, 0), (code::PULL_OFFSET_MOVED, Some("1".into())));
+    assert_eq!(
+        status(&mut c, 0),
+        (code::PULL_OFFSET_MOVED, Some("1".into()))
+    );
     // Unknown topic → 17; bad queue → 29.
     let r = reply(&c.handle(C1, pull_with_sub("X", 0, 0, "*"), T0), C1);
     assert_eq!(r.code, code::TOPIC_NOT_EXIST);
@@ -231,9 +283,15 @@ fn pulls_without_subscription_flag_need_a_current_heartbeat() {
     let r = reply(&c.handle(C1, pull_request("g", "T", 0, 0, 0), T0), C1);
     assert_eq!(r.code, code::PULL_NOT_FOUND);
     let newer = pull_request("g", "T", 0, 0, 0).with_ext("subVersion", "101");
-    assert_eq!(reply(&c.handle(C1, newer, T0), C1).code, code::SUBSCRIPTION_NOT_LATEST);
+    assert_eq!(
+        reply(&c.handle(C1, newer, T0), C1).code,
+        code::SUBSCRIPTION_NOT_LATEST
+    );
     let other_topic = pull_request("g", "%RETRY%g", 0, 0, 0);
-    assert_eq!(reply(&c.handle(C1, other_topic, T0), C1).code, code::SUBSCRIPTION_NOT_EXIST);
+    assert_eq!(
+        reply(&c.handle(C1, other_topic, T0), C1).code,
+        code::SUBSCRIPTION_NOT_EXIST
+    );
 }
 
 #[test]
@@ -254,7 +312,10 @@ fn server_side_tag_filter_uses_the_heartbeat_subscription() {
 fn long_poll_is_woken_by_a_matching_send_on_its_own_queue_only() {
     let mut c = core();
     c.create_topic(TopicConfig::new("T", 2));
-    let held = pull_with_sub("T", 0, 0, "TagA").with_ext("sysFlag", (pull_flag::SUBSCRIPTION | pull_flag::SUSPEND).to_string());
+    let held = pull_with_sub("T", 0, 0, "TagA").with_ext(
+        "sysFlag",
+        (pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND).to_string(),
+    );
     assert!(c.handle(C1, held, T0).is_empty());
     assert_eq!(c.held_pull_count(), 1);
     // Another queue, and a non-matching tag on the same queue, do not wake it.
@@ -266,7 +327,13 @@ fn long_poll_is_woken_by_a_matching_send_on_its_own_queue_only() {
     let a = c.handle(PRODUCER, send_request("T", 0, Some("TagA"), ""), T0 + 3);
     let r = reply(&a, C1);
     assert_eq!((r.code, r.opaque), (code::SUCCESS, 21));
-    assert_eq!(messages(&r).iter().map(|m| m.queue_offset).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        messages(&r)
+            .iter()
+            .map(|m| m.queue_offset)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
     assert_eq!(c.held_pull_count(), 0);
 }
 
@@ -275,13 +342,19 @@ fn long_poll_times_out_with_no_new_message_at_the_requested_offset() {
     let mut c = core();
     send(&mut c, "T", 0, None, T0);
     let held = pull_with_sub("T", 0, 1, "*")
-        .with_ext("sysFlag", (pull_flag::SUBSCRIPTION | pull_flag::SUSPEND).to_string())
+        .with_ext(
+            "sysFlag",
+            (pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND).to_string(),
+        )
         .with_ext("suspendTimeoutMillis", "1000");
     assert!(c.handle(C1, held, T0).is_empty());
     assert_eq!(c.next_deadline(), Some(T0 + 1000));
     assert!(c.on_tick(T0 + 999).is_empty());
     let r = reply(&c.on_tick(T0 + 1000), C1);
-    assert_eq!((r.code, r.ext("nextBeginOffset")), (code::PULL_NOT_FOUND, Some("1")));
+    assert_eq!(
+        (r.code, r.ext("nextBeginOffset")),
+        (code::PULL_NOT_FOUND, Some("1"))
+    );
     // A disconnected client's held pull is dropped silently.
     let held = pull_with_sub("T", 0, 1, "*").with_ext("sysFlag", "6");
     c.handle(C1, held, T0);
@@ -300,13 +373,19 @@ fn consumer_offsets_query_update_and_commit_on_pull() {
             .with_ext("queueId", q.to_string())
     };
     // Nothing stored, queue empty → 22.
-    assert_eq!(reply(&c.handle(C1, query(0), T0), C1).code, code::QUERY_NOT_FOUND);
+    assert_eq!(
+        reply(&c.handle(C1, query(0), T0), C1).code,
+        code::QUERY_NOT_FOUND
+    );
     // Nothing stored but offset 0 still there → the "answers 0" quirk, unless told not to.
     send(&mut c, "T", 0, None, T0);
     let r = reply(&c.handle(C1, query(0), T0), C1);
     assert_eq!((r.code, r.ext("offset")), (code::SUCCESS, Some("0")));
     let strict = query(0).with_ext("setZeroIfNotFound", "false");
-    assert_eq!(reply(&c.handle(C1, strict, T0), C1).code, code::QUERY_NOT_FOUND);
+    assert_eq!(
+        reply(&c.handle(C1, strict, T0), C1).code,
+        code::QUERY_NOT_FOUND
+    );
     // Updating needs a known group.
     let update = |off: i64| {
         RemotingCommand::request(rc::UPDATE_CONSUMER_OFFSET)
@@ -315,16 +394,25 @@ fn consumer_offsets_query_update_and_commit_on_pull() {
             .with_ext("queueId", "1")
             .with_ext("commitOffset", off.to_string())
     };
-    assert_eq!(reply(&c.handle(C1, update(5), T0), C1).code, code::SUBSCRIPTION_GROUP_NOT_EXIST);
+    assert_eq!(
+        reply(&c.handle(C1, update(5), T0), C1).code,
+        code::SUBSCRIPTION_GROUP_NOT_EXIST
+    );
     heartbeat(&mut c, C1, "c1", 1, T0);
     assert_eq!(reply(&c.handle(C1, update(5), T0), C1).code, code::SUCCESS);
     let mut oneway = update(6);
     oneway.mark_oneway();
     assert!(c.handle(C1, oneway, T0).is_empty());
-    assert_eq!(reply(&c.handle(C1, query(1), T0), C1).ext("offset"), Some("6"));
+    assert_eq!(
+        reply(&c.handle(C1, query(1), T0), C1).ext("offset"),
+        Some("6")
+    );
     // FLAG_COMMIT_OFFSET commits the request's commitOffset.
     let p = pull_with_sub("T", 0, 1, "*")
-        .with_ext("sysFlag", (pull_flag::SUBSCRIPTION | pull_flag::COMMIT_OFFSET).to_string())
+        .with_ext(
+            "sysFlag",
+            (pull_sys_flag::SUBSCRIPTION | pull_sys_flag::COMMIT_OFFSET).to_string(),
+        )
         .with_ext("commitOffset", "1");
     c.handle(C1, p, T0);
     assert_eq!(c.offsets().query("g", "T", 0), Some(1));
@@ -337,17 +425,36 @@ fn min_max_offsets_search_by_time_and_earliest_store_time() {
         send(&mut c, "T", 0, None, T0 + i * 100);
     }
     let ask = |c: &mut BrokerCore, req: RemotingCommand| reply(&c.handle(C1, req, T0), C1);
-    let base = |code| RemotingCommand::request(code).with_ext("topic", "T").with_ext("queueId", "0");
-    assert_eq!(ask(&mut c, base(rc::GET_MAX_OFFSET)).ext("offset"), Some("3"));
-    assert_eq!(ask(&mut c, base(rc::GET_MIN_OFFSET)).ext("offset"), Some("0"));
+    let base = |code| {
+        RemotingCommand::request(code)
+            .with_ext("topic", "T")
+            .with_ext("queueId", "0")
+    };
+    assert_eq!(
+        ask(&mut c, base(rc::GET_MAX_OFFSET)).ext("offset"),
+        Some("3")
+    );
+    assert_eq!(
+        ask(&mut c, base(rc::GET_MIN_OFFSET)).ext("offset"),
+        Some("0")
+    );
     let search = |ts: i64, b: &str| {
         base(rc::SEARCH_OFFSET_BY_TIMESTAMP)
             .with_ext("timestamp", ts.to_string())
             .with_ext("boundaryType", b)
     };
-    assert_eq!(ask(&mut c, search(T0 + 150, "LOWER")).ext("offset"), Some("2"));
-    assert_eq!(ask(&mut c, search(T0 + 150, "upper")).ext("offset"), Some("1"));
-    assert_eq!(ask(&mut c, search(T0 + 999, "LOWER")).ext("offset"), Some("3"));
+    assert_eq!(
+        ask(&mut c, search(T0 + 150, "LOWER")).ext("offset"),
+        Some("2")
+    );
+    assert_eq!(
+        ask(&mut c, search(T0 + 150, "upper")).ext("offset"),
+        Some("1")
+    );
+    assert_eq!(
+        ask(&mut c, search(T0 + 999, "LOWER")).ext("offset"),
+        Some("3")
+    );
     let r = ask(&mut c, base(rc::GET_EARLIEST_MSG_STORETIME));
     assert_eq!(r.ext("timestamp"), Some(T0.to_string().as_str()));
 }
@@ -363,7 +470,8 @@ fn membership_changes_notify_the_group_and_idle_channels_expire() {
     assert!(notified(&heartbeat(&mut c, C1, "c1", 1, T0 + 10)).is_empty());
     let a = heartbeat(&mut c, C2, "c2", 1, T0 + 20);
     assert_eq!(notified(&a), vec![C1, C2]);
-    let list = RemotingCommand::request(rc::GET_CONSUMER_LIST_BY_GROUP).with_ext("consumerGroup", "g");
+    let list =
+        RemotingCommand::request(rc::GET_CONSUMER_LIST_BY_GROUP).with_ext("consumerGroup", "g");
     let r = reply(&c.handle(C1, list.clone(), T0), C1);
     let body: serde_json::Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
     assert_eq!(body["consumerIdList"], serde_json::json!(["c1", "c2"]));
@@ -399,13 +507,38 @@ fn queue_locks_are_exclusive_and_expire() {
         let v: serde_json::Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
         v["lockOKMQSet"].as_array().unwrap().len()
     };
-    assert_eq!(locked(&reply(&c.handle(C1, lock("c1", rc::LOCK_BATCH_MQ), T0), C1)), 2);
-    assert_eq!(locked(&reply(&c.handle(C2, lock("c2", rc::LOCK_BATCH_MQ), T0 + 1), C2)), 0);
+    assert_eq!(
+        locked(&reply(&c.handle(C1, lock("c1", rc::LOCK_BATCH_MQ), T0), C1)),
+        2
+    );
+    assert_eq!(
+        locked(&reply(
+            &c.handle(C2, lock("c2", rc::LOCK_BATCH_MQ), T0 + 1),
+            C2
+        )),
+        0
+    );
     // After 60 s without renewal the other client can take them.
-    assert_eq!(locked(&reply(&c.handle(C2, lock("c2", rc::LOCK_BATCH_MQ), T0 + 60_001), C2)), 2);
-    assert_eq!(reply(&c.handle(C2, lock("c2", rc::UNLOCK_BATCH_MQ), T0), C2).code, code::SUCCESS);
-    assert_eq!(locked(&reply(&c.handle(C1, lock("c1", rc::LOCK_BATCH_MQ), T0 + 60_002), C1)), 2);
-    let bad = RemotingCommand::request(rc::LOCK_BATCH_MQ).with_body(bytes::Bytes::from_static(b"{"));
+    assert_eq!(
+        locked(&reply(
+            &c.handle(C2, lock("c2", rc::LOCK_BATCH_MQ), T0 + 60_001),
+            C2
+        )),
+        2
+    );
+    assert_eq!(
+        reply(&c.handle(C2, lock("c2", rc::UNLOCK_BATCH_MQ), T0), C2).code,
+        code::SUCCESS
+    );
+    assert_eq!(
+        locked(&reply(
+            &c.handle(C1, lock("c1", rc::LOCK_BATCH_MQ), T0 + 60_002),
+            C1
+        )),
+        2
+    );
+    let bad =
+        RemotingCommand::request(rc::LOCK_BATCH_MQ).with_body(bytes::Bytes::from_static(b"{"));
     assert_eq!(reply(&c.handle(C1, bad, T0), C1).code, code::SYSTEM_ERROR);
 }
 
@@ -424,7 +557,10 @@ fn send_back_schedules_a_retry_then_dead_letters_it() {
     let sent = send(&mut c, "T", 0, Some("TagA"), T0);
     let original_id = sent.ext("msgId").unwrap().to_owned();
     // First failure: delay level 0 → 3 + reconsumeTimes(0) = level 3 = 30 ms in this table.
-    assert_eq!(reply(&c.handle(C1, send_back(0, 0), T0), C1).code, code::SUCCESS);
+    assert_eq!(
+        reply(&c.handle(C1, send_back(0, 0), T0), C1).code,
+        code::SUCCESS
+    );
     let retry = "%RETRY%g";
     assert_eq!(c.store().max_offset(retry, 0), 0);
     assert_eq!(c.next_deadline(), Some(T0 + 30));
@@ -435,7 +571,10 @@ fn send_back_schedules_a_retry_then_dead_letters_it() {
     let m = &messages(&r)[0];
     assert_eq!(m.reconsume_times, 1);
     assert_eq!(m.property(property::RETRY_TOPIC), Some("T"));
-    assert_eq!(m.property(property::ORIGIN_MESSAGE_ID), Some(original_id.as_str()));
+    assert_eq!(
+        m.property(property::ORIGIN_MESSAGE_ID),
+        Some(original_id.as_str())
+    );
     assert_eq!(m.property(property::REAL_TOPIC), Some(retry));
     assert_eq!(m.property(property::REAL_QID), Some("0"));
     assert_eq!(m.property(property::DELAY), None);
@@ -448,14 +587,23 @@ fn send_back_schedules_a_retry_then_dead_letters_it() {
     assert_eq!(m.reconsume_times, 2);
     // Third failure: reconsumeTimes 2 ≥ max 2 → DLQ at once, origin preserved.
     c.handle(C1, send_back(m.commit_log_offset, 0), T0 + 90);
-    let r = reply(&c.handle(C1, pull_with_sub("%DLQ%g", 0, 0, "*"), T0 + 91), C1);
+    let r = reply(
+        &c.handle(C1, pull_with_sub("%DLQ%g", 0, 0, "*"), T0 + 91),
+        C1,
+    );
     let d = &messages(&r)[0];
     assert_eq!(d.reconsume_times, 3);
-    assert_eq!(d.property(property::ORIGIN_MESSAGE_ID), Some(original_id.as_str()));
+    assert_eq!(
+        d.property(property::ORIGIN_MESSAGE_ID),
+        Some(original_id.as_str())
+    );
     assert_eq!(d.property(property::DLQ_ORIGIN_TOPIC), Some("T"));
     assert_eq!(c.store().topic("%DLQ%g").unwrap().read_queue_nums, 1);
     // Unknown offset → SYSTEM_ERROR; negative delay level → straight to DLQ.
-    assert_eq!(reply(&c.handle(C1, send_back(999_999, 0), T0), C1).code, code::SYSTEM_ERROR);
+    assert_eq!(
+        reply(&c.handle(C1, send_back(999_999, 0), T0), C1).code,
+        code::SYSTEM_ERROR
+    );
     c.handle(C1, send_back(0, -1), T0 + 100);
     assert_eq!(c.store().max_offset("%DLQ%g", 0), 2);
 }
@@ -463,8 +611,17 @@ fn send_back_schedules_a_retry_then_dead_letters_it() {
 #[test]
 fn delay_property_on_a_plain_send_is_honoured() {
     let mut c = core();
-    let req = send_request("%RETRY%g", 0, None, "DELAY\u{1}2\u{2}RETRY_TOPIC\u{1}T\u{2}").with_ext("j", "1");
-    assert_eq!(reply(&c.handle(PRODUCER, req, T0), PRODUCER).code, code::SUCCESS);
+    let req = send_request(
+        "%RETRY%g",
+        0,
+        None,
+        "DELAY\u{1}2\u{2}RETRY_TOPIC\u{1}T\u{2}",
+    )
+    .with_ext("j", "1");
+    assert_eq!(
+        reply(&c.handle(PRODUCER, req, T0), PRODUCER).code,
+        code::SUCCESS
+    );
     assert_eq!(c.store().max_offset("%RETRY%g", 0), 0);
     c.on_tick(T0 + 20);
     assert_eq!(c.store().max_offset("%RETRY%g", 0), 1);
@@ -485,11 +642,16 @@ fn reset_offsets_pushes_object_key_bodies_to_the_group() {
     c.offsets.commit("g", "T", 0, 3);
     let (table, actions) = c.reset_offsets("T", "g", T0 + 100, false).unwrap();
     assert_eq!(table.values().copied().collect::<Vec<_>>(), vec![1]);
-    let Action::Send { conn, command } = &actions[0] else { panic!() };
+    let Action::Send { conn, command } = &actions[0] else {
+        panic!()
+    };
     assert_eq!(*conn, C1);
     assert_eq!(command.code, rc::RESET_CONSUMER_CLIENT_OFFSET);
     assert!(command.is_oneway());
-    assert_eq!(command.ext("timestamp"), Some((T0 + 100).to_string().as_str()));
+    assert_eq!(
+        command.ext("timestamp"),
+        Some((T0 + 100).to_string().as_str())
+    );
     let body = std::str::from_utf8(command.body.as_deref().unwrap()).unwrap();
     assert_eq!(
         body,
@@ -497,7 +659,10 @@ fn reset_offsets_pushes_object_key_bodies_to_the_group() {
     );
     // Without members the real broker refuses.
     c.on_disconnect(C1);
-    assert_eq!(c.reset_offsets("T", "g", T0, false).unwrap_err().0, code::CONSUMER_NOT_ONLINE);
+    assert_eq!(
+        c.reset_offsets("T", "g", T0, false).unwrap_err().0,
+        code::CONSUMER_NOT_ONLINE
+    );
 }
 
 #[test]
@@ -505,7 +670,9 @@ fn client_calls_are_correlated_and_time_out() {
     let mut c = core();
     heartbeat(&mut c, C1, "c1", 1, T0);
     let actions = c.request_running_info(7, "g", "c1", false, T0).unwrap();
-    let Action::Send { conn, command } = &actions[0] else { panic!() };
+    let Action::Send { conn, command } = &actions[0] else {
+        panic!()
+    };
     assert_eq!((*conn, command.code), (C1, rc::GET_CONSUMER_RUNNING_INFO));
     let answer = RemotingCommand::response_to(command, code::SUCCESS, None);
     let done = c.handle(C1, answer, T0 + 1);
@@ -516,8 +683,14 @@ fn client_calls_are_correlated_and_time_out() {
         .with_ext("clientId", "c1")
         .with_opaque(99);
     let a = c.handle(C2, admin, T0);
-    let Action::Send { command: fwd, .. } = &a[0] else { panic!() };
-    let back = c.handle(C1, RemotingCommand::response_to(fwd, code::SUCCESS, None), T0);
+    let Action::Send { command: fwd, .. } = &a[0] else {
+        panic!()
+    };
+    let back = c.handle(
+        C1,
+        RemotingCommand::response_to(fwd, code::SUCCESS, None),
+        T0,
+    );
     assert_eq!(reply(&back, C2).opaque, 99);
     // No answer within 10 s → the admin gets SYSTEM_ERROR.
     let admin = RemotingCommand::request(rc::GET_CONSUMER_RUNNING_INFO)
@@ -532,9 +705,20 @@ fn client_calls_are_correlated_and_time_out() {
 #[test]
 fn faults_fail_drop_or_delay_chosen_codes_and_paused_queues_show_nothing_new() {
     let mut c = core();
-    c.set_fault(rc::GET_MAX_OFFSET, Some(Fault::Fail { code: code::SYSTEM_BUSY, remark: "busy".into() }));
-    let req = RemotingCommand::request(rc::GET_MAX_OFFSET).with_ext("topic", "T").with_ext("queueId", "0");
-    assert_eq!(reply(&c.handle(C1, req.clone(), T0), C1).code, code::SYSTEM_BUSY);
+    c.set_fault(
+        rc::GET_MAX_OFFSET,
+        Some(Fault::Fail {
+            code: code::SYSTEM_BUSY,
+            remark: "busy".into(),
+        }),
+    );
+    let req = RemotingCommand::request(rc::GET_MAX_OFFSET)
+        .with_ext("topic", "T")
+        .with_ext("queueId", "0");
+    assert_eq!(
+        reply(&c.handle(C1, req.clone(), T0), C1).code,
+        code::SYSTEM_BUSY
+    );
     c.set_fault(rc::GET_MAX_OFFSET, Some(Fault::Drop));
     assert!(c.handle(C1, req.clone(), T0).is_empty());
     c.set_fault(rc::GET_MAX_OFFSET, Some(Fault::Delay { millis: 50 }));
@@ -557,23 +741,45 @@ fn faults_fail_drop_or_delay_chosen_codes_and_paused_queues_show_nothing_new() {
 #[test]
 fn malformed_requests_get_the_real_error_codes() {
     let mut c = core();
-    let r = reply(&c.handle(C1, RemotingCommand::request(rc::PULL_MESSAGE), T0), C1);
+    let r = reply(
+        &c.handle(C1, RemotingCommand::request(rc::PULL_MESSAGE), T0),
+        C1,
+    );
     assert_eq!(r.code, code::SYSTEM_ERROR);
     assert!(r.remark.unwrap().contains("<consumerGroup>"));
-    let r = reply(&c.handle(C1, RemotingCommand::request(12345).with_opaque(4), T0), C1);
+    let r = reply(
+        &c.handle(C1, RemotingCommand::request(12345).with_opaque(4), T0),
+        C1,
+    );
     assert_eq!((r.code, r.opaque), (code::REQUEST_CODE_NOT_SUPPORTED, 4));
-    assert_eq!(r.remark.as_deref(), Some(" request type 12345 not supported"));
+    assert_eq!(
+        r.remark.as_deref(),
+        Some(" request type 12345 not supported")
+    );
     let mut oneway = RemotingCommand::request(12345);
     oneway.mark_oneway();
     assert!(c.handle(C1, oneway, T0).is_empty());
     let bad_num = send_request("T", 0, None, "").with_ext("e", "zero");
-    assert_eq!(reply(&c.handle(PRODUCER, bad_num, T0), PRODUCER).code, code::SYSTEM_ERROR);
+    assert_eq!(
+        reply(&c.handle(PRODUCER, bad_num, T0), PRODUCER).code,
+        code::SYSTEM_ERROR
+    );
     let bad_topic = send_request("bad topic!", 0, None, "");
-    assert_eq!(reply(&c.handle(PRODUCER, bad_topic, T0), PRODUCER).code, code::SYSTEM_ERROR);
+    assert_eq!(
+        reply(&c.handle(PRODUCER, bad_topic, T0), PRODUCER).code,
+        code::SYSTEM_ERROR
+    );
     let no_body = RemotingCommand::request(rc::HEART_BEAT);
-    assert_eq!(reply(&c.handle(C1, no_body, T0), C1).code, code::SYSTEM_ERROR);
-    let garbage = RemotingCommand::request(rc::HEART_BEAT).with_body(bytes::Bytes::from_static(b"\xff\x00"));
-    assert_eq!(reply(&c.handle(C1, garbage, T0), C1).code, code::SYSTEM_ERROR);
+    assert_eq!(
+        reply(&c.handle(C1, no_body, T0), C1).code,
+        code::SYSTEM_ERROR
+    );
+    let garbage =
+        RemotingCommand::request(rc::HEART_BEAT).with_body(bytes::Bytes::from_static(b"\xff\x00"));
+    assert_eq!(
+        reply(&c.handle(C1, garbage, T0), C1).code,
+        code::SYSTEM_ERROR
+    );
 }
 
 #[test]
@@ -581,6 +787,7 @@ fn update_topic_creates_queues_and_announces_them() {
     let mut c = core();
     let req = RemotingCommand::request(rc::UPDATE_AND_CREATE_TOPIC)
         .with_ext("topic", "Orders")
+        .with_ext("defaultTopic", "TBW102")
         .with_ext("readQueueNums", "3")
         .with_ext("writeQueueNums", "3")
         .with_ext("perm", "6");
@@ -588,7 +795,14 @@ fn update_topic_creates_queues_and_announces_them() {
     assert_eq!(reply(&a, C1).code, code::SUCCESS);
     assert!(a.contains(&Action::TopicsChanged));
     let reg = c.registration();
-    let t = reg.topics.iter().find(|t| t.topic_name == "Orders").unwrap();
+    let t = reg
+        .topics
+        .iter()
+        .find(|t| t.topic_name == "Orders")
+        .unwrap();
     assert_eq!((t.read_queue_nums, t.perm), (3, 6));
-    assert!(reg.topics.iter().any(|t| t.topic_name == AUTO_CREATE_TOPIC && t.perm == 7));
+    assert!(reg
+        .topics
+        .iter()
+        .any(|t| t.topic_name == AUTO_CREATE_TOPIC && t.perm == 7));
 }

@@ -347,6 +347,12 @@ pub struct PushConsumerConfig {
     pub message_model: MessageModel,
     /// Concurrent or orderly consumption (Java picks it from the listener's type).
     pub consume_mode: ConsumeMode,
+    /// Orderly only, opt-in (not in Java): within one queue, messages with different ordering
+    /// keys (`__SHARDINGKEY`, else the first `KEYS` token) are consumed concurrently while
+    /// messages with the same key stay strictly ordered (see [`super::key_order`]). Default
+    /// false: the whole queue is one ordered stream.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub key_ordered: bool,
     /// Where a queue without a stored offset starts.
     pub consume_from_where: ConsumeFromWhere,
     /// The start time for [`ConsumeFromWhere::Timestamp`]: `yyyyMMddHHmmss`, read as UTC unless
@@ -469,6 +475,7 @@ impl Default for PushConsumerConfig {
             consumer_group: String::new(),
             message_model: MessageModel::Clustering,
             consume_mode: ConsumeMode::Concurrently,
+            key_ordered: false,
             consume_from_where: ConsumeFromWhere::LastOffset,
             consume_timestamp: None,
             allocate_strategy: AllocateStrategyKind::Averagely,
@@ -703,6 +710,13 @@ impl PushConsumerConfig {
             }
         }
         validate_strategy(&self.allocate_strategy)?;
+        if self.key_ordered && self.consume_mode != ConsumeMode::Orderly {
+            return Err(config_error(
+                "key_ordered",
+                "true",
+                "only with consume_mode = \"orderly\"",
+            ));
+        }
         check_range("consume_thread_min", self.consume_thread_min, 1, 1000)?;
         check_range("consume_thread_max", self.consume_thread_max, 1, 1000)?;
         if self.consume_thread_min > self.consume_thread_max {
@@ -797,6 +811,11 @@ impl PushConsumerConfig {
     /// Whether consumption is orderly.
     pub fn is_orderly(&self) -> bool {
         self.consume_mode == ConsumeMode::Orderly
+    }
+
+    /// Whether consumption is orderly per key rather than per queue ([`Self::key_ordered`]).
+    pub fn is_key_ordered(&self) -> bool {
+        self.is_orderly() && self.key_ordered
     }
 
     /// The limit on listener calls in flight at once: `consume_concurrency_max`, else

@@ -364,7 +364,7 @@ pub struct PullOutcome {
     pub drop_queue: bool,
     /// Trigger a rebalance now, which re-adds the queue from its corrected offset.
     pub rebalance: bool,
-    /// The broker answered with offsets below the request (Java logs "[BUG] pull message
+    /// The broker answered with offsets below the request (Java logs "\[BUG\] pull message
     /// result maybe data wrong"); worth a warning, nothing else changes.
     pub suspicious: bool,
 }

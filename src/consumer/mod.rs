@@ -13,11 +13,17 @@
 //! | [`flow`] | whether to pull a queue now or later, and what a pull result means |
 //! | [`offset`] | consume offsets: increase-only updates, persistence, start offsets, local files |
 //! | [`retry`] | retry/DLQ topic names, delay levels, the fallback retry message |
+//! | [`orderly`] | orderly consumption of one queue: batches, commit/suspend/DLQ, yielding |
+//! | [`key_order`] | key-ordered mode: same key in order, different keys concurrently |
+//! | [`lock`] | broker queue locks of orderly clustering consumers, the drop sequence |
 
 pub mod allocate;
 pub mod config;
 pub mod flow;
+pub mod key_order;
+pub mod lock;
 pub mod offset;
+pub mod orderly;
 pub mod process_queue;
 pub mod retry;
 pub mod serde_duration;
@@ -27,5 +33,8 @@ pub use config::{
     AllocateStrategyKind, ConsumeFromWhere, ConsumeMode, MessageModel, PushConsumerConfig,
 };
 pub use flow::{PullDecision, PullOutcome, PullStatus};
+pub use key_order::KeyOrderedQueue;
+pub use lock::QueueLocks;
 pub use offset::{OffsetTable, StartOffset};
+pub use orderly::{OrderlyContext, OrderlyQueueState, OrderlyStatus};
 pub use process_queue::{CachedMessage, ProcessQueue, ProcessQueueSnapshot};

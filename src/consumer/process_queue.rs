@@ -36,6 +36,11 @@ pub trait CachedMessage {
     fn queue_offset(&self) -> i64;
     /// The size of its body in bytes (what the size thresholds count).
     fn body_len(&self) -> usize;
+    /// How many times the broker says it was delivered before (`reconsumeTimes`); 0 for a
+    /// first delivery. Orderly consumption counts local redeliveries on top of it.
+    fn reconsume_times(&self) -> i32 {
+        0
+    }
 }
 
 impl<T: CachedMessage + ?Sized> CachedMessage for Arc<T> {
@@ -44,6 +49,9 @@ impl<T: CachedMessage + ?Sized> CachedMessage for Arc<T> {
     }
     fn body_len(&self) -> usize {
         (**self).body_len()
+    }
+    fn reconsume_times(&self) -> i32 {
+        (**self).reconsume_times()
     }
 }
 
@@ -54,6 +62,9 @@ impl<T: CachedMessage + ?Sized> CachedMessage for Box<T> {
     fn body_len(&self) -> usize {
         (**self).body_len()
     }
+    fn reconsume_times(&self) -> i32 {
+        (**self).reconsume_times()
+    }
 }
 
 impl<T: CachedMessage + ?Sized> CachedMessage for &T {
@@ -63,6 +74,9 @@ impl<T: CachedMessage + ?Sized> CachedMessage for &T {
     fn body_len(&self) -> usize {
         (**self).body_len()
     }
+    fn reconsume_times(&self) -> i32 {
+        (**self).reconsume_times()
+    }
 }
 
 impl CachedMessage for crate::message::MessageExt {
@@ -71,6 +85,9 @@ impl CachedMessage for crate::message::MessageExt {
     }
     fn body_len(&self) -> usize {
         self.message.body.len()
+    }
+    fn reconsume_times(&self) -> i32 {
+        self.reconsume_times
     }
 }
 
@@ -386,6 +403,17 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// Orderly: messages of the batch being consumed.
     pub fn consuming_count(&self) -> usize {
         self.consuming.len()
+    }
+
+    /// Orderly: offsets of the messages taken for consumption and not yet committed, in
+    /// order (with auto-commit off they can span several listener calls).
+    pub fn consuming_offsets(&self) -> Vec<i64> {
+        self.consuming.keys().copied().collect()
+    }
+
+    /// Orderly: the message at `offset` in the batch being consumed.
+    pub fn consuming_message(&self, offset: i64) -> Option<&M> {
+        self.consuming.get(&offset).map(|e| &e.message)
     }
 
     /// Drops every cached message (offset reset, queue dropped).

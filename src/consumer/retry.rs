@@ -9,6 +9,7 @@
 //! ```
 
 use crate::message::{property, Message, MessageExt};
+use std::ops::Range;
 use std::time::Duration;
 
 /// Prefix of a group's retry topic (Java `MixAll.RETRY_GROUP_TOPIC_PREFIX`).
@@ -108,6 +109,48 @@ pub fn retry_delay_level(reconsume_times: i32) -> i32 {
 /// Clamps an orderly queue's suspend time to [10 ms, 30 s], as Java does.
 pub fn clamp_suspend_time(suspend: Duration) -> Duration {
     suspend.clamp(MIN_SUSPEND_TIME, MAX_SUSPEND_TIME)
+}
+
+/// Which messages of a concurrently consumed batch of `batch_len` failed and must be retried
+/// (Java `processConsumeResult`): all of them when the listener asked to reconsume later
+/// (or failed), otherwise those after `ack_index` (the listener's "0..=ack_index succeeded";
+/// `None` = all succeeded).
+///
+/// ```
+/// use rocketmq_actor::consumer::retry::failed_range;
+/// assert_eq!(failed_range(true, None, 4), 4..4);
+/// assert_eq!(failed_range(true, Some(1), 4), 2..4);
+/// assert_eq!(failed_range(false, Some(1), 4), 0..4);
+/// ```
+pub fn failed_range(success: bool, ack_index: Option<usize>, batch_len: usize) -> Range<usize> {
+    if !success {
+        return 0..batch_len;
+    }
+    match ack_index {
+        Some(index) => index.saturating_add(1).min(batch_len)..batch_len,
+        None => batch_len..batch_len,
+    }
+}
+
+/// What an orderly consumer does with a message of a batch the listener suspended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderlyRetry {
+    /// Put it back and consume the queue again after the suspend time (its reconsume count
+    /// goes up by one).
+    Suspend,
+    /// It reached the maximum: send [`build_retry_message`] (whose `RECONSUME_TIME` exceeds the
+    /// maximum, so the broker puts it in the DLQ) and commit past it; if that send fails,
+    /// suspend instead.
+    SendToDeadLetter,
+}
+
+/// Java `checkReconsumeTimes`: a message delivered `reconsume_times` times goes to the DLQ once
+/// that reaches `max_reconsume_times` (`None` = unlimited, orderly's default).
+pub fn orderly_retry(reconsume_times: i32, max_reconsume_times: Option<u32>) -> OrderlyRetry {
+    match max_reconsume_times {
+        Some(max) if i64::from(reconsume_times) >= i64::from(max) => OrderlyRetry::SendToDeadLetter,
+        _ => OrderlyRetry::Suspend,
+    }
 }
 
 /// The topic a message was originally sent to: a message redelivered through `%RETRY%<group>`
@@ -305,6 +348,28 @@ mod tests {
             r.property(property::ORIGIN_MESSAGE_ID),
             Some(m.offset_msg_id().as_str())
         );
+    }
+
+    #[test]
+    fn failed_messages_of_a_batch() {
+        assert_eq!(failed_range(false, None, 3), 0..3);
+        assert_eq!(failed_range(true, Some(0), 3), 1..3);
+        assert_eq!(failed_range(true, Some(2), 3), 3..3);
+        assert_eq!(failed_range(true, Some(usize::MAX), 3), 3..3);
+        assert_eq!(failed_range(true, None, 0), 0..0);
+    }
+
+    #[test]
+    fn orderly_messages_reach_the_dlq_at_the_maximum() {
+        assert_eq!(orderly_retry(0, Some(3)), OrderlyRetry::Suspend);
+        assert_eq!(orderly_retry(2, Some(3)), OrderlyRetry::Suspend);
+        assert_eq!(orderly_retry(3, Some(3)), OrderlyRetry::SendToDeadLetter);
+        assert_eq!(orderly_retry(0, Some(0)), OrderlyRetry::SendToDeadLetter);
+        assert_eq!(orderly_retry(i32::MAX, None), OrderlyRetry::Suspend);
+        // The re-sent message then carries RECONSUME_TIME = max + 1, which the broker sends to
+        // the DLQ.
+        let r = build_retry_message(&failed("T", 3), "g", 3);
+        assert_eq!(r.property(property::RECONSUME_TIME), Some("4"));
     }
 
     proptest! {

@@ -190,7 +190,7 @@ impl Properties {
         }
     }
 
-    /// Properties from their wire text (no copy is made of the decoded pairs; the text is kept).
+    /// Properties from their wire text (kept as is; pairs are found by scanning it).
     pub fn parse(text: &str) -> Self {
         Properties {
             wire: Wire::Owned(text.to_owned()),

@@ -141,7 +141,8 @@ pub enum SerializeType {
     /// JSON header (`serType` 0): the safe default every peer accepts.
     #[default]
     Json,
-    /// ROCKETMQ binary header (`serType` 1); codes and versions must fit an `i16`.
+    /// ROCKETMQ binary header (`serType` 1); codes and versions must fit an `i16`, and empty
+    /// strings (remark, ext keys/values) are not sent because the peer reads them as absent.
     RocketMq,
 }
 

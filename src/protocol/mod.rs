@@ -8,6 +8,7 @@ pub mod command;
 pub mod header;
 mod json;
 
-pub use codec::RemotingCodec;
+pub use codec::{RemotingCodec, DEFAULT_MAX_FRAME_LEN};
+pub use codes::{request_code, response_code};
 pub use command::{ExtFields, LanguageCode, RemotingCommand, SerializeType};
 pub use header::CommandHeader;

@@ -183,10 +183,10 @@ impl Handler<Disconnected> for BrokerActor {
 
 /// Runs a closure on the core (admin calls, fault injection, inspection) and executes the
 /// actions it returns.
-pub struct WithCore<R: Send + 'static>(
-    #[allow(clippy::type_complexity)]
-    pub  Box<dyn FnOnce(&mut BrokerCore, i64) -> (R, Vec<Action>) + Send>,
-);
+pub struct WithCore<R: Send + 'static>(pub CoreJob<R>);
+
+/// A closure run on the core with the current time; returns a value and actions to execute.
+pub type CoreJob<R> = Box<dyn FnOnce(&mut BrokerCore, i64) -> (R, Vec<Action>) + Send>;
 
 impl<R: Send + 'static> Message for WithCore<R> {
     type Result = R;
@@ -203,10 +203,12 @@ impl<R: Send + 'static> Handler<WithCore<R>> for BrokerActor {
 
 /// Starts a call into a client: the closure gets a fresh token and returns the actions that
 /// send the request; the receiver yields the client's answer.
-pub struct CallClient(
-    #[allow(clippy::type_complexity)]
-    pub  Box<dyn FnOnce(&mut BrokerCore, u64, i64) -> Result<Vec<Action>, String> + Send>,
-);
+pub struct CallClient(pub ClientCallStart);
+
+/// Starts a client call on the core: gets the call token and the time, returns the actions
+/// that send the request (or why it cannot be sent).
+pub type ClientCallStart =
+    Box<dyn FnOnce(&mut BrokerCore, u64, i64) -> Result<Vec<Action>, String> + Send>;
 
 impl Message for CallClient {
     type Result = Result<oneshot::Receiver<Result<RemotingCommand, String>>, String>;

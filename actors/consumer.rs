@@ -1,0 +1,838 @@
+//! The push consumer: its public handle and builder, and the consumer root actor.
+//!
+//! Actor tree of one consumer (see ARCHITECTURE.md):
+//!
+//! ```text
+//! ConsumerRoot ── answers broker requests for the group (rebalance notices, offset resets,
+//!  │               running info, consume-directly) and runs shutdown
+//!  ├── Heartbeat       HEART_BEAT every 30 s, UNREGISTER_CLIENT at shutdown
+//!  ├── Rebalancer ──▶ QueueActor × owned queues (each holds its ProcessQueue)
+//!  ├── Puller          PULL_MESSAGE for every queue, pipelined per broker connection
+//!  ├── ConsumeDispatcher  runs the listener, at most `consume_concurrency` calls at once
+//!  └── OffsetStore     committed offsets, persisted every 5 s (broker or local file)
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::actors::client::{call_ok, Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
+use crate::actors::connection::ServerRequest;
+use crate::actors::heartbeat::{Heartbeat, SendHeartbeat, Unregister};
+use crate::actors::listener::{
+    ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeStatus, FnListener,
+    MessageListener, RecipientListener,
+};
+use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
+use crate::actors::producer::{Producer, ProducerConfig};
+use crate::actors::puller::{PullSubscription, Puller};
+use crate::actors::queue::{GetQueueStatus, ResetQueueOffset};
+use crate::actors::rebalancer::{DropAll, OwnedQueues, Rebalance, Rebalancer};
+use crate::consumer::config::{validate_topic_name, MessageModel, PushConsumerConfig};
+use crate::consumer::flow::QueueThresholds;
+use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
+use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::filter::TagExpression;
+use crate::message::{decode_messages, MessageExt, MessageQueue};
+use crate::protocol::body::{
+    encode_json, CMResult, ConsumeMessageDirectlyResult, ConsumeStatus as WireConsumeStatus,
+    ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody, SubscriptionData,
+};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::ConsumerSendMsgBackRequestHeader;
+use crate::protocol::RemotingCommand;
+
+/// Milliseconds since the Unix epoch (the clock the core's functions take as `now_ms`).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// Counters of one consumer (see [`PushConsumer::stats`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConsumerStats {
+    /// Messages received from pulls (after the tag re-filter).
+    pub pulled: u64,
+    /// Pull requests answered.
+    pub pulls: u64,
+    /// Mean pull round trip, long polls included.
+    pub pull_rt_mean: Duration,
+    /// Messages the listener consumed successfully.
+    pub consumed_ok: u64,
+    /// Messages the listener failed (to be retried).
+    pub consumed_failed: u64,
+    /// Mean listener call time.
+    pub consume_rt_mean: Duration,
+    /// Failed messages handed back to the broker for redelivery.
+    pub sent_back: u64,
+    /// Queues owned now.
+    pub owned_queues: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct Stats {
+    pulled: Cell<u64>,
+    pulls: Cell<u64>,
+    pull_rt_total: Cell<Duration>,
+    consumed_ok: Cell<u64>,
+    consumed_failed: Cell<u64>,
+    consume_calls: Cell<u64>,
+    consume_rt_total: Cell<Duration>,
+    sent_back: Cell<u64>,
+}
+
+impl Stats {
+    pub(crate) fn record_pull(&self, rt: Duration) {
+        self.pulls.set(self.pulls.get() + 1);
+        self.pull_rt_total.set(self.pull_rt_total.get() + rt);
+    }
+
+    pub(crate) fn record_pulled(&self, count: usize) {
+        self.pulled.set(self.pulled.get() + count as u64);
+    }
+
+    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, rt: Duration) {
+        self.consumed_ok.set(self.consumed_ok.get() + ok as u64);
+        self.consumed_failed.set(self.consumed_failed.get() + failed as u64);
+        self.consume_calls.set(self.consume_calls.get() + 1);
+        self.consume_rt_total.set(self.consume_rt_total.get() + rt);
+    }
+
+    pub(crate) fn record_sent_back(&self, count: usize) {
+        self.sent_back.set(self.sent_back.get() + count as u64);
+    }
+
+    fn snapshot(&self, owned_queues: usize) -> ConsumerStats {
+        let mean = |total: Duration, n: u64| {
+            if n == 0 {
+                Duration::ZERO
+            } else {
+                total / n.min(u64::from(u32::MAX)) as u32
+            }
+        };
+        ConsumerStats {
+            pulled: self.pulled.get(),
+            pulls: self.pulls.get(),
+            pull_rt_mean: mean(self.pull_rt_total.get(), self.pulls.get()),
+            consumed_ok: self.consumed_ok.get(),
+            consumed_failed: self.consumed_failed.get(),
+            consume_rt_mean: mean(self.consume_rt_total.get(), self.consume_calls.get()),
+            sent_back: self.sent_back.get(),
+            owned_queues,
+        }
+    }
+}
+
+/// State every actor of one consumer reads. All of them live on the arbiter the consumer was
+/// started on, so plain `Rc`/`Cell` suffice.
+pub(crate) struct ConsumerShared {
+    pub(crate) group: Arc<str>,
+    pub(crate) config: PushConsumerConfig,
+    pub(crate) client: Client,
+    pub(crate) subscriptions: RefCell<BTreeMap<String, Arc<PullSubscription>>>,
+    pub(crate) puller: Addr<Puller>,
+    pub(crate) dispatcher: Addr<ConsumeDispatcher>,
+    pub(crate) offsets: Addr<OffsetStore>,
+    pub(crate) retry_producer: Producer,
+    pub(crate) paused: Cell<bool>,
+    pub(crate) running: Cell<bool>,
+    pub(crate) thresholds: Cell<QueueThresholds>,
+    pub(crate) stats: Stats,
+    pub(crate) consume_timestamp_ms: i64,
+}
+
+impl ConsumerShared {
+    pub(crate) fn subscription(&self, topic: &str) -> Option<Arc<PullSubscription>> {
+        self.subscriptions.borrow().get(topic).cloned()
+    }
+
+    pub(crate) fn subscribed_topics(&self) -> Vec<String> {
+        self.subscriptions.borrow().keys().cloned().collect()
+    }
+
+    /// Hands a failed message back for redelivery: CONSUMER_SEND_MSG_BACK to the broker it came
+    /// from, or, if that fails, a plain send to `%RETRY%<group>`. Returns whether either worked.
+    pub(crate) async fn send_back(
+        &self,
+        queue: &MessageQueue,
+        message: &MessageExt,
+        delay_level: i32,
+    ) -> bool {
+        let max_reconsume = self.config.max_reconsume_times_for_wire();
+        let header = ConsumerSendMsgBackRequestHeader {
+            offset: message.commit_log_offset,
+            group: self.group.to_string(),
+            delay_level,
+            origin_msg_id: Some(message.msg_id().into_owned()),
+            origin_topic: Some(message.topic().to_owned()),
+            unit_mode: false,
+            max_reconsume_times: Some(max_reconsume),
+            bname: Some(queue.broker_name.clone()),
+        };
+        let attempt = async {
+            let route = self.client.route(&queue.topic).await?;
+            let addr = route
+                .master_addr(&queue.broker_name)
+                .ok_or_else(|| Error::TopicRouteNotFound(queue.to_string()))?
+                .to_owned();
+            let conn = self.client.connection(&addr).await?;
+            let command =
+                RemotingCommand::request_with_header(request_code::CONSUMER_SEND_MSG_BACK, &header);
+            call_ok(&conn, &addr, command, SEND_BACK_TIMEOUT).await
+        };
+        match attempt.await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(queue = %queue, offset = message.queue_offset, error = %e, "send-back failed; sending to the retry topic");
+                let retry = build_retry_message(message, &self.group, max_reconsume);
+                match self.retry_producer.send(retry).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::warn!(queue = %queue, offset = message.queue_offset, error = %e, "sending to the retry topic failed");
+                        false
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds a [`PushConsumer`].
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use rocketmq_actor::actors::consumer::PushConsumer;
+/// use rocketmq_actor::actors::listener::ConsumeStatus;
+///
+/// let consumer = PushConsumer::builder()
+///     .namesrv_addr("127.0.0.1:9876")
+///     .group("billing")
+///     .subscribe("Orders", "TagA || TagB")
+///     .listener_fn(|messages, ctx| async move {
+///         for m in &messages {
+///             println!("{} {}", m.topic(), m.msg_id());
+///         }
+///         (ConsumeStatus::Success, ctx)
+///     })
+///     .start()
+///     .await?;
+/// // ...
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct PushConsumerBuilder {
+    config: PushConsumerConfig,
+    namesrv_addr: Option<String>,
+    client: Option<Client>,
+    listener: Option<Rc<dyn MessageListener>>,
+}
+
+impl PushConsumerBuilder {
+    /// The name servers to use (a client instance is created for this consumer and shut down
+    /// with it).
+    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
+        self.namesrv_addr = Some(addr.into());
+        self
+    }
+
+    /// Shares an existing client instance (its routes and connections) instead.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The consumer group.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.config.consumer_group = group.into();
+        self
+    }
+
+    /// Replaces the whole configuration (subscriptions given to the builder before are kept).
+    pub fn config(mut self, config: PushConsumerConfig) -> Self {
+        let earlier = std::mem::take(&mut self.config.subscriptions);
+        self.config = config;
+        for (topic, expression) in earlier {
+            self.config.subscriptions.entry(topic).or_insert(expression);
+        }
+        self
+    }
+
+    /// Changes configuration values in place.
+    pub fn configure(mut self, change: impl FnOnce(&mut PushConsumerConfig)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
+    /// Subscribes to `topic` with a tag expression (`"*"`, `"TagA || TagB"`).
+    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
+        self.config
+            .subscriptions
+            .insert(topic.into(), expression.into());
+        self
+    }
+
+    /// The listener.
+    pub fn listener(mut self, listener: impl MessageListener) -> Self {
+        self.listener = Some(Rc::new(listener));
+        self
+    }
+
+    /// A closure listener: gets the batch and the context by value, returns the status and the
+    /// context.
+    pub fn listener_fn<F, Fut>(self, f: F) -> Self
+    where
+        F: Fn(Vec<MessageExt>, ConsumeContext) -> Fut + 'static,
+        Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
+    {
+        self.listener(FnListener(f))
+    }
+
+    /// Delivers batches to an actor as [`ConsumeMessages`].
+    pub fn listener_actor(self, recipient: Recipient<ConsumeMessages>) -> Self {
+        self.listener(RecipientListener(recipient))
+    }
+
+    /// Validates the configuration, starts the consumer's actors on the current arbiter, sends
+    /// the first heartbeat and the first rebalance, and returns the handle.
+    pub async fn start(self) -> Result<PushConsumer> {
+        let config = self.config;
+        config.validate()?;
+        if config.subscriptions.is_empty() {
+            return Err(Error::Config {
+                option: "subscriptions",
+                value: "{}".into(),
+                allowed: "at least one topic".into(),
+            });
+        }
+        for topic in config.subscriptions.keys() {
+            validate_topic_name(topic)?;
+        }
+        let Some(listener) = self.listener else {
+            return Err(Error::Config {
+                option: "listener",
+                value: "none".into(),
+                allowed: "a listener (listener, listener_fn or listener_actor)".into(),
+            });
+        };
+        let (client, own_client) = match (self.client, self.namesrv_addr) {
+            (Some(client), _) => (client, false),
+            (None, Some(addr)) => (Client::start(ClientConfig::new(addr))?, true),
+            (None, None) => {
+                return Err(Error::Config {
+                    option: "namesrv_addr",
+                    value: "none".into(),
+                    allowed: "a name-server address or a client".into(),
+                })
+            }
+        };
+        let group: Arc<str> = config.consumer_group.as_str().into();
+        let now = now_ms();
+        let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
+
+        let mut subscriptions = BTreeMap::new();
+        for (topic, expression) in &config.subscriptions {
+            subscriptions.insert(
+                topic.clone(),
+                Arc::new(PullSubscription {
+                    expression: TagExpression::parse(expression),
+                    sub_version: now,
+                }),
+            );
+        }
+        if config.is_clustering() {
+            subscriptions.insert(
+                retry::retry_topic(&group),
+                Arc::new(PullSubscription {
+                    expression: TagExpression::all(),
+                    sub_version: now,
+                }),
+            );
+        }
+
+        let backend = match config.message_model {
+            MessageModel::Clustering => OffsetBackend::Remote,
+            MessageModel::Broadcasting => {
+                let dir = config.offset_store_dir.clone().unwrap_or_else(|| {
+                    default_offset_store_dir(&std::env::var_os("HOME").map_or_else(
+                        || PathBuf::from("."),
+                        PathBuf::from,
+                    ))
+                });
+                OffsetBackend::LocalFile(local_offsets_path(&dir, "DEFAULT", &group))
+            }
+        };
+        let offsets = OffsetStore::new(
+            client.clone(),
+            group.to_string(),
+            backend,
+            config.persist_consumer_offset_interval,
+        )?
+        .start();
+        let dispatcher =
+            ConsumeDispatcher::new(listener.clone(), config.effective_consume_concurrency() as usize)
+                .start();
+        let puller = Puller::new(client.clone()).start();
+        let retry_producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                group: "CLIENT_INNER_PRODUCER".into(),
+                ..ProducerConfig::default()
+            },
+        );
+        let shared = Rc::new(ConsumerShared {
+            group: group.clone(),
+            thresholds: Cell::new(QueueThresholds::for_owned_queues(&config, 0)),
+            config,
+            client: client.clone(),
+            subscriptions: RefCell::new(subscriptions),
+            puller,
+            dispatcher,
+            offsets,
+            retry_producer,
+            paused: Cell::new(false),
+            running: Cell::new(true),
+            stats: Stats::default(),
+            consume_timestamp_ms,
+        });
+
+        for topic in shared.subscribed_topics() {
+            if let Err(e) = client.refresh_route(&topic).await {
+                tracing::info!(%topic, error = %e, "no route yet; the consumer will pick the topic up when it appears");
+            }
+        }
+        let heartbeat = Heartbeat::new(shared.clone()).start();
+        let root = ConsumerRoot {
+            shared: shared.clone(),
+            listener,
+            heartbeat: heartbeat.clone(),
+            rebalancer: None,
+            own_client,
+        }
+        .start();
+        client
+            .actor()
+            .send(RegisterConsumer {
+                group: group.to_string(),
+                handler: root.clone().recipient(),
+            })
+            .await
+            .map_err(|e| Error::Shutdown(e.to_string()))??;
+        if let Err(e) = heartbeat
+            .send(SendHeartbeat)
+            .await
+            .map_err(|e| Error::Shutdown(e.to_string()))?
+        {
+            tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
+        }
+        root.send(StartRebalancing)
+            .await
+            .map_err(|e| Error::Shutdown(e.to_string()))?;
+        Ok(PushConsumer {
+            root,
+            client_id: client.client_id().to_owned(),
+        })
+    }
+}
+
+/// A running push consumer. Dropping the handle does not stop it: call
+/// [`PushConsumer::shutdown`].
+pub struct PushConsumer {
+    root: Addr<ConsumerRoot>,
+    client_id: String,
+}
+
+impl PushConsumer {
+    /// Starts building a consumer.
+    pub fn builder() -> PushConsumerBuilder {
+        PushConsumerBuilder {
+            config: PushConsumerConfig::default(),
+            namesrv_addr: None,
+            client: None,
+            listener: None,
+        }
+    }
+
+    /// The client id brokers know this consumer by.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// Stops pulling (queues keep their assignment); in-flight listener calls finish.
+    pub async fn suspend(&self) {
+        let _ = self.root.send(SetPaused(true)).await;
+    }
+
+    /// Resumes pulling after [`PushConsumer::suspend`].
+    pub async fn resume(&self) {
+        let _ = self.root.send(SetPaused(false)).await;
+    }
+
+    /// Counters since start.
+    pub async fn stats(&self) -> ConsumerStats {
+        self.root.send(GetStats).await.unwrap_or_default()
+    }
+
+    /// The queues this consumer owns now.
+    pub async fn owned_queues(&self) -> Vec<MessageQueue> {
+        self.root.send(GetOwned).await.unwrap_or_default()
+    }
+
+    /// Triggers a rebalance now (one runs every `rebalance_interval` anyway).
+    pub async fn rebalance(&self) {
+        let _ = self.root.send(TriggerRebalance).await;
+    }
+
+    /// Graceful shutdown: stop pulling, wait for listener calls in flight (bounded by
+    /// `shutdown_await`; unbounded by default), persist every offset, unregister from the
+    /// brokers, stop the actors.
+    pub async fn shutdown(self) {
+        let _ = self.root.send(Shutdown).await;
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StartRebalancing;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SetPaused(bool);
+
+#[derive(Message)]
+#[rtype(result = "ConsumerStats")]
+struct GetStats;
+
+#[derive(Message)]
+#[rtype(result = "Vec<MessageQueue>")]
+struct GetOwned;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TriggerRebalance;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Shutdown;
+
+/// The root actor of one consumer.
+pub struct ConsumerRoot {
+    shared: Rc<ConsumerShared>,
+    listener: Rc<dyn MessageListener>,
+    heartbeat: Addr<Heartbeat>,
+    rebalancer: Option<Addr<Rebalancer>>,
+    own_client: bool,
+}
+
+impl Actor for ConsumerRoot {
+    type Context = Context<Self>;
+}
+
+impl Handler<StartRebalancing> for ConsumerRoot {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StartRebalancing, _ctx: &mut Self::Context) {
+        if self.rebalancer.is_none() {
+            self.rebalancer = Some(Rebalancer::new(self.shared.clone()).start());
+        }
+    }
+}
+
+impl Handler<SetPaused> for ConsumerRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetPaused, _ctx: &mut Self::Context) {
+        self.shared.paused.set(msg.0);
+    }
+}
+
+impl Handler<TriggerRebalance> for ConsumerRoot {
+    type Result = ();
+
+    fn handle(&mut self, _msg: TriggerRebalance, _ctx: &mut Self::Context) {
+        if let Some(rebalancer) = &self.rebalancer {
+            rebalancer.do_send(Rebalance);
+        }
+    }
+}
+
+impl Handler<GetOwned> for ConsumerRoot {
+    type Result = ResponseFuture<Vec<MessageQueue>>;
+
+    fn handle(&mut self, _msg: GetOwned, _ctx: &mut Self::Context) -> Self::Result {
+        let rebalancer = self.rebalancer.clone();
+        Box::pin(async move {
+            match rebalancer {
+                Some(r) => r
+                    .send(OwnedQueues)
+                    .await
+                    .map(|owned| owned.into_iter().map(|(mq, _)| mq).collect())
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            }
+        })
+    }
+}
+
+impl Handler<GetStats> for ConsumerRoot {
+    type Result = ResponseActFuture<Self, ConsumerStats>;
+
+    fn handle(&mut self, _msg: GetStats, _ctx: &mut Self::Context) -> Self::Result {
+        let rebalancer = self.rebalancer.clone();
+        Box::pin(
+            async move {
+                match rebalancer {
+                    Some(r) => r.send(OwnedQueues).await.map(|o| o.len()).unwrap_or(0),
+                    None => 0,
+                }
+            }
+            .into_actor(self)
+            .map(|owned, act, _ctx| act.shared.stats.snapshot(owned)),
+        )
+    }
+}
+
+impl Handler<Shutdown> for ConsumerRoot {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+        let shared = self.shared.clone();
+        let rebalancer = self.rebalancer.take();
+        let heartbeat = self.heartbeat.clone();
+        let own_client = self.own_client;
+        Box::pin(
+            async move {
+                if let Some(rebalancer) = &rebalancer {
+                    let _ = rebalancer.send(DropAll).await;
+                }
+                shared.running.set(false);
+                match shared.offsets.send(PersistAll).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "final offset persist failed"),
+                    Err(e) => tracing::warn!(error = %e, "offset store gone at shutdown"),
+                }
+                let _ = heartbeat.send(Unregister).await;
+                let _ = shared
+                    .client
+                    .actor()
+                    .send(UnregisterConsumer(shared.group.to_string()))
+                    .await;
+                if own_client {
+                    shared.client.shutdown().await;
+                }
+                if let Some(rebalancer) = rebalancer {
+                    // Its timers hold no work of value any more.
+                    drop(rebalancer);
+                }
+            }
+            .into_actor(self)
+            .map(|_, act, ctx| {
+                act.shared.puller.do_send(StopActor);
+                act.shared.dispatcher.do_send(StopActor);
+                act.shared.offsets.do_send(StopActor);
+                ctx.stop();
+            }),
+        )
+    }
+}
+
+/// Stops an actor of the consumer at shutdown.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopActor;
+
+macro_rules! stoppable {
+    ($($actor:ty),*) => {$(
+        impl Handler<StopActor> for $actor {
+            type Result = ();
+            fn handle(&mut self, _msg: StopActor, ctx: &mut Self::Context) {
+                ctx.stop();
+            }
+        }
+    )*};
+}
+
+stoppable!(Puller, ConsumeDispatcher, OffsetStore, Rebalancer);
+
+impl Handler<ServerRequest> for ConsumerRoot {
+    type Result = ResponseActFuture<Self, Option<RemotingCommand>>;
+
+    fn handle(&mut self, msg: ServerRequest, _ctx: &mut Self::Context) -> Self::Result {
+        let command = msg.command;
+        match command.code {
+            request_code::NOTIFY_CONSUMER_IDS_CHANGED => {
+                tracing::debug!(group = %self.shared.group, "group membership changed; rebalancing");
+                if let Some(rebalancer) = &self.rebalancer {
+                    rebalancer.do_send(Rebalance);
+                }
+                Box::pin(fut::ready(None))
+            }
+            request_code::RESET_CONSUMER_CLIENT_OFFSET => Box::pin(self.reset_offsets(command)),
+            request_code::GET_CONSUMER_RUNNING_INFO => Box::pin(self.running_info()),
+            request_code::CONSUME_MESSAGE_DIRECTLY => Box::pin(self.consume_directly(command)),
+            code => Box::pin(fut::ready(Some(RemotingCommand::response(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!(" request type {code} not supported")),
+            )))),
+        }
+    }
+}
+
+impl ConsumerRoot {
+    fn reset_offsets(
+        &mut self,
+        command: RemotingCommand,
+    ) -> impl ActorFuture<Self, Output = Option<RemotingCommand>> {
+        let rebalancer = self.rebalancer.clone();
+        async move {
+            let body = match ResetOffsetBody::decode(command.body.as_deref().unwrap_or_default()) {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed RESET_CONSUMER_CLIENT_OFFSET body");
+                    return None;
+                }
+            };
+            let Some(rebalancer) = rebalancer else {
+                return None;
+            };
+            let owned: BTreeMap<MessageQueue, _> =
+                rebalancer.send(OwnedQueues).await.unwrap_or_default().into_iter().collect();
+            for (mq, offset) in body.offset_table.iter() {
+                if let Some(queue) = owned.get(mq) {
+                    tracing::info!(queue = %mq, offset, "offset reset by the broker");
+                    if let Ok(Err(e)) = queue.send(ResetQueueOffset(*offset)).await {
+                        tracing::warn!(queue = %mq, error = %e, "offset reset not persisted");
+                    }
+                }
+            }
+            None
+        }
+        .into_actor(self)
+    }
+
+    fn running_info(&mut self) -> impl ActorFuture<Self, Output = Option<RemotingCommand>> {
+        let rebalancer = self.rebalancer.clone();
+        let shared = self.shared.clone();
+        async move {
+            let owned = match &rebalancer {
+                Some(r) => r.send(OwnedQueues).await.unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let mut info = ConsumerRunningInfo::default();
+            for (mq, addr) in &owned {
+                if let Ok(status) = addr.send(GetQueueStatus).await {
+                    let s = status.snapshot;
+                    info.mq_table.insert(
+                        mq.clone(),
+                        ProcessQueueInfo {
+                            commit_offset: s.commit_offset,
+                            cached_msg_min_offset: s.cached_msg_min_offset,
+                            cached_msg_max_offset: s.cached_msg_max_offset,
+                            cached_msg_count: s.cached_msg_count as i32,
+                            cached_msg_size_in_mib: s.cached_msg_size_in_mib as i32,
+                            locked: s.locked,
+                            try_unlock_times: s.try_unlock_times,
+                            last_lock_timestamp: s.last_lock_timestamp,
+                            droped: s.dropped,
+                            last_pull_timestamp: s.last_pull_timestamp,
+                            last_consume_timestamp: s.last_consume_timestamp,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+            let stats = shared.stats.snapshot(owned.len());
+            let properties = &mut info.properties;
+            properties.insert("PROP_CONSUME_TYPE".into(), "CONSUME_PASSIVELY".into());
+            properties.insert(
+                "PROP_CONSUMEORDERLY".into(),
+                shared.config.is_orderly().to_string(),
+            );
+            properties.insert(
+                "PROP_THREADPOOL_CORE_SIZE".into(),
+                shared.config.effective_consume_concurrency().to_string(),
+            );
+            properties.insert("PROP_CLIENT_VERSION".into(), "V5_3_3".into());
+            for (topic, sub) in shared.subscriptions.borrow().iter() {
+                info.subscription_set.push(SubscriptionData {
+                    class_filter_mode: false,
+                    topic: topic.clone(),
+                    sub_string: sub.expression.sub_string().to_owned(),
+                    tags_set: sub.expression.tags().to_vec(),
+                    code_set: sub.expression.codes().to_vec(),
+                    sub_version: sub.sub_version,
+                    expression_type: "TAG".into(),
+                });
+                info.status_table.insert(
+                    topic.clone(),
+                    WireConsumeStatus {
+                        pull_rt: stats.pull_rt_mean.as_secs_f64() * 1000.0,
+                        consume_rt: stats.consume_rt_mean.as_secs_f64() * 1000.0,
+                        consume_failed_msgs: stats.consumed_failed as i64,
+                        ..Default::default()
+                    },
+                );
+            }
+            Some(
+                RemotingCommand::response(response_code::SUCCESS, None)
+                    .with_body(encode_json(&info)),
+            )
+        }
+        .into_actor(self)
+    }
+
+    fn consume_directly(
+        &mut self,
+        command: RemotingCommand,
+    ) -> impl ActorFuture<Self, Output = Option<RemotingCommand>> {
+        let listener = self.listener.clone();
+        let broker = command.ext("brokerName").unwrap_or_default().to_owned();
+        async move {
+            let messages = match decode_messages(command.body.clone().unwrap_or_default()) {
+                Ok(messages) if !messages.is_empty() => messages,
+                Ok(_) => {
+                    return Some(RemotingCommand::response(
+                        response_code::SYSTEM_ERROR,
+                        Some("no message in the body".into()),
+                    ))
+                }
+                Err(e) => {
+                    return Some(RemotingCommand::response(
+                        response_code::SYSTEM_ERROR,
+                        Some(format!("cannot decode the message: {e}")),
+                    ))
+                }
+            };
+            let queue = MessageQueue::new(messages[0].topic(), broker, messages[0].queue_id);
+            let mut ctx = ConsumeContext::new(queue);
+            let started = std::time::Instant::now();
+            let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                listener.consume(&messages, &mut ctx),
+            ))
+            .await;
+            let result = ConsumeMessageDirectlyResult {
+                order: false,
+                auto_commit: true,
+                consume_result: Some(match outcome {
+                    Ok(ConsumeStatus::Success) => CMResult::CrSuccess,
+                    Ok(ConsumeStatus::ReconsumeLater) => CMResult::CrLater,
+                    Err(_) => CMResult::CrThrowException,
+                }),
+                remark: None,
+                spent_time_mills: started.elapsed().as_millis() as i64,
+            };
+            Some(
+                RemotingCommand::response(response_code::SUCCESS, None)
+                    .with_body(encode_json(&result)),
+            )
+        }
+        .into_actor(self)
+    }
+}

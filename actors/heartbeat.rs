@@ -1,0 +1,168 @@
+//! The heartbeat actor: tells every broker of the subscribed topics who this consumer is and
+//! what it subscribes to (HEART_BEAT), every `heartbeat_broker_interval` and on demand, and
+//! says goodbye (UNREGISTER_CLIENT) at shutdown. Brokers register consumers per connection, so
+//! this is also what makes a broker send NOTIFY_CONSUMER_IDS_CHANGED on our connection.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use actix::prelude::*;
+
+use crate::actors::client::call_ok;
+use crate::actors::consumer::ConsumerShared;
+use crate::consumer::config::{ConsumeFromWhere, MessageModel};
+use crate::error::Result;
+use crate::protocol::body;
+use crate::protocol::body::{
+    encode_json, ConsumeType, ConsumerData, HeartbeatData, ProducerData, SubscriptionData,
+};
+use crate::protocol::codes::request_code;
+use crate::protocol::header::{HeartbeatRequestHeader, UnregisterClientRequestHeader};
+use crate::protocol::RemotingCommand;
+
+/// Send a heartbeat to every broker now. Resolves with the first failure, if any (the others
+/// were still sent).
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct SendHeartbeat;
+
+/// Send UNREGISTER_CLIENT to every broker and stop.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unregister;
+
+/// The heartbeat sender of one consumer.
+pub struct Heartbeat {
+    shared: Rc<ConsumerShared>,
+}
+
+impl Heartbeat {
+    pub(crate) fn new(shared: Rc<ConsumerShared>) -> Self {
+        Heartbeat { shared }
+    }
+}
+
+/// The broker addresses (masters and slaves) of every subscribed topic with a known route.
+async fn broker_addrs(shared: &ConsumerShared) -> BTreeSet<String> {
+    let mut addrs = BTreeSet::new();
+    for topic in shared.subscribed_topics() {
+        if let Ok(route) = shared.client.route(&topic).await {
+            addrs.extend(route.all_addrs().map(str::to_owned));
+        }
+    }
+    addrs
+}
+
+fn heartbeat_data(shared: &ConsumerShared) -> HeartbeatData {
+    let subscriptions = shared
+        .subscriptions
+        .borrow()
+        .iter()
+        .map(|(topic, sub)| SubscriptionData {
+            class_filter_mode: false,
+            topic: topic.clone(),
+            sub_string: sub.expression.sub_string().to_owned(),
+            tags_set: sub.expression.tags().to_vec(),
+            code_set: sub.expression.codes().to_vec(),
+            sub_version: sub.sub_version,
+            expression_type: "TAG".into(),
+        })
+        .collect();
+    HeartbeatData {
+        client_id: shared.client.client_id().to_owned(),
+        producer_data_set: vec![ProducerData {
+            group_name: "CLIENT_INNER_PRODUCER".into(),
+        }],
+        consumer_data_set: vec![ConsumerData {
+            group_name: shared.group.to_string(),
+            consume_type: ConsumeType::ConsumePassively,
+            message_model: match shared.config.message_model {
+                MessageModel::Clustering => body::MessageModel::Clustering,
+                MessageModel::Broadcasting => body::MessageModel::Broadcasting,
+            },
+            consume_from_where: match shared.config.consume_from_where {
+                ConsumeFromWhere::LastOffset => body::ConsumeFromWhere::ConsumeFromLastOffset,
+                ConsumeFromWhere::FirstOffset => body::ConsumeFromWhere::ConsumeFromFirstOffset,
+                ConsumeFromWhere::Timestamp => body::ConsumeFromWhere::ConsumeFromTimestamp,
+            },
+            subscription_data_set: subscriptions,
+            unit_mode: false,
+        }],
+        heartbeat_fingerprint: 0,
+        without_sub: false,
+    }
+}
+
+async fn send_heartbeats(shared: Rc<ConsumerShared>) -> Result<()> {
+    let body = encode_json(&heartbeat_data(&shared));
+    let mut first_error = None;
+    for addr in broker_addrs(&shared).await {
+        let command =
+            RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
+                .with_body(body.clone());
+        let sent = async {
+            let conn = shared.client.connection(&addr).await?;
+            call_ok(&conn, &addr, command, shared.client.request_timeout()).await
+        };
+        if let Err(e) = sent.await {
+            tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+impl Actor for Heartbeat {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.shared.config.heartbeat_broker_interval, |act, ctx| {
+            ctx.spawn(
+                send_heartbeats(act.shared.clone())
+                    .into_actor(act)
+                    .map(|_, _, _| ()),
+            );
+        });
+    }
+}
+
+impl Handler<SendHeartbeat> for Heartbeat {
+    type Result = ResponseFuture<Result<()>>;
+
+    fn handle(&mut self, _msg: SendHeartbeat, _ctx: &mut Self::Context) -> Self::Result {
+        Box::pin(send_heartbeats(self.shared.clone()))
+    }
+}
+
+impl Handler<Unregister> for Heartbeat {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: Unregister, _ctx: &mut Self::Context) -> Self::Result {
+        let shared = self.shared.clone();
+        Box::pin(
+            async move {
+                for addr in broker_addrs(&shared).await {
+                    let header = UnregisterClientRequestHeader {
+                        client_id: shared.client.client_id().to_owned(),
+                        producer_group: None,
+                        consumer_group: Some(shared.group.to_string()),
+                    };
+                    let command = RemotingCommand::request_with_header(
+                        request_code::UNREGISTER_CLIENT,
+                        &header,
+                    );
+                    let result: Result<_> = async {
+                        let conn = shared.client.connection(&addr).await?;
+                        call_ok(&conn, &addr, command, shared.client.request_timeout()).await
+                    }
+                    .await;
+                    if let Err(e) = result {
+                        tracing::debug!(broker = %addr, error = %e, "unregister failed");
+                    }
+                }
+            }
+            .into_actor(self)
+            .map(|_, _, ctx| ctx.stop()),
+        )
+    }
+}

@@ -1,0 +1,374 @@
+//! The offset store actor: the consume offsets of one consumer group.
+//!
+//! Queue actors report the committed offset of their queue (the smallest unfinished message)
+//! here; the store keeps them in an [`OffsetTable`] and persists them — to the brokers with
+//! UPDATE_CONSUMER_OFFSET every `persist_consumer_offset_interval` in clustering mode (all
+//! queues of one broker sent back to back), or to a local JSON file written atomically with a
+//! `.bak` copy in broadcasting mode. Writes of the file run on the blocking pool so the arbiter
+//! never blocks.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::actors::client::{call, Client};
+use crate::actors::connection::Oneway;
+use crate::consumer::offset::{
+    self, encode_local_offsets, pick_local_offsets, OffsetTable, StoredOffset,
+};
+use crate::error::{Error, Result};
+use crate::message::MessageQueue;
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{
+    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+};
+use crate::protocol::RemotingCommand;
+
+/// Where offsets live.
+#[derive(Debug, Clone)]
+pub enum OffsetBackend {
+    /// On the brokers (clustering).
+    Remote,
+    /// In a local file (broadcasting).
+    LocalFile(PathBuf),
+}
+
+/// Reads the stored offset of a queue (broker query or local file), for a newly owned queue.
+#[derive(Message)]
+#[rtype(result = "StoredOffset")]
+pub struct LoadOffset(pub MessageQueue);
+
+/// The in-memory offset of a queue.
+#[derive(Message)]
+#[rtype(result = "Option<i64>")]
+pub struct ReadOffset(pub MessageQueue);
+
+/// Raises a queue's offset (increase-only).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpdateOffset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The new committed offset (next offset to consume).
+    pub offset: i64,
+}
+
+/// Forces a queue's offset and persists it at once (resets; `freeze` for OFFSET_ILLEGAL).
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct SetOffset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The offset.
+    pub offset: i64,
+    /// Ignore later increase-only updates until the queue is removed (OFFSET_ILLEGAL).
+    pub freeze: bool,
+}
+
+/// Persists one queue's offset now and forgets the queue (it was dropped).
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct PersistAndRemove(pub MessageQueue);
+
+/// Persists every offset now.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct PersistAll;
+
+/// A copy of every in-memory offset.
+#[derive(Message)]
+#[rtype(result = "BTreeMap<MessageQueue, i64>")]
+pub struct Snapshot;
+
+/// The offset store of one consumer group.
+pub struct OffsetStore {
+    client: Client,
+    group: String,
+    backend: OffsetBackend,
+    table: OffsetTable,
+    persist_interval: Duration,
+    /// Local mode: offsets read from the file at start.
+    loaded: BTreeMap<MessageQueue, i64>,
+}
+
+impl OffsetStore {
+    /// A store for `group`. A local file is read now: a corrupt file without a usable backup is
+    /// an error rather than a silent restart from `consume_from_where`.
+    pub fn new(
+        client: Client,
+        group: impl Into<String>,
+        backend: OffsetBackend,
+        persist_interval: Duration,
+    ) -> Result<Self> {
+        let loaded = match &backend {
+            OffsetBackend::Remote => BTreeMap::new(),
+            OffsetBackend::LocalFile(path) => {
+                let files = offset::fs::read_with_backup(path)?;
+                let (source, table) =
+                    pick_local_offsets(files.main.as_deref(), files.backup.as_deref())?;
+                tracing::info!(path = %path.display(), ?source, queues = table.len(), "local offsets loaded");
+                table
+            }
+        };
+        Ok(OffsetStore {
+            client,
+            group: group.into(),
+            backend,
+            table: OffsetTable::from_offsets(loaded.clone()),
+            persist_interval,
+            loaded,
+        })
+    }
+
+    fn persist_future(
+        &mut self,
+        only: Option<&MessageQueue>,
+    ) -> impl ActorFuture<Self, Output = Result<()>> {
+        let entries: Vec<(MessageQueue, i64)> = self
+            .table
+            .iter()
+            .filter(|(mq, _)| only.is_none_or(|o| o == *mq))
+            .map(|(mq, offset)| (mq.clone(), offset))
+            .collect();
+        let client = self.client.clone();
+        let group = self.group.clone();
+        let backend = self.backend.clone();
+        let whole_table: BTreeMap<MessageQueue, i64> = self
+            .table
+            .iter()
+            .map(|(mq, offset)| (mq.clone(), offset))
+            .collect();
+        let sync = only.is_some();
+        async move {
+            match backend {
+                OffsetBackend::Remote => persist_remote(&client, &group, &entries, sync).await,
+                OffsetBackend::LocalFile(path) => {
+                    let text = encode_local_offsets(&whole_table);
+                    actix_rt::task::spawn_blocking(move || {
+                        offset::fs::write_atomically(&path, text.as_bytes())
+                    })
+                    .await
+                    .map_err(|e| Error::Shutdown(format!("offset writer: {e}")))??;
+                    Ok(entries)
+                }
+            }
+        }
+        .into_actor(self)
+        .map(|result, act, _ctx| {
+            let persisted = result?;
+            for (mq, offset) in persisted {
+                act.table.mark_persisted(&mq, offset);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Sends UPDATE_CONSUMER_OFFSET for each entry to its broker's master: one-way for the periodic
+/// persist (as Java), request/response when `sync` (queue drops, resets) so the caller knows the
+/// broker has it. Returns the entries that were written.
+async fn persist_remote(
+    client: &Client,
+    group: &str,
+    entries: &[(MessageQueue, i64)],
+    sync: bool,
+) -> Result<Vec<(MessageQueue, i64)>> {
+    let mut by_broker: BTreeMap<(String, String), Vec<(MessageQueue, i64)>> = BTreeMap::new();
+    for (mq, offset) in entries {
+        by_broker
+            .entry((mq.topic.clone(), mq.broker_name.clone()))
+            .or_default()
+            .push((mq.clone(), *offset));
+    }
+    let mut written = Vec::new();
+    let mut first_error = None;
+    for ((topic, broker), queue_offsets) in by_broker {
+        let addr = match client.route(&topic).await {
+            Ok(route) => route.master_addr(&broker).map(str::to_owned),
+            Err(e) => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        let Some(addr) = addr else {
+            first_error.get_or_insert(Error::TopicRouteNotFound(format!("{topic} on {broker}")));
+            continue;
+        };
+        let conn = client.connection(&addr).await?;
+        for (mq, offset) in queue_offsets {
+            let header = UpdateConsumerOffsetRequestHeader {
+                consumer_group: group.to_owned(),
+                topic: mq.topic.clone(),
+                queue_id: mq.queue_id,
+                commit_offset: offset,
+                bname: Some(mq.broker_name.clone()),
+            };
+            let command =
+                RemotingCommand::request_with_header(request_code::UPDATE_CONSUMER_OFFSET, &header);
+            let outcome = if sync {
+                call(&conn, command, client.request_timeout())
+                    .await
+                    .and_then(|r| {
+                        if r.code == response_code::SUCCESS {
+                            Ok(())
+                        } else {
+                            Err(Error::Broker {
+                                peer: addr.clone(),
+                                code: r.code,
+                                remark: r.remark.unwrap_or_default(),
+                            })
+                        }
+                    })
+            } else {
+                conn.send(Oneway { command })
+                    .await
+                    .map_err(|e| Error::Shutdown(e.to_string()))
+                    .and_then(|r| r)
+            };
+            match outcome {
+                Ok(()) => written.push((mq, offset)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    match first_error {
+        Some(e) if written.is_empty() => Err(e),
+        Some(e) => {
+            tracing::warn!(error = %e, "some offsets were not persisted");
+            Ok(written)
+        }
+        None => Ok(written),
+    }
+}
+
+impl Actor for OffsetStore {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(65_536);
+        ctx.run_interval(self.persist_interval, |act, ctx| {
+            let persist = act.persist_future(None).map(|result, _act, _ctx| {
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "periodic offset persist failed");
+                }
+            });
+            ctx.spawn(persist);
+        });
+    }
+}
+
+impl Handler<LoadOffset> for OffsetStore {
+    type Result = ResponseActFuture<Self, StoredOffset>;
+
+    fn handle(&mut self, msg: LoadOffset, _ctx: &mut Self::Context) -> Self::Result {
+        let mq = msg.0;
+        if let OffsetBackend::LocalFile(_) = self.backend {
+            let stored = match self.loaded.get(&mq) {
+                Some(offset) => StoredOffset::Found(*offset),
+                None => StoredOffset::NotFound,
+            };
+            return Box::pin(fut::ready(stored));
+        }
+        let client = self.client.clone();
+        let group = self.group.clone();
+        Box::pin(
+            async move {
+                let route = client.route(&mq.topic).await.ok()?;
+                let addr = route.master_addr(&mq.broker_name)?.to_owned();
+                let conn = client.connection(&addr).await.ok()?;
+                let header = QueryConsumerOffsetRequestHeader {
+                    consumer_group: group,
+                    topic: mq.topic.clone(),
+                    queue_id: mq.queue_id,
+                    bname: Some(mq.broker_name.clone()),
+                    ..Default::default()
+                };
+                let command = RemotingCommand::request_with_header(
+                    request_code::QUERY_CONSUMER_OFFSET,
+                    &header,
+                );
+                let response = call(&conn, command, client.request_timeout()).await.ok()?;
+                let offset = response
+                    .decode_header::<QueryConsumerOffsetResponseHeader>()
+                    .ok()
+                    .map(|h| h.offset);
+                Some(StoredOffset::from_query_response(Some(response.code), offset))
+            }
+            .into_actor(self)
+            .map(|answer, _act, _ctx| answer.unwrap_or(StoredOffset::Unavailable)),
+        )
+    }
+}
+
+impl Handler<ReadOffset> for OffsetStore {
+    type Result = Option<i64>;
+
+    fn handle(&mut self, msg: ReadOffset, _ctx: &mut Self::Context) -> Option<i64> {
+        self.table.read(&msg.0)
+    }
+}
+
+impl Handler<UpdateOffset> for OffsetStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: UpdateOffset, _ctx: &mut Self::Context) {
+        self.table.update(&msg.queue, msg.offset, true);
+    }
+}
+
+impl Handler<SetOffset> for OffsetStore {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, msg: SetOffset, _ctx: &mut Self::Context) -> Self::Result {
+        if msg.freeze {
+            self.table.update_and_freeze(&msg.queue, msg.offset);
+        } else {
+            self.table.reset(&msg.queue, msg.offset);
+        }
+        Box::pin(self.persist_future(Some(&msg.queue)))
+    }
+}
+
+impl Handler<PersistAndRemove> for OffsetStore {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, msg: PersistAndRemove, _ctx: &mut Self::Context) -> Self::Result {
+        let mq = msg.0;
+        Box::pin(
+            self.persist_future(Some(&mq))
+                .map(move |result, act, _ctx| {
+                    // Local mode keeps the entry: the file holds every queue ever consumed.
+                    if matches!(act.backend, OffsetBackend::Remote) {
+                        act.table.remove(&mq);
+                    }
+                    result
+                }),
+        )
+    }
+}
+
+impl Handler<PersistAll> for OffsetStore {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, _msg: PersistAll, _ctx: &mut Self::Context) -> Self::Result {
+        Box::pin(self.persist_future(None))
+    }
+}
+
+impl Handler<Snapshot> for OffsetStore {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _msg: Snapshot, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.table
+                .iter()
+                .map(|(mq, offset)| (mq.clone(), offset))
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,622 @@
+//! The queue actor: one per owned MessageQueue, holding its ProcessQueue.
+//!
+//! It runs the queue's pull loop (flow control decided by `consumer::flow`), caches what the
+//! puller returns, hands batches to the listener stage and turns the outcomes into retries and
+//! the queue's committed offset (the smallest unfinished message), which it reports to the
+//! offset store. Everything about one queue happens in this actor's mailbox, so no state is
+//! shared between queues and no lock is needed.
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::actors::consumer::{now_ms, ConsumerShared};
+use crate::actors::listener::{Consume, ConsumeOutcome, ConsumeStatus};
+use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
+use crate::actors::puller::{Pull, PullResponse};
+use crate::consumer::flow::{
+    decide_pull, on_pull_result, pull_error_delay, pull_request_flags, NextPull, OffsetUpdate,
+    PullDecision, PullGate, PullResult,
+};
+use crate::consumer::offset::{start_offset, StartOffset};
+use crate::consumer::process_queue::{CachedMessage, ProcessQueue, ProcessQueueSnapshot};
+use crate::consumer::retry::{
+    self, failed_range, CONSUME_TIMEOUT_DELAY_LEVEL, LOCAL_RECONSUME_DELAY,
+};
+use crate::error::{Error, Result};
+use crate::message::{MessageExt, MessageQueue};
+
+/// What the process queue keeps per cached message: the messages themselves travel with their
+/// batch to the listener, so the cache holds only what flow control and offsets need.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedEntry {
+    offset: i64,
+    body_len: usize,
+}
+
+impl CachedMessage for CachedEntry {
+    fn queue_offset(&self) -> i64 {
+        self.offset
+    }
+
+    fn body_len(&self) -> usize {
+        self.body_len
+    }
+}
+
+/// Stop consuming the queue: stop pulling, let the batches in flight finish (bounded by the
+/// consumer's `shutdown_await`), persist the offset, stop the actor. Resolves when done.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DropQueue;
+
+/// The queue's state for diagnostics and ConsumerRunningInfo.
+#[derive(Message)]
+#[rtype(result = "QueueStatus")]
+pub struct GetQueueStatus;
+
+/// See [`GetQueueStatus`].
+#[derive(Debug, Clone)]
+pub struct QueueStatus {
+    /// Java's ProcessQueueInfo fields.
+    pub snapshot: ProcessQueueSnapshot,
+    /// The pull loop has shown no activity for `pull_max_idle_time`.
+    pub stalled: bool,
+}
+
+/// Moves the queue to `offset`, dropping cached messages (RESET_CONSUMER_CLIENT_OFFSET).
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct ResetQueueOffset(pub i64);
+
+/// One owned queue. Created and stopped by the rebalancer.
+pub struct QueueActor {
+    queue: MessageQueue,
+    shared: Rc<ConsumerShared>,
+    pq: ProcessQueue<CachedEntry>,
+    /// Offset of the next pull; `None` until the start offset is known.
+    next_offset: Option<i64>,
+    /// The committed offset last reported to the offset store.
+    committed: Option<i64>,
+    /// Bumped whenever the cache is thrown away, so answers to older pulls and consume
+    /// outcomes of older messages are ignored.
+    epoch: u64,
+    pull_in_flight: bool,
+    pull_scheduled: bool,
+    /// Batches handed to the listener and not yet settled (including send-backs).
+    unsettled: usize,
+    /// Messages of unsettled batches, by offset, for consume-timeout send-backs.
+    in_flight: HashMap<i64, Arc<[MessageExt]>>,
+    /// Offsets already sent back because their consumption timed out.
+    timed_out: HashSet<i64>,
+    last_activity_ms: i64,
+    dropping: bool,
+    drain_waiters: Vec<oneshot::Sender<()>>,
+    offset_flush_scheduled: bool,
+}
+
+impl QueueActor {
+    /// An actor for `queue`.
+    pub(crate) fn new(queue: MessageQueue, shared: Rc<ConsumerShared>) -> Self {
+        let now = now_ms();
+        QueueActor {
+            queue,
+            shared,
+            pq: ProcessQueue::new(now),
+            next_offset: None,
+            committed: None,
+            epoch: 0,
+            pull_in_flight: false,
+            pull_scheduled: false,
+            unsettled: 0,
+            in_flight: HashMap::new(),
+            timed_out: HashSet::new(),
+            last_activity_ms: now,
+            dropping: false,
+            drain_waiters: Vec::new(),
+            offset_flush_scheduled: false,
+        }
+    }
+
+    fn load_start_offset(&mut self, ctx: &mut Context<Self>) {
+        let shared = self.shared.clone();
+        let queue = self.queue.clone();
+        let lookup = async move {
+            let stored = shared
+                .offsets
+                .send(LoadOffset(queue.clone()))
+                .await
+                .map_err(|e| Error::Shutdown(e.to_string()))?;
+            let timestamp = shared.consume_timestamp_ms;
+            match start_offset(shared.config.consume_from_where, stored, &queue.topic, timestamp) {
+                StartOffset::Use(offset) => Ok(offset),
+                StartOffset::AskMaxOffset => shared.client.max_offset(&queue).await,
+                StartOffset::SearchByTimestamp(ts) => shared.client.search_offset(&queue, ts).await,
+                StartOffset::RetryLater => Err(Error::Shutdown(format!(
+                    "stored offset of {queue} unavailable"
+                ))),
+            }
+        };
+        ctx.spawn(lookup.into_actor(self).map(|result, act, ctx| match result {
+            Ok(offset) if offset >= 0 => {
+                tracing::debug!(queue = %act.queue, offset, "queue starts");
+                act.next_offset = Some(offset);
+                // Record the start so a restart resumes here even if nothing is consumed.
+                act.commit(offset, ctx);
+                act.pull(ctx);
+            }
+            Ok(offset) => {
+                tracing::warn!(queue = %act.queue, offset, "broker gave a negative start offset; retrying");
+                ctx.run_later(act.shared.config.pull_delay_on_error, |act, ctx| {
+                    act.load_start_offset(ctx)
+                });
+            }
+            Err(e) => {
+                tracing::warn!(queue = %act.queue, error = %e, "cannot compute the start offset; retrying");
+                ctx.run_later(act.shared.config.pull_delay_on_error, |act, ctx| {
+                    act.load_start_offset(ctx)
+                });
+            }
+        }));
+    }
+
+    fn schedule_pull(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        if self.pull_scheduled || self.pull_in_flight {
+            return;
+        }
+        self.pull_scheduled = true;
+        ctx.run_later(delay, |act, ctx| {
+            act.pull_scheduled = false;
+            act.pull(ctx);
+        });
+    }
+
+    fn pull(&mut self, ctx: &mut Context<Self>) {
+        let Some(offset) = self.next_offset else {
+            return;
+        };
+        if self.pull_in_flight {
+            return;
+        }
+        let now = now_ms();
+        self.last_activity_ms = now;
+        let shared = &self.shared;
+        let subscription = shared.subscription(&self.queue.topic);
+        let gate = PullGate {
+            dropped: self.dropping,
+            running: shared.running.get(),
+            paused: shared.paused.get(),
+            cache: self.pq.cache_stats(),
+            locked: true,
+            offset_fixed_since_lock: true,
+            has_subscription: subscription.is_some(),
+        };
+        let decision = decide_pull(&shared.config, &shared.thresholds.get(), &gate);
+        let subscription = match (decision, subscription) {
+            (PullDecision::Stop, _) => return,
+            (PullDecision::Delay(delay, reason), _) => {
+                tracing::trace!(queue = %self.queue, ?reason, ?delay, "pull delayed");
+                self.schedule_pull(delay, ctx);
+                return;
+            }
+            (PullDecision::PullNow | PullDecision::RecomputeOffset, Some(subscription)) => {
+                subscription
+            }
+            (_, None) => {
+                self.schedule_pull(shared.config.pull_delay_on_error, ctx);
+                return;
+            }
+        };
+        self.pq.record_pull(now);
+        let flags = pull_request_flags(&shared.config, self.committed);
+        let request = Pull {
+            group: shared.group.clone(),
+            queue: self.queue.clone(),
+            offset,
+            flags,
+            subscription,
+            max_messages: shared.config.pull_batch_size as i32,
+            max_bytes: shared.config.pull_batch_size_in_bytes as i32,
+        };
+        self.pull_in_flight = true;
+        let epoch = self.epoch;
+        let started = std::time::Instant::now();
+        let sent = shared.puller.send(request);
+        ctx.spawn(sent.into_actor(self).map(move |answer, act, ctx| {
+            act.pull_in_flight = false;
+            act.shared.stats.record_pull(started.elapsed());
+            let answer = answer.map_err(|e| Error::Shutdown(format!("puller: {e}"))).and_then(|r| r);
+            if epoch != act.epoch {
+                // The cache was reset while this pull was out: its answer is stale.
+                act.pull(ctx);
+                return;
+            }
+            act.on_pull(offset, answer, ctx);
+        }));
+    }
+
+    fn on_pull(&mut self, requested: i64, answer: Result<PullResponse>, ctx: &mut Context<Self>) {
+        self.last_activity_ms = now_ms();
+        if self.dropping {
+            return;
+        }
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) => {
+                let code = match &e {
+                    Error::Broker { code, .. } => Some(*code),
+                    _ => None,
+                };
+                let (delay, reason) = pull_error_delay(&self.shared.config, code);
+                tracing::debug!(queue = %self.queue, error = %e, ?reason, "pull failed");
+                self.schedule_pull(delay, ctx);
+                return;
+            }
+        };
+        let result = PullResult {
+            status: response.status,
+            requested_offset: requested,
+            next_begin_offset: response.next_begin_offset,
+            delivered: response.messages.len(),
+            first_delivered_offset: response.messages.first().map(|m| m.queue_offset),
+            cache_empty: self.pq.cached_count() == 0,
+        };
+        let outcome = on_pull_result(&self.shared.config, &result);
+        if outcome.suspicious {
+            tracing::warn!(queue = %self.queue, requested, next = response.next_begin_offset, "broker answered offsets below the request");
+        }
+        self.next_offset = Some(outcome.next_offset);
+        match outcome.offset_update {
+            Some(OffsetUpdate::IncreaseOnly(offset)) => self.commit(offset, ctx),
+            Some(OffsetUpdate::FreezeAndPersist(offset)) => {
+                // The broker moved the offset (out of range, or reset server-side): adopt it,
+                // drop the cache, commit at once. Outcomes of the dropped messages are ignored.
+                tracing::info!(queue = %self.queue, requested, offset, "offset moved by the broker; adopting it");
+                self.discard_cache();
+                self.committed = Some(offset);
+                let set = self.shared.offsets.send(SetOffset {
+                    queue: self.queue.clone(),
+                    offset,
+                    freeze: false,
+                });
+                ctx.spawn(set.into_actor(self).map(|result, act, _ctx| {
+                    if let Ok(Err(e)) | Err(e) = result.map_err(|e| Error::Shutdown(e.to_string())) {
+                        tracing::warn!(queue = %act.queue, error = %e, "cannot persist the adopted offset");
+                    }
+                }));
+            }
+            None => {}
+        }
+        if outcome.deliver {
+            self.deliver(response.messages, ctx);
+        }
+        match outcome.next_pull {
+            NextPull::Immediately => self.pull(ctx),
+            NextPull::After(delay) => self.schedule_pull(delay, ctx),
+            NextPull::Stop => {
+                // OFFSET_ILLEGAL: this runtime keeps the queue and continues from the adopted
+                // offset rather than dropping and re-adding it.
+                self.pull(ctx);
+            }
+        }
+    }
+
+    fn discard_cache(&mut self) {
+        self.epoch += 1;
+        self.pq.clear();
+        self.in_flight.clear();
+        self.timed_out.clear();
+    }
+
+    fn deliver(&mut self, mut messages: Vec<MessageExt>, ctx: &mut Context<Self>) {
+        let group = &self.shared.group;
+        let from_retry_topic = retry::is_retry_topic(&self.queue.topic);
+        for message in &mut messages {
+            if from_retry_topic {
+                retry::restore_original_topic(message, group);
+            }
+        }
+        self.pq.put_messages(messages.iter().map(|m| CachedEntry {
+            offset: m.queue_offset,
+            body_len: m.body().len(),
+        }));
+        self.shared.stats.record_pulled(messages.len());
+        let batch_size = self.shared.config.consume_message_batch_max_size.max(1) as usize;
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            let batch: Arc<[MessageExt]> = messages.by_ref().take(batch_size).collect();
+            self.dispatch(batch, ctx);
+        }
+    }
+
+    fn dispatch(&mut self, batch: Arc<[MessageExt]>, ctx: &mut Context<Self>) {
+        let now = now_ms();
+        let offsets: Vec<i64> = batch.iter().map(|m| m.queue_offset).collect();
+        self.pq.mark_consume_started(&offsets, now);
+        for offset in &offsets {
+            self.in_flight.insert(*offset, batch.clone());
+        }
+        self.unsettled += 1;
+        let epoch = self.epoch;
+        let request = Consume {
+            messages: batch.clone(),
+            queue: self.queue.clone(),
+        };
+        let sent = self.shared.dispatcher.send(request);
+        ctx.spawn(sent.into_actor(self).map(move |outcome, act, ctx| {
+            let outcome = outcome.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "listener stage unavailable; the batch will be retried");
+                ConsumeOutcome::failed(act.queue.clone())
+            });
+            act.on_consumed(batch, epoch, outcome, ctx);
+        }));
+    }
+
+    fn on_consumed(
+        &mut self,
+        batch: Arc<[MessageExt]>,
+        epoch: u64,
+        outcome: ConsumeOutcome,
+        ctx: &mut Context<Self>,
+    ) {
+        let success = outcome.status == ConsumeStatus::Success;
+        let failed = failed_range(success, outcome.context.ack_index, batch.len());
+        self.shared
+            .stats
+            .record_consumed(batch.len() - failed.len(), failed.len(), outcome.elapsed);
+        if epoch != self.epoch {
+            self.settle(ctx);
+            return;
+        }
+        let mut done: Vec<i64> = batch
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !failed.contains(i))
+            .map(|(_, m)| m.queue_offset)
+            .collect();
+        let retries: Vec<MessageExt> = batch[failed]
+            .iter()
+            .filter(|m| !self.timed_out.contains(&m.queue_offset))
+            .cloned()
+            .collect();
+        if !retries.is_empty() && !self.shared.config.is_clustering() {
+            // Broadcasting has no retry topic: the failure is only logged (as Java does).
+            for message in &retries {
+                tracing::warn!(queue = %self.queue, offset = message.queue_offset, msg_id = %message.msg_id(), "broadcast consumption failed; message dropped");
+            }
+            done.extend(retries.iter().map(|m| m.queue_offset));
+        } else if !retries.is_empty() {
+            self.unsettled += 1;
+            self.send_back(retries, outcome.context.delay_level, epoch, ctx);
+        }
+        self.remove_done(&done, ctx);
+        self.settle(ctx);
+    }
+
+    /// Sends failed messages back for redelivery; those that cannot be sent back stay cached and
+    /// are consumed again here after 5 s.
+    fn send_back(
+        &mut self,
+        messages: Vec<MessageExt>,
+        delay_level: i32,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let shared = self.shared.clone();
+        let queue = self.queue.clone();
+        let work = async move {
+            let mut results = Vec::with_capacity(messages.len());
+            for message in messages {
+                let ok = shared.send_back(&queue, &message, delay_level).await;
+                results.push((message, ok));
+            }
+            results
+        };
+        ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
+            if epoch == act.epoch {
+                let (sent, kept): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, ok)| *ok);
+                let sent: Vec<i64> = sent.iter().map(|(m, _)| m.queue_offset).collect();
+                act.shared.stats.record_sent_back(sent.len());
+                act.remove_done(&sent, ctx);
+                if !kept.is_empty() && !act.dropping {
+                    let again: Vec<MessageExt> = kept
+                        .into_iter()
+                        .map(|(mut m, _)| {
+                            m.reconsume_times += 1;
+                            m
+                        })
+                        .collect();
+                    tracing::warn!(queue = %act.queue, count = again.len(), "send-back failed; consuming again locally in 5 s");
+                    act.unsettled += 1;
+                    ctx.run_later(LOCAL_RECONSUME_DELAY, move |act, ctx| {
+                        if epoch == act.epoch && !act.dropping {
+                            act.dispatch(again.into(), ctx);
+                        }
+                        act.settle(ctx);
+                    });
+                }
+            }
+            act.settle(ctx);
+        }));
+    }
+
+    fn remove_done(&mut self, offsets: &[i64], ctx: &mut Context<Self>) {
+        if offsets.is_empty() {
+            return;
+        }
+        for offset in offsets {
+            self.in_flight.remove(offset);
+            self.timed_out.remove(offset);
+        }
+        if let Some(offset) = self.pq.remove_messages(offsets, now_ms()) {
+            self.commit(offset, ctx);
+        }
+        // Space in the cache may unblock a flow-controlled pull loop right away.
+        if !self.pull_in_flight && !self.pull_scheduled && !self.dropping {
+            self.pull(ctx);
+        }
+    }
+
+    /// Raises the committed offset; the offset store hears of it at most once per timer tick.
+    fn commit(&mut self, offset: i64, ctx: &mut Context<Self>) {
+        if self.committed.is_some_and(|c| c >= offset) {
+            return;
+        }
+        self.committed = Some(offset);
+        if !self.offset_flush_scheduled {
+            self.offset_flush_scheduled = true;
+            ctx.run_later(Duration::ZERO, |act, ctx| {
+                act.offset_flush_scheduled = false;
+                act.flush_offset(ctx);
+            });
+        }
+    }
+
+    fn flush_offset(&mut self, ctx: &mut Context<Self>) {
+        if let Some(offset) = self.committed {
+            let update = self.shared.offsets.send(UpdateOffset {
+                queue: self.queue.clone(),
+                offset,
+            });
+            ctx.spawn(update.into_actor(self).map(|_, _, _| ()));
+        }
+    }
+
+    fn settle(&mut self, ctx: &mut Context<Self>) {
+        self.unsettled = self.unsettled.saturating_sub(1);
+        if self.dropping && self.unsettled == 0 {
+            self.finish_drop(ctx);
+        }
+    }
+
+    fn finish_drop(&mut self, ctx: &mut Context<Self>) {
+        if self.drain_waiters.is_empty() {
+            return;
+        }
+        let queue = self.queue.clone();
+        let committed = self.committed;
+        let offsets = self.shared.offsets.clone();
+        let persist = async move {
+            if let Some(offset) = committed {
+                let _ = offsets.send(UpdateOffset { queue: queue.clone(), offset }).await;
+            }
+            offsets.send(PersistAndRemove(queue)).await
+        };
+        ctx.wait(persist.into_actor(self).map(|result, act, ctx| {
+            match result {
+                Ok(Ok(())) => tracing::debug!(queue = %act.queue, offset = ?act.committed, "queue dropped, offset persisted"),
+                Ok(Err(e)) => tracing::warn!(queue = %act.queue, error = %e, "queue dropped; offset not persisted"),
+                Err(e) => tracing::warn!(queue = %act.queue, error = %e, "queue dropped; offset store gone"),
+            }
+            for waiter in act.drain_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+            ctx.stop();
+        }));
+    }
+
+    /// Concurrent mode's consume timeout: messages whose listener call started longer than
+    /// `consume_timeout` ago are sent back (delay level 3) and stop pinning the offset. The
+    /// call itself keeps running; its outcome for them is ignored.
+    fn clean_expired(&mut self, ctx: &mut Context<Self>) {
+        if !self.shared.config.is_clustering() || self.dropping {
+            return;
+        }
+        let expired = self
+            .pq
+            .expired_messages(now_ms(), self.shared.config.consume_timeout, 16);
+        let expired: Vec<MessageExt> = expired
+            .into_iter()
+            .filter(|offset| !self.timed_out.contains(offset))
+            .filter_map(|offset| {
+                let batch = self.in_flight.get(&offset)?;
+                batch.iter().find(|m| m.queue_offset == offset).cloned()
+            })
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        tracing::warn!(queue = %self.queue, count = expired.len(), "consumption timed out; sending back");
+        for message in &expired {
+            self.timed_out.insert(message.queue_offset);
+        }
+        self.unsettled += 1;
+        self.send_back(expired, CONSUME_TIMEOUT_DELAY_LEVEL, self.epoch, ctx);
+    }
+}
+
+impl Actor for QueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.load_start_offset(ctx);
+        let timeout = self.shared.config.consume_timeout;
+        let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+        ctx.run_interval(every, |act, ctx| act.clean_expired(ctx));
+    }
+}
+
+impl Handler<DropQueue> for QueueActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: DropQueue, ctx: &mut Self::Context) -> Self::Result {
+        self.dropping = true;
+        self.pq.set_dropped(true);
+        let (done, wait) = oneshot::channel();
+        self.drain_waiters.push(done);
+        if self.unsettled == 0 {
+            self.finish_drop(ctx);
+        } else if let Some(limit) = self.shared.config.shutdown_await {
+            ctx.run_later(limit, |act, ctx| {
+                if !act.drain_waiters.is_empty() {
+                    tracing::warn!(queue = %act.queue, unsettled = act.unsettled, "listener calls still running after shutdown_await; dropping anyway");
+                    act.finish_drop(ctx);
+                }
+            });
+        }
+        Box::pin(async move {
+            let _ = wait.await;
+        }.into_actor(self))
+    }
+}
+
+impl Handler<GetQueueStatus> for QueueActor {
+    type Result = MessageResult<GetQueueStatus>;
+
+    fn handle(&mut self, _msg: GetQueueStatus, _ctx: &mut Self::Context) -> Self::Result {
+        let now = now_ms();
+        let idle = Duration::from_millis(now.saturating_sub(self.last_activity_ms).max(0) as u64);
+        MessageResult(QueueStatus {
+            snapshot: self.pq.snapshot(self.committed.unwrap_or(-1)),
+            stalled: self.next_offset.is_some()
+                && !self.pull_in_flight
+                && idle > self.shared.config.pull_max_idle_time,
+        })
+    }
+}
+
+impl Handler<ResetQueueOffset> for QueueActor {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, msg: ResetQueueOffset, ctx: &mut Self::Context) -> Self::Result {
+        let offset = msg.0;
+        self.discard_cache();
+        self.next_offset = Some(offset);
+        self.committed = Some(offset);
+        let set = self.shared.offsets.send(SetOffset {
+            queue: self.queue.clone(),
+            offset,
+            freeze: false,
+        });
+        if !self.pull_in_flight {
+            self.schedule_pull(Duration::ZERO, ctx);
+        }
+        Box::pin(
+            async move { set.await.map_err(|e| Error::Shutdown(e.to_string()))? }.into_actor(self),
+        )
+    }
+}

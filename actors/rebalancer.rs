@@ -1,0 +1,306 @@
+//! The rebalancer actor: decides which queues this consumer owns and starts or stops their
+//! queue actors.
+//!
+//! It runs at start, every `rebalance_interval`, when a broker says the group changed
+//! (NOTIFY_CONSUMER_IDS_CHANGED) and after a pass that could not see every topic (retried after
+//! `rebalance_retry_interval`). Each pass is incremental: only queues whose owner changed are
+//! started or dropped; a queue whose pull loop stalled is dropped and started again. Passes never
+//! overlap: a trigger during a pass schedules one more pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use actix::prelude::*;
+
+use crate::actors::client::call_ok;
+use crate::actors::consumer::ConsumerShared;
+use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
+use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
+use crate::consumer::flow::QueueThresholds;
+use crate::error::{Error, Result};
+use crate::message::MessageQueue;
+use crate::protocol::body::{decode_json, ConsumerListBody};
+use crate::protocol::codes::request_code;
+use crate::protocol::header::GetConsumerListByGroupRequestHeader;
+use crate::protocol::RemotingCommand;
+
+/// Run a rebalance pass (now, or right after the one under way).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Rebalance;
+
+/// Drop every queue (shutdown) and stop rebalancing. Resolves when every queue actor has
+/// persisted its offset and stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DropAll;
+
+/// The owned queues and their actors.
+#[derive(Message)]
+#[rtype(result = "Vec<(MessageQueue, Addr<QueueActor>)>")]
+pub struct OwnedQueues;
+
+/// What one pass computed.
+struct Plan {
+    /// The queues to own, for the topics in `seen`.
+    target: BTreeSet<MessageQueue>,
+    /// Topics whose route and members were known; others keep their queues as they are.
+    seen: BTreeSet<String>,
+    /// Some topic could not be computed: try again soon.
+    incomplete: bool,
+    /// Queues whose pull loop stalled.
+    stalled: Vec<MessageQueue>,
+}
+
+/// The rebalancer of one consumer.
+pub struct Rebalancer {
+    shared: Rc<ConsumerShared>,
+    strategy: Rc<dyn AllocateStrategy>,
+    queues: BTreeMap<MessageQueue, Addr<QueueActor>>,
+    in_pass: bool,
+    again: bool,
+    stopped: bool,
+}
+
+impl Rebalancer {
+    pub(crate) fn new(shared: Rc<ConsumerShared>) -> Self {
+        let strategy: Rc<dyn AllocateStrategy> =
+            Rc::from(strategy_for(&shared.config.allocate_strategy));
+        Rebalancer {
+            shared,
+            strategy,
+            queues: BTreeMap::new(),
+            in_pass: false,
+            again: false,
+            stopped: false,
+        }
+    }
+
+    fn trigger(&mut self, ctx: &mut Context<Self>) {
+        if self.stopped {
+            return;
+        }
+        if self.in_pass {
+            self.again = true;
+            return;
+        }
+        self.in_pass = true;
+        let shared = self.shared.clone();
+        let strategy = self.strategy.clone();
+        let owned: Vec<(MessageQueue, Addr<QueueActor>)> = self
+            .queues
+            .iter()
+            .map(|(mq, addr)| (mq.clone(), addr.clone()))
+            .collect();
+        let pass = async move { plan(&shared, strategy.as_ref(), owned).await };
+        ctx.spawn(pass.into_actor(self).map(|plan, act, ctx| {
+            act.apply(plan, ctx);
+            act.in_pass = false;
+            if act.again {
+                act.again = false;
+                act.trigger(ctx);
+            }
+        }));
+    }
+
+    fn apply(&mut self, plan: Plan, ctx: &mut Context<Self>) {
+        if self.stopped {
+            return;
+        }
+        let mut dropped = Vec::new();
+        for stalled in &plan.stalled {
+            if let Some(addr) = self.queues.remove(stalled) {
+                tracing::warn!(queue = %stalled, "pull loop stalled; restarting the queue");
+                dropped.push((stalled.clone(), addr));
+            }
+        }
+        let gone: Vec<MessageQueue> = self
+            .queues
+            .keys()
+            .filter(|mq| plan.seen.contains(&mq.topic) && !plan.target.contains(*mq))
+            .cloned()
+            .collect();
+        for mq in gone {
+            if let Some(addr) = self.queues.remove(&mq) {
+                tracing::info!(queue = %mq, "queue no longer owned");
+                dropped.push((mq, addr));
+            }
+        }
+        // A restarted (stalled) queue must not start before its old actor persisted the
+        // offset, so new actors for dropped queues wait for the drops.
+        let restart: BTreeSet<MessageQueue> = dropped
+            .iter()
+            .map(|(mq, _)| mq.clone())
+            .filter(|mq| plan.target.contains(mq))
+            .collect();
+        for mq in &plan.target {
+            if !self.queues.contains_key(mq) && !restart.contains(mq) {
+                tracing::info!(queue = %mq, "queue assigned");
+                let actor = QueueActor::new(mq.clone(), self.shared.clone()).start();
+                self.queues.insert(mq.clone(), actor);
+            }
+        }
+        if !dropped.is_empty() {
+            let drops = futures::future::join_all(
+                dropped.into_iter().map(|(_, addr)| async move { addr.send(DropQueue).await }),
+            );
+            ctx.spawn(drops.into_actor(self).map(move |_, act, _ctx| {
+                for mq in restart {
+                    if !act.stopped && !act.queues.contains_key(&mq) {
+                        let actor = QueueActor::new(mq.clone(), act.shared.clone()).start();
+                        act.queues.insert(mq, actor);
+                    }
+                }
+                act.update_thresholds();
+            }));
+        }
+        self.update_thresholds();
+        if plan.incomplete {
+            ctx.run_later(self.shared.config.rebalance_retry_interval, |act, ctx| {
+                act.trigger(ctx)
+            });
+        }
+    }
+
+    fn update_thresholds(&self) {
+        self.shared.thresholds.set(QueueThresholds::for_owned_queues(
+            &self.shared.config,
+            self.queues.len(),
+        ));
+    }
+}
+
+async fn plan(
+    shared: &ConsumerShared,
+    strategy: &dyn AllocateStrategy,
+    owned: Vec<(MessageQueue, Addr<QueueActor>)>,
+) -> Plan {
+    let mut plan = Plan {
+        target: BTreeSet::new(),
+        seen: BTreeSet::new(),
+        incomplete: false,
+        stalled: Vec::new(),
+    };
+    for topic in shared.subscribed_topics() {
+        match topic_target(shared, strategy, &topic).await {
+            Ok(queues) => {
+                plan.target.extend(queues);
+                plan.seen.insert(topic);
+            }
+            Err(e) => {
+                tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
+                plan.incomplete = true;
+            }
+        }
+    }
+    let statuses = futures::future::join_all(owned.into_iter().map(|(mq, addr)| async move {
+        (mq, addr.send(GetQueueStatus).await)
+    }))
+    .await;
+    for (mq, status) in statuses {
+        if let Ok(QueueStatus { stalled: true, .. }) = status {
+            plan.stalled.push(mq);
+        }
+    }
+    plan
+}
+
+async fn topic_target(
+    shared: &ConsumerShared,
+    strategy: &dyn AllocateStrategy,
+    topic: &str,
+) -> Result<Vec<MessageQueue>> {
+    let route = shared.client.route(topic).await?;
+    let queues = route.consume_queues.clone();
+    if !shared.config.is_clustering() {
+        return Ok(queues);
+    }
+    // Any broker of the topic knows the group's members (each gets every heartbeat).
+    let addr = route
+        .data
+        .broker_datas
+        .iter()
+        .filter_map(|b| b.master_addr())
+        .min()
+        .ok_or_else(|| Error::TopicRouteNotFound(topic.to_owned()))?
+        .to_owned();
+    let conn = shared.client.connection(&addr).await?;
+    let header = GetConsumerListByGroupRequestHeader {
+        consumer_group: shared.group.to_string(),
+        ..Default::default()
+    };
+    let command =
+        RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);
+    let response = call_ok(&conn, &addr, command, shared.client.request_timeout()).await?;
+    let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
+    let client_id = shared.client.client_id();
+    if !members.consumer_id_list.iter().any(|id| id == client_id) {
+        // The broker has not seen our heartbeat yet: taking queues now would double-assign.
+        return Err(Error::Broker {
+            peer: addr,
+            code: 0,
+            remark: format!("{client_id} not yet among the group's members"),
+        });
+    }
+    Ok(allocate_sorted(
+        strategy,
+        &shared.group,
+        client_id,
+        &queues,
+        &members.consumer_id_list,
+    )
+    .into_iter()
+    .collect())
+}
+
+impl Actor for Rebalancer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.trigger(ctx);
+        ctx.run_interval(self.shared.config.rebalance_interval, |act, ctx| {
+            act.trigger(ctx)
+        });
+    }
+}
+
+impl Handler<Rebalance> for Rebalancer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Rebalance, ctx: &mut Self::Context) {
+        self.trigger(ctx);
+    }
+}
+
+impl Handler<DropAll> for Rebalancer {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: DropAll, _ctx: &mut Self::Context) -> Self::Result {
+        self.stopped = true;
+        let queues = std::mem::take(&mut self.queues);
+        let drops = futures::future::join_all(
+            queues
+                .into_values()
+                .map(|addr| async move { addr.send(DropQueue).await }),
+        );
+        Box::pin(
+            async move {
+                drops.await;
+            }
+            .into_actor(self),
+        )
+    }
+}
+
+impl Handler<OwnedQueues> for Rebalancer {
+    type Result = MessageResult<OwnedQueues>;
+
+    fn handle(&mut self, _msg: OwnedQueues, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.queues
+                .iter()
+                .map(|(mq, addr)| (mq.clone(), addr.clone()))
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,567 @@
+//! Key-ordered consumption of one queue (opt-in, `key_ordered = true`; not in Java).
+//!
+//! Plain orderly consumption runs a queue as a single stream: one slow message holds up every
+//! message behind it, even those about unrelated orders. Most users only need per-key order
+//! ("all events of order 42 in sequence"), so in key-ordered mode messages with different keys
+//! run concurrently while messages with the same key still run strictly one at a time, in
+//! queue order. Broker locks and everything else of orderly clustering stay the same.
+//!
+//! **The key** of a message ([`ordering_key`]) is its `__SHARDINGKEY` property when present
+//! and non-empty (what RocketMQ's own ordered producers set), else the first token of `KEYS`
+//! (`KEYS` may list several business keys for indexing, e.g. `"order-42 user-7"`; the first is
+//! the primary one, and using the whole string would make `"order-42 user-7"` and `"order-42"`
+//! unrelated).
+//!
+//! **Messages without a key** all share one implicit "no key" key: they stay ordered among
+//! themselves (exactly as plain orderly mode would run them) while keyed messages proceed
+//! concurrently beside them. That way forgetting to set keys degrades to ordinary orderly
+//! consumption instead of silently dropping every ordering guarantee, and a keyless message
+//! never blocks keyed ones.
+//!
+//! **The committed offset** is the smallest offset not yet finished (or one past the highest
+//! seen when nothing is left): a message is never skipped, and a slow key holds the offset back
+//! (after a restart, finished messages above it are consumed again — at least once).
+//!
+//! ```
+//! use rocketmq_actor::consumer::key_order::KeyOrderedQueue;
+//! # use rocketmq_actor::consumer::CachedMessage;
+//! # #[derive(Clone, Debug, PartialEq)] struct M(i64);
+//! # impl CachedMessage for M { fn queue_offset(&self) -> i64 { self.0 } fn body_len(&self) -> usize { 1 } }
+//!
+//! let mut q = KeyOrderedQueue::new();
+//! q.push(M(0), Some("order-1"));
+//! q.push(M(1), Some("order-1"));
+//! q.push(M(2), Some("order-2"));
+//! // 0 and 2 run together; 1 waits for 0 (same key).
+//! assert_eq!(q.next_ready(10, 0), vec![M(0), M(2)]);
+//! assert!(q.complete(2, true));
+//! assert_eq!(q.committed_offset(), Some(0)); // 0 still running
+//! assert!(q.complete(0, true));
+//! assert_eq!(q.next_ready(10, 0), vec![M(1)]);
+//! assert!(q.complete(1, true));
+//! assert_eq!(q.committed_offset(), Some(3));
+//! ```
+
+use crate::consumer::process_queue::{CacheStats, CachedMessage};
+use crate::message::MessageExt;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The key that orders `msg` in key-ordered mode: `__SHARDINGKEY` if present and non-empty,
+/// else the first `KEYS` token; `None` (the shared "no key" key) otherwise.
+///
+/// ```
+/// use rocketmq_actor::consumer::key_order::ordering_key;
+/// use rocketmq_actor::message::{property, Message, MessageExt};
+/// let m = MessageExt::from(Message::new("T", "b").with_property(property::KEYS, "order-42 user-7"));
+/// assert_eq!(ordering_key(&m), Some("order-42"));
+/// ```
+pub fn ordering_key(msg: &MessageExt) -> Option<&str> {
+    if let Some(sharding) = msg.message.sharding_key().filter(|k| !k.is_empty()) {
+        return Some(sharding);
+    }
+    msg.keys().into_iter().next()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// An earlier message of the same key is unfinished.
+    Blocked,
+    /// First unfinished message of its key, not running.
+    Ready,
+    /// Handed out, result not reported.
+    InFlight,
+}
+
+#[derive(Debug, Clone)]
+struct Entry<M> {
+    message: M,
+    key: Option<String>,
+    body_len: u64,
+    slot: Slot,
+    failures: u32,
+    not_before_ms: i64,
+}
+
+/// The messages of one queue in key-ordered mode: which may run now, and the offset to commit.
+///
+/// Invariants (checked by the property tests): at most one message per key is in flight; a
+/// key's messages are handed out in offset order, each only after the previous one finished;
+/// [`KeyOrderedQueue::committed_offset`] never passes an unfinished message.
+#[derive(Debug, Clone)]
+pub struct KeyOrderedQueue<M> {
+    entries: BTreeMap<i64, Entry<M>>,
+    /// Unfinished offsets of each key, in order; the head is ready or in flight.
+    chains: BTreeMap<Option<String>, VecDeque<i64>>,
+    /// Heads not in flight.
+    ready: BTreeSet<i64>,
+    in_flight: usize,
+    body_bytes: u64,
+    highest: Option<i64>,
+}
+
+impl<M> Default for KeyOrderedQueue<M> {
+    fn default() -> Self {
+        KeyOrderedQueue {
+            entries: BTreeMap::new(),
+            chains: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            in_flight: 0,
+            body_bytes: 0,
+            highest: None,
+        }
+    }
+}
+
+impl<M: CachedMessage> KeyOrderedQueue<M> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        KeyOrderedQueue::default()
+    }
+
+    /// Adds a pulled message with its key ([`ordering_key`] for `MessageExt`). Messages must
+    /// arrive in increasing offset order, as pulls deliver them; one at or below the highest
+    /// offset seen (a duplicate delivery) is ignored and `false` returned.
+    pub fn push(&mut self, message: M, key: Option<&str>) -> bool {
+        let offset = message.queue_offset();
+        if self.highest.is_some_and(|h| offset <= h) {
+            return false;
+        }
+        self.highest = Some(offset);
+        let key = key.map(str::to_owned);
+        let chain = self.chains.entry(key.clone()).or_default();
+        let slot = if chain.len() < 2 {
+            self.ready.insert(offset);
+            Slot::Ready
+        } else {
+            Slot::Blocked
+        };
+        chain.push_back(offset);
+        let body_len = message.body_len() as u64;
+        self.body_bytes += body_len;
+        self.entries.insert(
+            offset,
+            Entry {
+                message,
+                key,
+                body_len,
+                slot,
+                failures: 0,
+                not_before_ms: i64::MIN,
+            },
+        );
+        true
+    }
+
+    /// Hands out up to `max` messages that may run now, lowest offsets first, and marks them
+    /// in flight: each is the first unfinished message of its key, nothing of its key is in
+    /// flight, and it is not paused by [`KeyOrderedQueue::retry_at`] beyond `now_ms`.
+    pub fn next_ready(&mut self, max: usize, now_ms: i64) -> Vec<M>
+    where
+        M: Clone,
+    {
+        let mut out = Vec::new();
+        let mut taken = Vec::new();
+        for offset in &self.ready {
+            if out.len() >= max {
+                break;
+            }
+            let Some(entry) = self.entries.get_mut(offset) else {
+                continue;
+            };
+            if entry.not_before_ms > now_ms {
+                continue;
+            }
+            entry.slot = Slot::InFlight;
+            out.push(entry.message.clone());
+            taken.push(*offset);
+        }
+        for offset in taken {
+            self.ready.remove(&offset);
+            self.in_flight += 1;
+        }
+        out
+    }
+
+    /// Reports a message handed out by [`KeyOrderedQueue::next_ready`]. `ok`: it is finished
+    /// (consumed, or sent to the dead-letter queue) and the next message of its key becomes
+    /// ready. Not ok: it stays first of its key, its failure count goes up, and it is ready
+    /// again at once (use [`KeyOrderedQueue::retry_at`] to pause it). Returns false, changing
+    /// nothing, if the message was not in flight.
+    pub fn complete(&mut self, offset: i64, ok: bool) -> bool {
+        if ok {
+            self.finish(offset)
+        } else {
+            self.retry_at(offset, i64::MIN)
+        }
+    }
+
+    /// A failed message: it stays first of its key (blocking the key's later messages), its
+    /// failure count goes up, and it is handed out again at or after `not_before_ms`. Returns
+    /// false if the message was not in flight.
+    pub fn retry_at(&mut self, offset: i64, not_before_ms: i64) -> bool {
+        let Some(entry) = self.entries.get_mut(&offset) else {
+            return false;
+        };
+        if entry.slot != Slot::InFlight {
+            return false;
+        }
+        entry.slot = Slot::Ready;
+        entry.failures = entry.failures.saturating_add(1);
+        entry.not_before_ms = not_before_ms;
+        self.ready.insert(offset);
+        self.in_flight -= 1;
+        true
+    }
+
+    fn finish(&mut self, offset: i64) -> bool {
+        match self.entries.get(&offset) {
+            Some(entry) if entry.slot == Slot::InFlight => {}
+            _ => return false,
+        }
+        let Some(entry) = self.entries.remove(&offset) else {
+            return false;
+        };
+        self.in_flight -= 1;
+        self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
+        let mut next_head = None;
+        if let Some(chain) = self.chains.get_mut(&entry.key) {
+            // Only a chain's head is ever in flight.
+            if chain.front() == Some(&offset) {
+                chain.pop_front();
+            } else {
+                chain.retain(|o| *o != offset);
+            }
+            next_head = chain.front().copied();
+            if chain.is_empty() {
+                self.chains.remove(&entry.key);
+            }
+        }
+        if let Some(head) = next_head {
+            if let Some(next) = self.entries.get_mut(&head) {
+                if next.slot == Slot::Blocked {
+                    next.slot = Slot::Ready;
+                    self.ready.insert(head);
+                }
+            }
+        }
+        true
+    }
+
+    /// How many times the unfinished message at `offset` failed here (add the broker's
+    /// `reconsume_times` for the total; compare with `max_reconsume_times` to decide on the
+    /// dead-letter queue).
+    pub fn failures(&self, offset: i64) -> Option<u32> {
+        self.entries.get(&offset).map(|e| e.failures)
+    }
+
+    /// The earliest time after `now_ms` a paused ready message becomes due, to schedule a
+    /// wake-up; `None` when none is paused.
+    pub fn next_wakeup_ms(&self, now_ms: i64) -> Option<i64> {
+        self.ready
+            .iter()
+            .filter_map(|o| self.entries.get(o))
+            .map(|e| e.not_before_ms)
+            .filter(|t| *t > now_ms)
+            .min()
+    }
+
+    /// The queue's consume offset: the smallest unfinished offset, or one past the highest
+    /// offset seen when all are finished; `None` before the first message.
+    pub fn committed_offset(&self) -> Option<i64> {
+        match self.entries.keys().next() {
+            Some(first) => Some(*first),
+            None => self.highest.map(|h| h.saturating_add(1)),
+        }
+    }
+
+    /// Unfinished messages (waiting or in flight).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether every message is finished.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Messages in flight.
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Offsets in flight, in order.
+    pub fn in_flight_offsets(&self) -> Vec<i64> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.slot == Slot::InFlight)
+            .map(|(o, _)| *o)
+            .collect()
+    }
+
+    /// Keys with unfinished messages (the keyless ones count as one).
+    pub fn key_count(&self) -> usize {
+        self.chains.len()
+    }
+
+    /// The unfinished message at `offset`.
+    pub fn get(&self, offset: i64) -> Option<&M> {
+        self.entries.get(&offset).map(|e| &e.message)
+    }
+
+    /// Body bytes of the unfinished messages.
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    /// The numbers pull flow control looks at (count, bytes, span of unfinished offsets).
+    pub fn cache_stats(&self) -> CacheStats {
+        let span = match (self.entries.keys().next(), self.entries.keys().next_back()) {
+            (Some(lo), Some(hi)) => hi - lo,
+            _ => 0,
+        };
+        CacheStats {
+            count: self.entries.len() as u64,
+            body_bytes: self.body_bytes,
+            span,
+        }
+    }
+
+    /// Forgets everything (offset reset, queue dropped); results of messages in flight are
+    /// then ignored.
+    pub fn clear(&mut self) {
+        *self = KeyOrderedQueue::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{property, Message};
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct M(i64);
+
+    impl CachedMessage for M {
+        fn queue_offset(&self) -> i64 {
+            self.0
+        }
+        fn body_len(&self) -> usize {
+            100
+        }
+    }
+
+    fn offsets(ms: &[M]) -> Vec<i64> {
+        ms.iter().map(|m| m.0).collect()
+    }
+
+    fn queue(keys: &[Option<&str>]) -> KeyOrderedQueue<M> {
+        let mut q = KeyOrderedQueue::new();
+        for (i, k) in keys.iter().enumerate() {
+            assert!(q.push(M(i as i64), *k));
+        }
+        q
+    }
+
+    #[test]
+    fn the_sharding_key_wins_over_keys() {
+        let both = MessageExt::from(
+            Message::new("T", "b")
+                .with_property(property::KEYS, "k1 k2")
+                .with_property(property::SHARDING_KEY, "shard"),
+        );
+        assert_eq!(ordering_key(&both), Some("shard"));
+        let empty_shard = MessageExt::from(
+            Message::new("T", "b")
+                .with_property(property::KEYS, "  k1 k2")
+                .with_property(property::SHARDING_KEY, ""),
+        );
+        assert_eq!(ordering_key(&empty_shard), Some("k1"));
+        assert_eq!(
+            ordering_key(&MessageExt::from(Message::new("T", "b"))),
+            None
+        );
+    }
+
+    #[test]
+    fn different_keys_run_together_same_key_waits() {
+        let mut q = queue(&[Some("a"), Some("b"), Some("a"), Some("c"), Some("b")]);
+        assert_eq!(q.key_count(), 3);
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![0, 1, 3]);
+        assert!(q.next_ready(10, 0).is_empty());
+        assert!(q.complete(1, true));
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![4]);
+        assert_eq!(q.in_flight_offsets(), vec![0, 3, 4]);
+        assert_eq!(q.committed_offset(), Some(0));
+    }
+
+    #[test]
+    fn next_ready_respects_the_limit_and_prefers_older_messages() {
+        let mut q = queue(&[Some("a"), Some("b"), Some("c"), Some("d")]);
+        assert_eq!(offsets(&q.next_ready(2, 0)), vec![0, 1]);
+        assert_eq!(offsets(&q.next_ready(1, 0)), vec![2]);
+        assert_eq!(q.in_flight_count(), 3);
+        assert!(q.next_ready(0, 0).is_empty());
+    }
+
+    #[test]
+    fn keyless_messages_stay_ordered_among_themselves_but_not_behind_keys() {
+        let mut q = queue(&[None, Some("a"), None, Some("a"), Some("b")]);
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![0, 1, 4]);
+        assert!(q.complete(0, true));
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![2]);
+    }
+
+    #[test]
+    fn a_failed_message_stays_first_of_its_key() {
+        let mut q = queue(&[Some("a"), Some("a"), Some("b")]);
+        q.next_ready(10, 0);
+        assert!(q.complete(0, false));
+        assert_eq!(q.failures(0), Some(1));
+        // Offset 1 (same key) is still blocked; 0 is offered again.
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![0]);
+        assert!(q.retry_at(0, 1_000));
+        assert_eq!(q.failures(0), Some(2));
+        assert!(q.next_ready(10, 999).is_empty());
+        assert_eq!(q.next_wakeup_ms(999), Some(1_000));
+        assert_eq!(offsets(&q.next_ready(10, 1_000)), vec![0]);
+        assert_eq!(q.next_wakeup_ms(1_000), None);
+        assert!(q.complete(0, true));
+        assert_eq!(offsets(&q.next_ready(10, 1_000)), vec![1]);
+    }
+
+    #[test]
+    fn completing_something_not_in_flight_changes_nothing() {
+        let mut q = queue(&[Some("a"), Some("a")]);
+        assert!(!q.complete(0, true), "not handed out yet");
+        assert!(!q.complete(1, false));
+        assert!(!q.complete(7, true));
+        q.next_ready(10, 0);
+        assert!(q.complete(0, true));
+        assert!(!q.complete(0, true), "already finished");
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn committed_offset_is_the_smallest_unfinished() {
+        let mut q: KeyOrderedQueue<M> = KeyOrderedQueue::new();
+        assert_eq!(q.committed_offset(), None);
+        for o in [10, 11, 12] {
+            q.push(M(o), Some(&o.to_string()));
+        }
+        q.next_ready(10, 0);
+        q.complete(11, true);
+        q.complete(12, true);
+        assert_eq!(q.committed_offset(), Some(10));
+        assert_eq!(
+            q.cache_stats(),
+            CacheStats {
+                count: 1,
+                body_bytes: 100,
+                span: 0
+            }
+        );
+        q.complete(10, true);
+        assert_eq!(q.committed_offset(), Some(13));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn duplicates_and_old_offsets_are_ignored() {
+        let mut q = queue(&[Some("a"), Some("a")]);
+        assert!(!q.push(M(1), Some("a")));
+        assert!(!q.push(M(0), Some("z")));
+        assert_eq!(q.len(), 2);
+        q.clear();
+        assert_eq!(q.committed_offset(), None);
+        assert!(q.push(M(0), None));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(u8),
+        Take(usize),
+        Complete(prop::sample::Index, bool),
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn per_key_order_and_a_safe_commit_offset(
+            ops in proptest::collection::vec(
+                prop_oneof![
+                    (0u8..5).prop_map(Op::Push),
+                    (0usize..4).prop_map(Op::Take),
+                    (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, ok)| Op::Complete(i, ok)),
+                ],
+                1..120,
+            ),
+        ) {
+            // Key 4 stands for "no key".
+            let key_of = |k: u8| if k == 4 { None } else { Some(format!("k{k}")) };
+            let mut q = KeyOrderedQueue::new();
+            let mut keys: BTreeMap<i64, Option<String>> = BTreeMap::new();
+            let mut finished: BTreeSet<i64> = BTreeSet::new();
+            let mut running: BTreeSet<i64> = BTreeSet::new();
+            let mut next = 0i64;
+            let mut last_commit = i64::MIN;
+            for op in ops {
+                match op {
+                    Op::Push(k) => {
+                        prop_assert!(q.push(M(next), key_of(k).as_deref()));
+                        keys.insert(next, key_of(k));
+                        next += 1;
+                    }
+                    Op::Take(max) => {
+                        let out = q.next_ready(max, 0);
+                        prop_assert!(out.len() <= max);
+                        for m in out {
+                            let key = &keys[&m.0];
+                            // Every earlier message of the key is finished...
+                            for (o, k) in keys.range(..m.0) {
+                                if k == key { prop_assert!(finished.contains(o), "{} released before {}", m.0, o); }
+                            }
+                            // ...and nothing of the key is running.
+                            prop_assert!(running.iter().all(|r| &keys[r] != key));
+                            prop_assert!(!finished.contains(&m.0));
+                            running.insert(m.0);
+                        }
+                    }
+                    Op::Complete(ix, ok) => {
+                        if running.is_empty() {
+                            continue;
+                        }
+                        let o = *running.iter().nth(ix.index(running.len())).unwrap();
+                        prop_assert!(q.complete(o, ok));
+                        running.remove(&o);
+                        if ok { finished.insert(o); }
+                    }
+                }
+                prop_assert_eq!(q.in_flight_count(), running.len());
+                prop_assert_eq!(q.len() as i64, next - finished.len() as i64);
+                if let Some(commit) = q.committed_offset() {
+                    // Never past an unfinished message, never backwards, and as far as it may go.
+                    prop_assert!((0..commit).all(|o| finished.contains(&o)));
+                    prop_assert!(commit == next || !finished.contains(&commit));
+                    prop_assert!(commit >= last_commit);
+                    last_commit = commit;
+                }
+            }
+            // Draining everything (with no more failures) finishes every message.
+            loop {
+                let out = q.next_ready(usize::MAX, 0);
+                for m in &out { running.insert(m.0); }
+                if running.is_empty() { break; }
+                let running_now: Vec<i64> = running.iter().copied().collect();
+                for o in running_now {
+                    prop_assert!(q.complete(o, true));
+                    running.remove(&o);
+                    finished.insert(o);
+                }
+            }
+            prop_assert!(q.is_empty());
+            prop_assert_eq!(q.committed_offset(), if next == 0 { None } else { Some(next) });
+        }
+    }
+}

@@ -1,0 +1,726 @@
+//! Interoperability with a real RocketMQ cluster (one name server, brokers `broker-a` and
+//! `broker-b`), e.g. the one `scripts/real-cluster.sh start` runs.
+//!
+//! Every test is skipped (with a message on stderr) unless `ROCKETMQ_NAMESRV` names the name
+//! server:
+//!
+//! ```text
+//! scripts/real-cluster.sh start
+//! ROCKETMQ_NAMESRV=127.0.0.1:9876 cargo test --test interop_produce -- --nocapture
+//! ```
+//!
+//! Each run uses fresh topic and group names (time-stamped), so runs do not see each other's
+//! messages, offsets or locks.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rocketmq_actor::actors::client::{call, Client, ClientConfig};
+use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendStatus};
+use rocketmq_actor::message::decode_messages;
+use rocketmq_actor::protocol::body::{
+    decode_json, encode_json, ClusterInfo, ConsumeFromWhere, ConsumeType, ConsumerData,
+    ConsumerListBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, MessageModel,
+    SubscriptionData, UnlockBatchRequestBody,
+};
+use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
+use rocketmq_actor::protocol::header::{
+    GetConsumerListByGroupRequestHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+    HeartbeatRequestHeader, LockBatchMqRequestHeader, OffsetResponseHeader,
+    PullMessageRequestHeader, PullMessageResponseHeader, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, SearchOffsetRequestHeader, UnlockBatchMqRequestHeader,
+    UpdateConsumerOffsetRequestHeader, UpdateTopicRequestHeader,
+};
+use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::route::TopicRoute;
+use rocketmq_actor::{Message, MessageExt, MessageQueue};
+
+/// The two broker names the cluster script starts.
+const BROKERS: [&str; 2] = ["broker-a", "broker-b"];
+/// Queues per broker of the topics these tests create.
+const QUEUES_PER_BROKER: i32 = 4;
+/// How long a new topic may take to appear in the name server's route.
+const ROUTE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The name-server address, or `None` (after saying so) when the interop suite is not enabled.
+fn namesrv() -> Option<String> {
+    match std::env::var("ROCKETMQ_NAMESRV") {
+        Ok(addr) if !addr.trim().is_empty() => Some(addr),
+        _ => {
+            eprintln!("skipping: ROCKETMQ_NAMESRV not set");
+            None
+        }
+    }
+}
+
+/// A name no earlier run used: `prefix_<ms since epoch>_<pid>_<n>`.
+fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}_{millis}_{}_{n}", std::process::id())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+fn start_client(namesrv: &str) -> Client {
+    Client::start(ClientConfig::new(namesrv)).expect("valid name-server address")
+}
+
+/// Master address of every broker of the cluster, by broker name.
+async fn broker_masters(client: &Client, namesrv: &str) -> BTreeMap<String, String> {
+    let response = client
+        .invoke(
+            namesrv,
+            RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO),
+        )
+        .await
+        .expect("GET_BROKER_CLUSTER_INFO");
+    let info: ClusterInfo =
+        decode_json(&response.body.unwrap_or_default()).expect("cluster info JSON");
+    let masters: BTreeMap<String, String> = info
+        .broker_addr_table
+        .values()
+        .filter_map(|b| Some((b.broker_name.clone(), b.master_addr()?.to_owned())))
+        .collect();
+    for name in BROKERS {
+        assert!(
+            masters.contains_key(name),
+            "the cluster must have a master named {name}; it has {masters:?}"
+        );
+    }
+    masters
+}
+
+/// Creates `topic` with [`QUEUES_PER_BROKER`] queues on both brokers and waits until the name
+/// server routes it to both.
+async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<TopicRoute> {
+    let masters = broker_masters(client, namesrv).await;
+    for name in BROKERS {
+        let header = UpdateTopicRequestHeader {
+            topic: topic.to_owned(),
+            default_topic: "TBW102".into(),
+            read_queue_nums: QUEUES_PER_BROKER,
+            write_queue_nums: QUEUES_PER_BROKER,
+            perm: 6,
+            topic_sys_flag: Some(0),
+            ..Default::default()
+        };
+        client
+            .invoke(
+                &masters[name],
+                RemotingCommand::request_with_header(request_code::UPDATE_AND_CREATE_TOPIC, &header),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("UPDATE_AND_CREATE_TOPIC {topic} on {name}: {e}"));
+    }
+    wait_for_route(client, topic, &BROKERS).await
+}
+
+/// Polls the name server (bounded) until the route of `topic` lists every broker of `brokers`.
+async fn wait_for_route(client: &Client, topic: &str, brokers: &[&str]) -> Arc<TopicRoute> {
+    let deadline = Instant::now() + ROUTE_DEADLINE;
+    loop {
+        let last = match client.refresh_route(topic).await {
+            Ok(route) => {
+                let routed: BTreeSet<&str> = route
+                    .data
+                    .queue_datas
+                    .iter()
+                    .map(|q| q.broker_name.as_str())
+                    .collect();
+                if brokers.iter().all(|b| routed.contains(b)) {
+                    return route;
+                }
+                format!("routed to {routed:?}")
+            }
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{topic} not routed to {brokers:?} within {ROUTE_DEADLINE:?}: {last}"
+        );
+        // Brokers register topics with the name server asynchronously; poll again shortly.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// One PULL_MESSAGE (FLAG_SUBSCRIPTION, `*`): the response code, header and messages.
+async fn pull_once(
+    client: &Client,
+    route: &TopicRoute,
+    queue: &MessageQueue,
+    group: &str,
+    offset: i64,
+) -> (i32, PullMessageResponseHeader, Vec<MessageExt>) {
+    let addr = route
+        .pull_addr(&queue.broker_name, 0)
+        .expect("broker address in route");
+    let header = PullMessageRequestHeader {
+        consumer_group: group.to_owned(),
+        topic: queue.topic.clone(),
+        queue_id: queue.queue_id,
+        queue_offset: offset,
+        max_msg_nums: 32,
+        sys_flag: pull_sys_flag::SUBSCRIPTION,
+        commit_offset: 0,
+        suspend_timeout_millis: 0,
+        subscription: Some("*".into()),
+        sub_version: 0,
+        expression_type: Some("TAG".into()),
+        max_msg_bytes: None,
+        bname: Some(queue.broker_name.clone()),
+    };
+    let conn = client.connection(addr).await.expect("connection");
+    let response = call(
+        &conn,
+        RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("pull answered");
+    let reply: PullMessageResponseHeader = response.decode_header().expect("pull header");
+    let messages = if response.code == response_code::SUCCESS {
+        let mut messages =
+            decode_messages(response.body.clone().unwrap_or_default()).expect("pull body");
+        for message in &mut messages {
+            message.broker_name = queue.broker_name.clone();
+        }
+        messages
+    } else {
+        Vec::new()
+    };
+    (response.code, reply, messages)
+}
+
+/// Every message of `queue` from offset 0, in queue order.
+async fn pull_all(
+    client: &Client,
+    route: &TopicRoute,
+    queue: &MessageQueue,
+    group: &str,
+) -> Vec<MessageExt> {
+    let mut all = Vec::new();
+    let mut offset = 0;
+    loop {
+        let (code, reply, messages) = pull_once(client, route, queue, group, offset).await;
+        match code {
+            response_code::SUCCESS => {
+                assert!(
+                    reply.next_begin_offset > offset,
+                    "{queue}: FOUND must advance the offset"
+                );
+                all.extend(messages);
+            }
+            response_code::PULL_NOT_FOUND => return all,
+            code => panic!("{queue}: pull at {offset} answered {code}"),
+        }
+        offset = reply.next_begin_offset;
+    }
+}
+
+/// Every message of every consume queue of the route, per queue.
+async fn pull_topic(
+    client: &Client,
+    route: &TopicRoute,
+    group: &str,
+) -> BTreeMap<MessageQueue, Vec<MessageExt>> {
+    let mut per_queue = BTreeMap::new();
+    for queue in &route.consume_queues {
+        per_queue.insert(queue.clone(), pull_all(client, route, queue, group).await);
+    }
+    per_queue
+}
+
+fn body_of(index: usize) -> Bytes {
+    let mut body = format!("interop-{index}-").into_bytes();
+    body.resize(128, b'x');
+    Bytes::from(body)
+}
+
+fn index_of(message: &MessageExt) -> usize {
+    std::str::from_utf8(message.body())
+        .ok()
+        .and_then(|text| text.strip_prefix("interop-"))
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected body {:?}", message.body()))
+}
+
+async fn send_heartbeat(client: &Client, addr: &str, group: &str, topic: &str) -> RemotingCommand {
+    let heartbeat = HeartbeatData {
+        client_id: client.client_id().to_owned(),
+        producer_data_set: Vec::new(),
+        consumer_data_set: vec![ConsumerData {
+            group_name: group.to_owned(),
+            consume_type: ConsumeType::ConsumePassively,
+            message_model: MessageModel::Clustering,
+            consume_from_where: ConsumeFromWhere::ConsumeFromFirstOffset,
+            subscription_data_set: vec![
+                SubscriptionData {
+                    topic: topic.to_owned(),
+                    sub_version: now_ms(),
+                    ..Default::default()
+                },
+                SubscriptionData {
+                    topic: format!("%RETRY%{group}"),
+                    sub_version: now_ms(),
+                    ..Default::default()
+                },
+            ],
+            unit_mode: false,
+        }],
+        heartbeat_fingerprint: 0,
+        without_sub: false,
+    };
+    let command = RemotingCommand::request_with_header(
+        request_code::HEART_BEAT,
+        &HeartbeatRequestHeader::default(),
+    )
+    .with_body(encode_json(&heartbeat));
+    client
+        .invoke(addr, command)
+        .await
+        .unwrap_or_else(|e| panic!("HEART_BEAT to {addr}: {e}"))
+}
+
+#[actix_rt::test]
+async fn produce_across_two_brokers_and_read_everything_back() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropProduce");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    assert_eq!(
+        route.produce_queues.len(),
+        2 * QUEUES_PER_BROKER as usize,
+        "{route:?}"
+    );
+
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    const COUNT: usize = 200;
+    let sends = (0..COUNT).map(|i| {
+        let producer = producer.clone();
+        let message = Message::new(topic.clone(), body_of(i))
+            .with_tags("TagA")
+            .with_keys(format!("key-{i}"));
+        async move { producer.send(message).await }
+    });
+    let results = futures::future::join_all(sends).await;
+    let mut per_broker: BTreeMap<String, usize> = BTreeMap::new();
+    let mut sent_ids = HashMap::new();
+    for (i, result) in results.into_iter().enumerate() {
+        let sent = result.unwrap_or_else(|e| panic!("send {i}: {e}"));
+        assert_eq!(sent.status, SendStatus::SendOk);
+        *per_broker.entry(sent.queue.broker_name.clone()).or_default() += 1;
+        sent_ids.insert(i, sent.msg_id);
+    }
+    for name in BROKERS {
+        assert!(
+            per_broker.get(name).copied().unwrap_or(0) > 0,
+            "round robin must use both brokers: {per_broker:?}"
+        );
+    }
+
+    let per_queue = pull_topic(&client, &route, &unique("interop_reader")).await;
+    let mut seen = BTreeSet::new();
+    let mut pulled_per_broker: BTreeMap<String, usize> = BTreeMap::new();
+    for (queue, messages) in &per_queue {
+        for (position, message) in messages.iter().enumerate() {
+            let index = index_of(message);
+            assert!(seen.insert(index), "message {index} read twice");
+            assert_eq!(message.body(), &body_of(index));
+            assert_eq!(message.topic(), topic);
+            assert_eq!(message.tags(), Some("TagA"));
+            assert_eq!(message.keys(), vec![format!("key-{index}").as_str()]);
+            assert_eq!(message.queue_id, queue.queue_id);
+            assert_eq!(message.queue_offset, position as i64, "{queue}");
+            assert_eq!(
+                message.msg_id(),
+                sent_ids[&index].as_str(),
+                "consumers see the producer's UNIQ_KEY as msgId"
+            );
+            *pulled_per_broker.entry(queue.broker_name.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), COUNT, "every message read back exactly once");
+    assert_eq!(pulled_per_broker, per_broker, "messages are where the sends said");
+    client.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn send_with_key_keeps_each_key_in_one_queue() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropKeys");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+
+    const KEYS: usize = 10;
+    const COUNT: usize = 100;
+    let mut sent_queue: HashMap<String, BTreeSet<MessageQueue>> = HashMap::new();
+    // Sequential sends: the order within each key's queue must be the send order.
+    for i in 0..COUNT {
+        let key = format!("k{}", i % KEYS);
+        let message = Message::new(topic.clone(), body_of(i)).with_tags("TagK");
+        let sent = producer
+            .send_with_key(message, &key)
+            .await
+            .unwrap_or_else(|e| panic!("send {i}: {e}"));
+        sent_queue.entry(key).or_default().insert(sent.queue);
+    }
+    for (key, queues) in &sent_queue {
+        assert_eq!(queues.len(), 1, "key {key} was sent to {queues:?}");
+    }
+    let distinct_queues: BTreeSet<&MessageQueue> = sent_queue.values().flatten().collect();
+    assert!(
+        distinct_queues.len() > 1,
+        "{KEYS} keys over {} queues should not all hash to one queue",
+        route.produce_queues.len()
+    );
+
+    let per_queue = pull_topic(&client, &route, &unique("interop_key_reader")).await;
+    let mut read = 0;
+    for (queue, messages) in &per_queue {
+        let mut last_index_per_key: HashMap<String, usize> = HashMap::new();
+        for message in messages {
+            read += 1;
+            let index = index_of(message);
+            let key = format!("k{}", index % KEYS);
+            assert_eq!(message.keys(), vec![key.as_str()], "send_with_key adds the key");
+            assert!(
+                sent_queue[&key].contains(queue),
+                "message {index} with key {key} found in {queue}"
+            );
+            if let Some(previous) = last_index_per_key.insert(key.clone(), index) {
+                assert!(previous < index, "key {key}: {previous} stored after {index}");
+            }
+        }
+    }
+    assert_eq!(read, COUNT);
+    client.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn send_batch_stores_every_message_in_one_queue() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropBatch");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+
+    const BATCH: usize = 16;
+    let batch: Vec<Message> = (0..BATCH)
+        .map(|i| {
+            Message::new(topic.clone(), body_of(i))
+                .with_tags(if i % 2 == 0 { "Even" } else { "Odd" })
+                .with_keys(format!("batch-{i}"))
+        })
+        .collect();
+    let sent = producer.send_batch(batch).await.expect("send_batch");
+    assert_eq!(sent.status, SendStatus::SendOk);
+    let ids: Vec<&str> = sent.msg_id.split(',').collect();
+    assert_eq!(ids.len(), BATCH, "one msgId per message: {}", sent.msg_id);
+
+    let per_queue = pull_topic(&client, &route, &unique("interop_batch_reader")).await;
+    for (queue, messages) in &per_queue {
+        if queue != &sent.queue {
+            assert!(messages.is_empty(), "{queue} holds part of the batch");
+        }
+    }
+    let messages = &per_queue[&sent.queue];
+    assert_eq!(messages.len(), BATCH, "the whole batch is in {}", sent.queue);
+    for (i, message) in messages.iter().enumerate() {
+        assert_eq!(index_of(message), i, "batch order is kept");
+        assert_eq!(message.body(), &body_of(i));
+        assert_eq!(message.tags(), Some(if i % 2 == 0 { "Even" } else { "Odd" }));
+        assert_eq!(message.keys(), vec![format!("batch-{i}").as_str()]);
+        assert_eq!(message.queue_offset, sent.queue_offset + i as i64);
+        assert_eq!(message.msg_id(), ids[i]);
+    }
+    client.shutdown().await;
+}
+
+async fn offset_call(client: &Client, addr: &str, command: RemotingCommand) -> i64 {
+    let response = client
+        .invoke(addr, command)
+        .await
+        .unwrap_or_else(|e| panic!("offset request: {e}"));
+    let header: OffsetResponseHeader = response.decode_header().expect("offset header");
+    header.offset
+}
+
+#[actix_rt::test]
+async fn offset_queries_and_consumer_offset_commit_round_trip() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropOffsets");
+    let group = unique("interop_offsets");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    let queue = MessageQueue::new(&topic, "broker-b", 1);
+    let addr = route.master_addr("broker-b").expect("master").to_owned();
+
+    const COUNT: i64 = 20;
+    for i in 0..COUNT {
+        let sent = producer
+            .send_to_queue(Message::new(topic.clone(), body_of(i as usize)), &queue)
+            .await
+            .expect("send_to_queue");
+        assert_eq!(sent.queue, queue);
+        assert_eq!(sent.queue_offset, i);
+    }
+    let stored = pull_all(&client, &route, &queue, &group).await;
+    assert_eq!(stored.len(), COUNT as usize);
+
+    let max = offset_call(
+        &client,
+        &addr,
+        RemotingCommand::request_with_header(
+            request_code::GET_MAX_OFFSET,
+            &GetMaxOffsetRequestHeader {
+                topic: topic.clone(),
+                queue_id: queue.queue_id,
+                bname: Some(queue.broker_name.clone()),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(max, COUNT, "max offset is one past the last message");
+    let min = offset_call(
+        &client,
+        &addr,
+        RemotingCommand::request_with_header(
+            request_code::GET_MIN_OFFSET,
+            &GetMinOffsetRequestHeader {
+                topic: topic.clone(),
+                queue_id: queue.queue_id,
+                bname: Some(queue.broker_name.clone()),
+            },
+        ),
+    )
+    .await;
+    assert_eq!(min, 0);
+
+    let search = |timestamp: i64| {
+        RemotingCommand::request_with_header(
+            request_code::SEARCH_OFFSET_BY_TIMESTAMP,
+            &SearchOffsetRequestHeader {
+                topic: topic.clone(),
+                queue_id: queue.queue_id,
+                timestamp,
+                boundary_type: Some("LOWER".into()),
+                bname: Some(queue.broker_name.clone()),
+            },
+        )
+    };
+    let first_store = stored[0].store_timestamp;
+    assert_eq!(
+        offset_call(&client, &addr, search(first_store - 60_000)).await,
+        0,
+        "a time before the first message finds offset 0"
+    );
+    // The first message stored strictly later than its predecessor: a LOWER search for its
+    // store time must find exactly it.
+    if let Some(later) = stored
+        .windows(2)
+        .find(|pair| pair[1].store_timestamp > pair[0].store_timestamp)
+        .map(|pair| &pair[1])
+    {
+        assert_eq!(
+            offset_call(&client, &addr, search(later.store_timestamp)).await,
+            later.queue_offset,
+            "LOWER search for the store time of offset {}",
+            later.queue_offset
+        );
+    }
+
+    // A group must exist before the broker keeps its offsets: a heartbeat creates it.
+    send_heartbeat(&client, &addr, &group, &topic).await;
+    let query = || {
+        RemotingCommand::request_with_header(
+            request_code::QUERY_CONSUMER_OFFSET,
+            &QueryConsumerOffsetRequestHeader {
+                consumer_group: group.clone(),
+                topic: topic.clone(),
+                queue_id: queue.queue_id,
+                set_zero_if_not_found: Some(false),
+                bname: Some(queue.broker_name.clone()),
+            },
+        )
+    };
+    let conn = client.connection(&addr).await.expect("connection");
+    let before = call(&conn, query(), Duration::from_secs(5))
+        .await
+        .expect("QUERY_CONSUMER_OFFSET");
+    assert_eq!(
+        before.code,
+        response_code::QUERY_NOT_FOUND,
+        "a new group has no offset: {:?}",
+        before.remark
+    );
+
+    let committed = 7;
+    client
+        .invoke(
+            &addr,
+            RemotingCommand::request_with_header(
+                request_code::UPDATE_CONSUMER_OFFSET,
+                &UpdateConsumerOffsetRequestHeader {
+                    consumer_group: group.clone(),
+                    topic: topic.clone(),
+                    queue_id: queue.queue_id,
+                    commit_offset: committed,
+                    bname: Some(queue.broker_name.clone()),
+                },
+            ),
+        )
+        .await
+        .expect("UPDATE_CONSUMER_OFFSET");
+    let after = client.invoke(&addr, query()).await.expect("query after commit");
+    let header: QueryConsumerOffsetResponseHeader = after.decode_header().expect("offset header");
+    assert_eq!(header.offset, committed);
+    client.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn heartbeat_registers_the_client_in_its_group() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropHeartbeat");
+    let group = unique("interop_heartbeat");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    let addr = route.master_addr("broker-a").expect("master").to_owned();
+
+    let reply = send_heartbeat(&client, &addr, &group, &topic).await;
+    assert_eq!(reply.code, response_code::SUCCESS);
+
+    let response = client
+        .invoke(
+            &addr,
+            RemotingCommand::request_with_header(
+                request_code::GET_CONSUMER_LIST_BY_GROUP,
+                &GetConsumerListByGroupRequestHeader {
+                    consumer_group: group.clone(),
+                },
+            ),
+        )
+        .await
+        .expect("GET_CONSUMER_LIST_BY_GROUP");
+    let list: ConsumerListBody =
+        decode_json(&response.body.unwrap_or_default()).expect("consumer list JSON");
+    assert_eq!(list.consumer_id_list, vec![client.client_id().to_owned()]);
+
+    // A group nobody heartbeated has no members.
+    let conn = client.connection(&addr).await.expect("connection");
+    let unknown = call(
+        &conn,
+        RemotingCommand::request_with_header(
+            request_code::GET_CONSUMER_LIST_BY_GROUP,
+            &GetConsumerListByGroupRequestHeader {
+                consumer_group: unique("interop_nobody"),
+            },
+        ),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("answered");
+    let members = unknown
+        .body
+        .as_deref()
+        .and_then(|body| decode_json::<ConsumerListBody>(body).ok())
+        .map(|list| list.consumer_id_list)
+        .unwrap_or_default();
+    assert!(
+        unknown.code != response_code::SUCCESS || members.is_empty(),
+        "unknown group listed {members:?}"
+    );
+    client.shutdown().await;
+}
+
+async fn lock(client: &Client, addr: &str, group: &str, queues: &[MessageQueue]) -> BTreeSet<MessageQueue> {
+    let body = LockBatchRequestBody {
+        consumer_group: group.to_owned(),
+        client_id: client.client_id().to_owned(),
+        only_this_broker: true,
+        mq_set: queues.to_vec(),
+    };
+    let command = RemotingCommand::request_with_header(
+        request_code::LOCK_BATCH_MQ,
+        &LockBatchMqRequestHeader::default(),
+    )
+    .with_body(encode_json(&body));
+    let response = client.invoke(addr, command).await.expect("LOCK_BATCH_MQ");
+    let locked: LockBatchResponseBody =
+        decode_json(&response.body.unwrap_or_default()).expect("lock response JSON");
+    locked.lock_ok_mq_set.into_iter().collect()
+}
+
+async fn unlock(client: &Client, addr: &str, group: &str, queues: &[MessageQueue]) {
+    let body = UnlockBatchRequestBody {
+        consumer_group: group.to_owned(),
+        client_id: client.client_id().to_owned(),
+        only_this_broker: true,
+        mq_set: queues.to_vec(),
+    };
+    let command = RemotingCommand::request_with_header(
+        request_code::UNLOCK_BATCH_MQ,
+        &UnlockBatchMqRequestHeader::default(),
+    )
+    .with_body(encode_json(&body));
+    client.invoke(addr, command).await.expect("UNLOCK_BATCH_MQ");
+}
+
+#[actix_rt::test]
+async fn a_locked_queue_cannot_be_locked_by_another_client() {
+    let Some(namesrv) = namesrv() else { return };
+    let first = start_client(&namesrv);
+    let second = start_client(&namesrv);
+    assert_ne!(first.client_id(), second.client_id());
+    let topic = unique("InteropLock");
+    let group = unique("interop_lock");
+    let route = create_topic(&first, &namesrv, &topic).await;
+    let addr = route.master_addr("broker-a").expect("master").to_owned();
+    let queues: Vec<MessageQueue> = (0..3)
+        .map(|id| MessageQueue::new(&topic, "broker-a", id))
+        .collect();
+    // Orderly consumers heartbeat before locking; do the same for both.
+    send_heartbeat(&first, &addr, &group, &topic).await;
+    send_heartbeat(&second, &addr, &group, &topic).await;
+
+    let held = lock(&first, &addr, &group, &queues[..2]).await;
+    assert_eq!(held, queues[..2].iter().cloned().collect());
+    assert_eq!(
+        lock(&first, &addr, &group, &queues[..2]).await,
+        held,
+        "re-locking what one holds succeeds"
+    );
+
+    let contended = lock(&second, &addr, &group, &queues).await;
+    assert_eq!(
+        contended,
+        BTreeSet::from([queues[2].clone()]),
+        "only the free queue is granted to the second client"
+    );
+
+    unlock(&first, &addr, &group, &queues[..1]).await;
+    let after_unlock = lock(&second, &addr, &group, &queues[..2]).await;
+    assert_eq!(
+        after_unlock,
+        BTreeSet::from([queues[0].clone()]),
+        "the released queue moves; the still-held one does not"
+    );
+    first.shutdown().await;
+    second.shutdown().await;
+}
