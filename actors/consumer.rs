@@ -699,9 +699,7 @@ impl ConsumerRoot {
                     return None;
                 }
             };
-            let Some(rebalancer) = rebalancer else {
-                return None;
-            };
+            let rebalancer = rebalancer?;
             let owned: BTreeMap<MessageQueue, _> =
                 rebalancer.send(OwnedQueues).await.unwrap_or_default().into_iter().collect();
             for (mq, offset) in body.offset_table.iter() {

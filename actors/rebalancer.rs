@@ -227,7 +227,6 @@ async fn topic_target(
     let conn = shared.client.connection(&addr).await?;
     let header = GetConsumerListByGroupRequestHeader {
         consumer_group: shared.group.to_string(),
-        ..Default::default()
     };
     let command =
         RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);

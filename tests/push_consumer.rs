@@ -15,6 +15,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 /// What a listener saw: (consumer index, user-visible topic, body, reconsume times, queue).
 #[derive(Debug, Clone)]
 struct Seen {
+    #[allow(dead_code)]
     consumer: usize,
     body: String,
     tags: Option<String>,
@@ -294,5 +295,286 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
     for c in [c0, c2, c3] {
         c.shutdown().await;
     }
+    cluster.shutdown().await;
+}
+
+/// Starts a consumer whose listener is the given closure over (delivery, message).
+async fn consumer_with<F>(
+    namesrv: &str,
+    group: &str,
+    topic: &str,
+    configure: impl FnOnce(&mut rocketmq_actor::consumer::PushConsumerConfig),
+    listener: F,
+) -> PushConsumer
+where
+    F: Fn(
+            Vec<MessageExt>,
+            rocketmq_actor::actors::listener::ConsumeContext,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                    Output = (
+                        ConsumeStatus,
+                        rocketmq_actor::actors::listener::ConsumeContext,
+                    ),
+                >,
+            >,
+        > + 'static,
+{
+    PushConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(group)
+        .subscribe(topic, "*")
+        .configure(|c| {
+            c.consume_from_where = ConsumeFromWhere::FirstOffset;
+            configure(c);
+        })
+        .listener_fn(listener)
+        .start()
+        .await
+        .expect("consumer starts")
+}
+
+#[actix_rt::test]
+async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local_file() {
+    let cluster = cluster(2).await;
+    let namesrv = cluster.namesrv_addr();
+    let producer = produce(&namesrv, "Broadcast", 40, None).await;
+    let dirs: Vec<std::path::PathBuf> = (0..2)
+        .map(|i| std::env::temp_dir().join(format!("rmq-actor-bcast-{}-{i}", std::process::id())))
+        .collect();
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let (tx, mut rx) = unbounded_channel();
+    let mut consumers = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        consumers.push(
+            recording_consumer(
+                &namesrv,
+                "bcast_group",
+                "Broadcast",
+                "*",
+                i,
+                tx.clone(),
+                MessageModel::Broadcasting,
+                Some(dir.clone()),
+            )
+            .await,
+        );
+    }
+    let seen = receive(&mut rx, 80).await;
+    for i in 0..2 {
+        let mine: Vec<Seen> = seen.iter().filter(|s| s.consumer == i).cloned().collect();
+        assert_eq!(mine.len(), 40, "consumer {i} saw every message once");
+        assert_eq!(bodies(&mine).len(), 40);
+    }
+    for c in consumers {
+        c.shutdown().await;
+    }
+    for i in 40..50 {
+        producer
+            .send(Message::new("Broadcast", format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let restarted = recording_consumer(
+        &namesrv,
+        "bcast_group",
+        "Broadcast",
+        "*",
+        0,
+        tx,
+        MessageModel::Broadcasting,
+        Some(dirs[0].clone()),
+    )
+    .await;
+    let after = receive(&mut rx, 10).await;
+    let expected: BTreeSet<String> = (40..50).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies(&after), expected, "resumed from the offsets in the local file");
+    assert!(tokio::time::timeout(Duration::from_millis(500), rx.recv())
+        .await
+        .is_err());
+    restarted.shutdown().await;
+    cluster.shutdown().await;
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[actix_rt::test]
+async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
+    let cluster = cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    produce(&namesrv, "Retry", 1, None).await;
+    let (tx, mut rx) = unbounded_channel::<i32>();
+    let failing = consumer_with(
+        &namesrv,
+        "retry_group",
+        "Retry",
+        |c| c.max_reconsume_times = Some(2),
+        move |messages, ctx| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                for m in &messages {
+                    assert_eq!(m.topic(), "Retry", "the listener sees the original topic");
+                    let _ = tx.send(m.reconsume_times);
+                }
+                (ConsumeStatus::ReconsumeLater, ctx)
+            })
+        },
+    )
+    .await;
+    let mut deliveries = Vec::new();
+    for _ in 0..3 {
+        let times = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a redelivery arrives")
+            .unwrap();
+        deliveries.push(times);
+    }
+    assert_eq!(deliveries, vec![0, 1, 2]);
+    // After max reconsume times the broker moves it to %DLQ%retry_group.
+    let (dlq_tx, mut dlq_rx) = unbounded_channel();
+    let dlq_reader = recording_consumer(
+        &namesrv,
+        "dlq_reader",
+        "%DLQ%retry_group",
+        "*",
+        9,
+        dlq_tx,
+        MessageModel::Clustering,
+        None,
+    )
+    .await;
+    let dead = receive(&mut dlq_rx, 1).await;
+    assert_eq!(dead[0].body, "m0");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.is_err(),
+        "no fourth delivery"
+    );
+    failing.shutdown().await;
+    dlq_reader.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn ack_index_retries_only_the_unacknowledged_part_of_a_batch() {
+    let cluster = cluster(1).await;
+    cluster.create_topic("Ack", 1).await.unwrap();
+    let namesrv = cluster.namesrv_addr();
+    produce(&namesrv, "Ack", 4, None).await;
+    let (tx, mut rx) = unbounded_channel::<(String, i32)>();
+    let consumer = consumer_with(
+        &namesrv,
+        "ack_group",
+        "Ack",
+        |c| c.consume_message_batch_max_size = 4,
+        move |messages, mut ctx| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                for m in &messages {
+                    let _ = tx.send((String::from_utf8_lossy(m.body()).into_owned(), m.reconsume_times));
+                }
+                if messages.len() == 4 {
+                    ctx.ack_index = Some(1); // m0 and m1 done, m2 and m3 to retry
+                }
+                (ConsumeStatus::Success, ctx)
+            })
+        },
+    )
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(
+            tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await
+                .expect("delivery")
+                .unwrap(),
+        );
+    }
+    let retried: BTreeSet<String> = seen
+        .iter()
+        .filter(|(_, times)| *times == 1)
+        .map(|(b, _)| b.clone())
+        .collect();
+    assert_eq!(retried, ["m2".to_string(), "m3".to_string()].into());
+    assert!(tokio::time::timeout(Duration::from_millis(300), rx.recv())
+        .await
+        .is_err());
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() {
+    let cluster = cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    produce(&namesrv, "Panic", 3, None).await;
+    let (tx, mut rx) = unbounded_channel::<(String, i32)>();
+    let consumer = consumer_with(&namesrv, "panic_group", "Panic", |_| {}, move |messages, ctx| {
+        let tx = tx.clone();
+        Box::pin(async move {
+            for m in &messages {
+                let body = String::from_utf8_lossy(m.body()).into_owned();
+                if body == "m1" && m.reconsume_times == 0 {
+                    panic!("listener bug on first delivery of m1");
+                }
+                let _ = tx.send((body, m.reconsume_times));
+            }
+            (ConsumeStatus::Success, ctx)
+        })
+    })
+    .await;
+    let mut seen = BTreeMap::new();
+    for _ in 0..3 {
+        let (body, times) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("delivery")
+            .unwrap();
+        seen.insert(body, times);
+    }
+    assert_eq!(seen.get("m1"), Some(&1), "m1 came back after the panic");
+    assert_eq!(seen.len(), 3);
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let cluster = cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    produce(&namesrv, "Bound", 40, None).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (tx, mut rx) = unbounded_channel::<()>();
+    let (r, p) = (running.clone(), peak.clone());
+    let consumer = consumer_with(
+        &namesrv,
+        "bound_group",
+        "Bound",
+        |c| c.consume_concurrency_max = Some(3),
+        move |_messages, ctx| {
+            let (r, p, tx) = (r.clone(), p.clone(), tx.clone());
+            Box::pin(async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                let _ = tx.send(());
+                (ConsumeStatus::Success, ctx)
+            })
+        },
+    )
+    .await;
+    for _ in 0..40 {
+        tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("delivery");
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 3, "the limit is reached and never passed");
+    consumer.shutdown().await;
     cluster.shutdown().await;
 }

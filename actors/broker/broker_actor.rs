@@ -166,8 +166,34 @@ impl Handler<Inbound> for BrokerActor {
         if !self.sessions.contains_key(&msg.conn) {
             return;
         }
-        let actions = self.core.handle(msg.conn, msg.command, now_ms());
-        self.run(actions);
+        let (conn, opaque, answer) = (
+            msg.conn,
+            msg.command.opaque,
+            !msg.command.is_oneway() && !msg.command.is_response(),
+        );
+        let core = &mut self.core;
+        // The core never panics on input by design; should a bug slip through, one client's
+        // request must cost that request, not the broker every client shares.
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            core.handle(conn, msg.command, now_ms())
+        }));
+        match handled {
+            Ok(actions) => self.run(actions),
+            Err(_) => {
+                tracing::error!(conn, "embedded broker failed on a request");
+                if answer {
+                    let response = RemotingCommand::response(
+                        crate::protocol::codes::response_code::SYSTEM_ERROR,
+                        Some("embedded broker internal error".into()),
+                    )
+                    .with_opaque(opaque);
+                    self.run(vec![Action::Send {
+                        conn,
+                        command: response,
+                    }]);
+                }
+            }
+        }
     }
 }
 

@@ -69,6 +69,8 @@ pub struct EmbeddedConfig {
     pub auto_create_topic: bool,
     /// How often brokers run timers (long-poll expiry, delayed messages, idle channels).
     pub tick_interval: Duration,
+    /// A client whose unread responses exceed this many bytes is disconnected.
+    pub max_outbound_bytes: usize,
 }
 
 impl Default for EmbeddedConfig {
@@ -86,6 +88,7 @@ impl Default for EmbeddedConfig {
             cluster_name: "DefaultCluster".into(),
             auto_create_topic: true,
             tick_interval: Duration::from_millis(10),
+            max_outbound_bytes: session::DEFAULT_MAX_OUTBOUND_BYTES,
         }
     }
 }
@@ -148,6 +151,7 @@ struct BrokerHandle {
 /// (`#[actix_rt::test]`, `actix_rt::System::new().block_on(…)` or `#[actix::main]`).
 pub struct EmbeddedCluster {
     namesrv_addr: SocketAddr,
+    max_outbound_bytes: usize,
     name_server: Addr<NameServerActor>,
     namesrv_listener: Option<Addr<ListenerActor>>,
     brokers: Vec<BrokerHandle>,
@@ -209,6 +213,7 @@ impl EmbeddedCluster {
             let routes = SessionRoutes {
                 broker: Some(actor.clone()),
                 name_server: shared_port.then(|| name_server.clone()),
+                max_outbound_bytes: config.max_outbound_bytes,
             };
             let listener_actor = ListenerActor::start_on(listener, routes);
             actor
@@ -228,11 +233,13 @@ impl EmbeddedCluster {
                 SessionRoutes {
                     broker: None,
                     name_server: Some(name_server.clone()),
+                    max_outbound_bytes: config.max_outbound_bytes,
                 },
             ));
         }
         Ok(EmbeddedCluster {
             namesrv_addr,
+            max_outbound_bytes: config.max_outbound_bytes,
             name_server,
             namesrv_listener,
             brokers,
@@ -478,6 +485,7 @@ impl EmbeddedCluster {
         let routes = SessionRoutes {
             broker: Some(handle.actor.clone()),
             name_server: handle.shared_port.then(|| self.name_server.clone()),
+            max_outbound_bytes: self.max_outbound_bytes,
         };
         let listener_actor = ListenerActor::start_on(listener, routes);
         handle

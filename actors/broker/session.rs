@@ -2,7 +2,9 @@
 //!
 //! Name-server requests go to the name-server actor, everything else to the broker actor;
 //! a listener with neither answers REQUEST_CODE_NOT_SUPPORTED. A frame that does not decode
-//! closes this connection only.
+//! closes this connection only, and so does a client that stops reading while the bytes
+//! waiting for it pile up past [`SessionRoutes::max_outbound_bytes`]: one client must not be
+//! able to make the broker buffer without bound.
 
 use super::broker_actor::{BrokerActor, Disconnected, Inbound, SessionConnected};
 use super::name_server::{NameServerActor, NameServerRequest};
@@ -12,18 +14,30 @@ use crate::error::ProtocolError;
 use crate::protocol::codes::response_code;
 use crate::protocol::{RemotingCodec, RemotingCommand};
 use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use futures::SinkExt;
+use std::cell::Cell;
 use std::net::SocketAddr;
-use tokio::io::WriteHalf;
+use std::rc::Rc;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio_util::codec::FramedRead;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{BytesCodec, FramedRead, FramedWrite};
 
-/// Where a session sends what it receives.
+/// Default of [`SessionRoutes::max_outbound_bytes`]: far above what a reading client ever has
+/// queued (a few pull responses of at most 256 KiB), far below what hurts the process.
+pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 64 * 1024 * 1024;
+
+/// Where a session sends what it receives, and how much it may buffer for its client.
 #[derive(Clone)]
 pub struct SessionRoutes {
     /// The broker behind this port, if any.
     pub broker: Option<Addr<BrokerActor>>,
     /// The name server behind this port, if any.
     pub name_server: Option<Addr<NameServerActor>>,
+    /// Encoded frames not yet handed to the socket above which the client is considered
+    /// stuck and disconnected.
+    pub max_outbound_bytes: usize,
 }
 
 /// Writes a command to the connection.
@@ -31,7 +45,7 @@ pub struct SessionRoutes {
 #[rtype(result = "()")]
 pub struct Outbound(pub RemotingCommand);
 
-/// Closes the connection.
+/// Closes the connection (after writing what is already queued).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct CloseSession;
@@ -41,7 +55,33 @@ pub struct SessionActor {
     conn: ConnId,
     peer: SocketAddr,
     routes: SessionRoutes,
-    writer: actix::io::FramedWrite<RemotingCommand, WriteHalf<TcpStream>, RemotingCodec>,
+    /// Frames for the writer task; dropping it lets the writer flush and close the socket.
+    outbound: mpsc::UnboundedSender<Bytes>,
+    /// Bytes sent to the writer task and not yet flushed to the socket.
+    backlog: Rc<Cell<usize>>,
+    /// Fired to make the writer drop the socket at once instead of draining its queue.
+    abort_writer: Option<oneshot::Sender<()>>,
+}
+
+/// Writes frames in arrival order, flushing once per burst rather than once per frame, so a
+/// pipelining producer gets its responses in few syscalls.
+async fn write_frames(
+    write_half: OwnedWriteHalf,
+    mut frames: mpsc::UnboundedReceiver<Bytes>,
+    backlog: Rc<Cell<usize>>,
+) -> std::io::Result<()> {
+    let mut sink = FramedWrite::new(write_half, BytesCodec::new());
+    while let Some(frame) = frames.recv().await {
+        let mut burst = frame.len();
+        sink.feed(frame).await?;
+        while let Ok(frame) = frames.try_recv() {
+            burst += frame.len();
+            sink.feed(frame).await?;
+        }
+        SinkExt::<Bytes>::flush(&mut sink).await?;
+        backlog.set(backlog.get().saturating_sub(burst));
+    }
+    Ok(())
 }
 
 impl SessionActor {
@@ -53,8 +93,29 @@ impl SessionActor {
         routes: SessionRoutes,
     ) -> Addr<Self> {
         SessionActor::create(move |ctx| {
-            let (read, write) = tokio::io::split(stream);
-            let writer = actix::io::FramedWrite::new(write, RemotingCodec::default(), ctx);
+            let (read, write) = stream.into_split();
+            let (outbound, frames) = mpsc::unbounded_channel();
+            let (abort_writer, aborted) = oneshot::channel::<()>();
+            let backlog = Rc::new(Cell::new(0));
+            let session = ctx.address();
+            let writer_backlog = backlog.clone();
+            actix::spawn(async move {
+                // Dropping the abort sender without firing it means "drain, then close".
+                let aborted = async {
+                    if aborted.await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    written = write_frames(write, frames, writer_backlog) => {
+                        if let Err(error) = written {
+                            tracing::debug!(%peer, %error, "embedded broker write failed");
+                            session.do_send(CloseSession);
+                        }
+                    }
+                    () = aborted => {}
+                }
+            });
             if let Some(broker) = &routes.broker {
                 // Sent before any frame so the broker knows the peer (born host) first.
                 broker.do_send(SessionConnected {
@@ -68,9 +129,42 @@ impl SessionActor {
                 conn,
                 peer,
                 routes,
-                writer,
+                outbound,
+                backlog,
+                abort_writer: Some(abort_writer),
             }
         })
+    }
+
+    /// Ends the session without flushing what is queued (a stuck or misbehaving client).
+    fn abort(&mut self, ctx: &mut Context<Self>) {
+        if let Some(abort) = self.abort_writer.take() {
+            let _ = abort.send(());
+        }
+        ctx.stop();
+    }
+
+    fn write(&mut self, command: RemotingCommand, ctx: &mut Context<Self>) {
+        let mut frame = BytesMut::new();
+        if let Err(error) = command.encode(&mut frame) {
+            tracing::warn!(peer = %self.peer, %error, code = command.code, "cannot encode a frame");
+            return;
+        }
+        let backlog = self.backlog.get().saturating_add(frame.len());
+        if backlog > self.routes.max_outbound_bytes {
+            tracing::warn!(
+                peer = %self.peer,
+                backlog,
+                "client is not reading its responses; closing the connection"
+            );
+            self.abort(ctx);
+            return;
+        }
+        self.backlog.set(backlog);
+        if self.outbound.send(frame.freeze()).is_err() {
+            // The writer is gone (socket failed); the read side ends the session.
+            ctx.stop();
+        }
     }
 
     fn dispatch(&mut self, command: RemotingCommand, ctx: &mut Context<Self>) {
@@ -78,9 +172,9 @@ impl SessionActor {
             if let Some(ns) = self.routes.name_server.clone() {
                 ns.send(NameServerRequest(command))
                     .into_actor(self)
-                    .map(|reply, act, _| {
+                    .map(|reply, act, ctx| {
                         if let Ok(Some(response)) = reply {
-                            act.writer.write(response);
+                            act.write(response, ctx);
                         }
                     })
                     .wait(ctx);
@@ -94,11 +188,12 @@ impl SessionActor {
             }),
             None if !command.is_response() && !command.is_oneway() => {
                 let code = command.code;
-                self.writer.write(RemotingCommand::response_to(
+                let response = RemotingCommand::response_to(
                     &command,
                     response_code::REQUEST_CODE_NOT_SUPPORTED,
                     Some(format!(" request type {code} not supported")),
-                ));
+                );
+                self.write(response, ctx);
             }
             None => {}
         }
@@ -116,15 +211,13 @@ impl Actor for SessionActor {
     }
 }
 
-impl actix::io::WriteHandler<ProtocolError> for SessionActor {}
-
 impl StreamHandler<Result<RemotingCommand, ProtocolError>> for SessionActor {
     fn handle(&mut self, item: Result<RemotingCommand, ProtocolError>, ctx: &mut Context<Self>) {
         match item {
             Ok(command) => self.dispatch(command, ctx),
             Err(error) => {
                 tracing::warn!(peer = %self.peer, %error, "malformed frame, closing connection");
-                ctx.stop();
+                self.abort(ctx);
             }
         }
     }
@@ -132,15 +225,14 @@ impl StreamHandler<Result<RemotingCommand, ProtocolError>> for SessionActor {
 
 impl Handler<Outbound> for SessionActor {
     type Result = ();
-    fn handle(&mut self, msg: Outbound, _ctx: &mut Context<Self>) {
-        self.writer.write(msg.0);
+    fn handle(&mut self, msg: Outbound, ctx: &mut Context<Self>) {
+        self.write(msg.0, ctx);
     }
 }
 
 impl Handler<CloseSession> for SessionActor {
     type Result = ();
     fn handle(&mut self, _msg: CloseSession, ctx: &mut Context<Self>) {
-        self.writer.close();
         ctx.stop();
     }
 }

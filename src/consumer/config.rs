@@ -1303,9 +1303,28 @@ mod tests {
     }
 
     #[test]
+    fn key_ordered_is_an_orderly_only_opt_in() {
+        let text = "consumer_group = \"g\"\nconsume_mode = \"orderly\"\nkey_ordered = true\n";
+        let c = PushConsumerConfig::from_toml_str(text).unwrap();
+        assert!(c.is_orderly() && c.is_key_ordered());
+        assert!(!valid().is_key_ordered());
+        // Off by default, and not written out when off.
+        assert!(!valid().to_toml_string().unwrap().contains("key_ordered"));
+        let concurrent = PushConsumerConfig {
+            key_ordered: true,
+            ..valid()
+        };
+        match concurrent.validate() {
+            Err(Error::Config { option, .. }) => assert_eq!(option, "key_ordered"),
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn toml_and_json_round_trip() {
         let c = PushConsumerConfig {
             consume_mode: ConsumeMode::Orderly,
+            key_ordered: true,
             consume_timestamp: Some("20240102030405+0800".into()),
             consume_concurrency_max: Some(7),
             shutdown_await: Some(Duration::from_millis(1500)),

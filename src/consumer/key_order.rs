@@ -129,7 +129,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.highest = Some(offset);
         let key = key.map(str::to_owned);
         let chain = self.chains.entry(key.clone()).or_default();
-        let slot = if chain.len() < 2 {
+        let slot = if chain.is_empty() {
             self.ready.insert(offset);
             Slot::Ready
         } else {

@@ -386,7 +386,7 @@ impl OrderlyQueueState {
         self.in_flight = false;
         let mut back = pending.retry;
         for offset in pending.dead_letter {
-            if true || sent.contains(&offset) {
+            if sent.contains(&offset) {
                 self.dead_lettered.insert(offset);
                 self.reconsume_times.remove(&offset);
             } else {
