@@ -1,13 +1,28 @@
-//! The `rocketmq-actor` command line: produce, consume and run an embedded broker.
+//! The `rocketmq-actor` command line: produce, consume, run the embedded broker, or all three
+//! at once (`demo`).
 
+use std::cell::RefCell;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::rc::Rc;
+use std::time::Instant;
 
+use base64::Engine;
 use clap::{Parser, Subcommand};
 use futures::stream::{FuturesUnordered, StreamExt};
+use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::actors::client::{Client, ClientConfig};
+use rocketmq_actor::actors::consumer::PushConsumer;
+use rocketmq_actor::actors::listener::ConsumeStatus;
 use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
-use rocketmq_actor::Message;
+use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
+use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel};
+use rocketmq_actor::{Message, MessageExt};
+use serde_json::json;
+
+type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Parser)]
 #[command(name = "rocketmq-actor", version, about = "Actor-based Apache RocketMQ client")]
@@ -20,10 +35,12 @@ struct Cli {
 enum Command {
     /// Send messages and print a JSON summary line.
     Produce(ProduceArgs),
+    /// Consume with a push consumer and print a JSON summary line.
+    Consume(ConsumeArgs),
     /// Run the embedded RocketMQ-compatible broker (name server + brokers on loopback).
-    Broker,
-    /// Consume messages with a push consumer (not implemented yet).
-    Consume,
+    Broker(BrokerArgs),
+    /// Start the embedded broker, produce, consume with a push consumer, print both summaries.
+    Demo(DemoArgs),
 }
 
 #[derive(clap::Args)]
@@ -31,6 +48,12 @@ struct ProduceArgs {
     /// Name-server addresses, `;`-separated.
     #[arg(long)]
     namesrv: String,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct LoadArgs {
     /// Topic to send to (auto-created by brokers that allow it).
     #[arg(long)]
     topic: String,
@@ -51,6 +74,69 @@ struct ProduceArgs {
     inflight: usize,
 }
 
+#[derive(clap::Args)]
+struct ConsumeArgs {
+    /// Name-server addresses, `;`-separated.
+    #[arg(long)]
+    namesrv: String,
+    #[command(flatten)]
+    consume: ConsumeOptions,
+}
+
+#[derive(clap::Args, Clone)]
+struct ConsumeOptions {
+    /// Topic to subscribe to.
+    #[arg(long)]
+    topic: String,
+    /// Consumer group.
+    #[arg(long)]
+    group: String,
+    /// Tag expression, e.g. "TagA || TagB".
+    #[arg(long, default_value = "*")]
+    expr: String,
+    /// Exit after this many messages.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Where a queue without a stored offset starts: first, last or a Unix time in ms.
+    #[arg(long, default_value = "last")]
+    from: String,
+    /// Broadcasting instead of clustering.
+    #[arg(long)]
+    broadcast: bool,
+    /// Print one JSON line per message.
+    #[arg(long)]
+    print: bool,
+}
+
+#[derive(clap::Args)]
+struct BrokerArgs {
+    /// Name-server address to listen on (one broker shares it).
+    #[arg(long, default_value = "127.0.0.1:9876")]
+    listen: SocketAddr,
+    /// Number of brokers (broker-a, broker-b, …).
+    #[arg(long, default_value_t = 1)]
+    brokers: usize,
+    /// Queues of auto-created topics.
+    #[arg(long, default_value_t = 8)]
+    queues: i32,
+    /// Keep messages and offsets in this directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Messages to produce and consume.
+    #[arg(long, default_value_t = 100_000)]
+    count: u64,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// Brokers of the embedded cluster.
+    #[arg(long, default_value_t = 2)]
+    brokers: usize,
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -62,8 +148,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let system = actix::System::new();
     let result = match cli.command {
-        Command::Produce(args) => system.block_on(produce(args)),
-        Command::Broker | Command::Consume => Err("this subcommand is not implemented yet".into()),
+        Command::Produce(args) => system.block_on(produce(&args.namesrv, &args.load)),
+        Command::Consume(args) => system.block_on(consume(&args.namesrv, &args.consume)),
+        Command::Broker(args) => system.block_on(broker(args)),
+        Command::Demo(args) => system.block_on(demo(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -80,14 +168,18 @@ fn body_of(index: u64, size: usize) -> Vec<u8> {
     body
 }
 
-async fn produce(args: ProduceArgs) -> Result<(), Box<dyn std::error::Error>> {
+fn rounded(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+async fn produce(namesrv: &str, args: &LoadArgs) -> CliResult {
     if args.size == 0 {
         return Err("--size must be at least 1".into());
     }
     if args.key_space == Some(0) {
         return Err("--key-space must be at least 1".into());
     }
-    let client = Client::start(ClientConfig::new(&args.namesrv))?;
+    let client = Client::start(ClientConfig::new(namesrv))?;
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     let started = Instant::now();
     let mut in_flight = FuturesUnordered::new();
@@ -125,16 +217,219 @@ async fn produce(args: ProduceArgs) -> Result<(), Box<dyn std::error::Error>> {
     let seconds = started.elapsed().as_secs_f64().max(f64::EPSILON);
     println!(
         "{}",
-        serde_json::json!({
+        json!({
             "count": sent,
-            "seconds": (seconds * 1000.0).round() / 1000.0,
+            "seconds": rounded(seconds),
             "msgs_per_sec": (sent as f64 / seconds).round(),
         })
     );
     client.shutdown().await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
     if failed > 0 {
         return Err(format!("{failed} of {} sends failed", args.count).into());
     }
     Ok(())
 }
+
+/// What the `consume` listener accumulates.
+struct Tally {
+    count: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    latencies_ms: Vec<i64>,
+    target: Option<u64>,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+    print: Option<std::io::BufWriter<std::io::Stdout>>,
+}
+
+fn message_json(message: &MessageExt) -> serde_json::Value {
+    let body = match std::str::from_utf8(message.body()) {
+        Ok(text) => json!(text),
+        Err(_) => json!(base64::engine::general_purpose::STANDARD.encode(message.body())),
+    };
+    json!({
+        "topic": message.topic(),
+        "broker": message.broker_name,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "msg_id": message.msg_id(),
+        "keys": message.keys(),
+        "tags": message.tags(),
+        "reconsume_times": message.reconsume_times,
+        "born_ts": message.born_timestamp,
+        "body": body,
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
+    let (from, timestamp) = match options.from.as_str() {
+        "first" => (ConsumeFromWhere::FirstOffset, None),
+        "last" => (ConsumeFromWhere::LastOffset, None),
+        ms => {
+            let ms: i64 = ms
+                .parse()
+                .map_err(|_| format!("--from must be first, last or a Unix time in ms, not {ms:?}"))?;
+            (
+                ConsumeFromWhere::Timestamp,
+                Some(format_consume_timestamp_utc(ms)),
+            )
+        }
+    };
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let tally = Rc::new(RefCell::new(Tally {
+        count: 0,
+        first: None,
+        last: None,
+        latencies_ms: Vec::new(),
+        target: options.count,
+        done: Some(done_tx),
+        print: options
+            .print
+            .then(|| std::io::BufWriter::new(std::io::stdout())),
+    }));
+    let listener_tally = tally.clone();
+    let broadcast = options.broadcast;
+    let consumer = PushConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(&options.group)
+        .subscribe(&options.topic, &options.expr)
+        .configure(|c| {
+            c.consume_from_where = from;
+            c.consume_timestamp = timestamp;
+            if broadcast {
+                c.message_model = MessageModel::Broadcasting;
+            }
+        })
+        .listener_fn(move |messages, ctx| {
+            let tally = listener_tally.clone();
+            async move {
+                let now = Instant::now();
+                let now_ms = now_ms();
+                let mut t = tally.borrow_mut();
+                t.first.get_or_insert(now);
+                t.last = Some(now);
+                for message in &messages {
+                    t.count += 1;
+                    t.latencies_ms.push(now_ms - message.born_timestamp);
+                    if let Some(out) = t.print.as_mut() {
+                        let _ = writeln!(out, "{}", message_json(message));
+                    }
+                }
+                if t.target.is_some_and(|n| t.count >= n) {
+                    if let Some(done) = t.done.take() {
+                        let _ = done.send(());
+                    }
+                }
+                (ConsumeStatus::Success, ctx)
+            }
+        })
+        .start()
+        .await?;
+    tokio::select! {
+        _ = done_rx => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    consumer.shutdown().await;
+    let mut t = tally.borrow_mut();
+    if let Some(out) = t.print.as_mut() {
+        out.flush()?;
+    }
+    let seconds = match (t.first, t.last) {
+        (Some(first), Some(last)) => (last - first).as_secs_f64(),
+        _ => 0.0,
+    };
+    t.latencies_ms.sort_unstable();
+    let rate = if seconds > 0.0 {
+        (t.count as f64 / seconds).round()
+    } else {
+        0.0
+    };
+    println!(
+        "{}",
+        json!({
+            "count": t.count,
+            "seconds": rounded(seconds),
+            "msgs_per_sec": rate,
+            "latency_ms": {
+                "p50": percentile(&t.latencies_ms, 50.0),
+                "p99": percentile(&t.latencies_ms, 99.0),
+                "max": t.latencies_ms.last().copied().unwrap_or(0),
+            },
+        })
+    );
+    Ok(())
+}
+
+async fn broker(args: BrokerArgs) -> CliResult {
+    let cluster = EmbeddedCluster::start(EmbeddedConfig {
+        listen: args.listen,
+        brokers: args.brokers,
+        queues: args.queues,
+        data_dir: args.data_dir,
+        ..EmbeddedConfig::default()
+    })
+    .await?;
+    println!("{}", cluster.namesrv_addr());
+    std::io::stdout().flush()?;
+    tokio::signal::ctrl_c().await?;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+async fn demo(args: DemoArgs) -> CliResult {
+    let cluster = EmbeddedCluster::start(EmbeddedConfig {
+        brokers: args.brokers,
+        ..EmbeddedConfig::ephemeral()
+    })
+    .await?;
+    let namesrv = cluster.namesrv_addr();
+    eprintln!(
+        "embedded cluster: name server {namesrv}, brokers {:?}",
+        cluster.broker_names()
+    );
+    let topic = "DemoTopic";
+    eprint!("produce: ");
+    produce(
+        &namesrv,
+        &LoadArgs {
+            topic: topic.into(),
+            count: args.count,
+            size: args.size,
+            tag: Some("TagA".into()),
+            key_space: None,
+            inflight: 512,
+        },
+    )
+    .await?;
+    eprint!("consume: ");
+    consume(
+        &namesrv,
+        &ConsumeOptions {
+            topic: topic.into(),
+            group: "demo_group".into(),
+            expr: "TagA".into(),
+            count: Some(args.count),
+            from: "first".into(),
+            broadcast: false,
+            print: false,
+        },
+    )
+    .await?;
+    cluster.shutdown().await;
+    Ok(())
+}
+

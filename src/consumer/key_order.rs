@@ -327,7 +327,9 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     }
 
     /// Forgets everything (offset reset, queue dropped); results of messages in flight are
-    /// then ignored.
+    /// then ignored ([`KeyOrderedQueue::complete`] returns false). Calls still running are
+    /// forgotten too, so wait for [`KeyOrderedQueue::in_flight_count`] to reach 0 first if a
+    /// key must never run twice at once across the reset.
     pub fn clear(&mut self) {
         *self = KeyOrderedQueue::default();
     }

@@ -7,15 +7,15 @@
 //!
 //! | module | what it decides |
 //! |---|---|
-//! | [`config`] | every push-consumer option, its Java default and its allowed range |
-//! | [`allocate`] | which queues of a topic this consumer owns (rebalancing strategies) |
-//! | [`process_queue`] | the per-queue cache of pulled, not yet consumed messages |
-//! | [`flow`] | whether to pull a queue now or later, and what a pull result means |
-//! | [`offset`] | consume offsets: increase-only updates, persistence, start offsets, local files |
-//! | [`retry`] | retry/DLQ topic names, delay levels, the fallback retry message |
-//! | [`orderly`] | orderly consumption of one queue: batches, commit/suspend/DLQ, yielding |
-//! | [`key_order`] | key-ordered mode: same key in order, different keys concurrently |
-//! | [`lock`] | broker queue locks of orderly clustering consumers, the drop sequence |
+//! | [`config`](crate::consumer::config) | every push-consumer option, its Java default and its allowed range |
+//! | [`allocate`](crate::consumer::allocate) | which queues of a topic this consumer owns (rebalancing strategies) |
+//! | [`process_queue`](crate::consumer::process_queue) | the per-queue cache of pulled, not yet consumed messages |
+//! | [`flow`](crate::consumer::flow) | whether to pull a queue now or later, and what a pull result means |
+//! | [`offset`](crate::consumer::offset) | consume offsets: increase-only updates, persistence, start offsets, local files |
+//! | [`retry`](crate::consumer::retry) | retry/DLQ topic names, delay levels, the fallback retry message |
+//! | [`orderly`](crate::consumer::orderly) | orderly consumption of one queue: batches, commit/suspend/DLQ, yielding |
+//! | [`key_order`](crate::consumer::key_order) | key-ordered mode: same key in order, different keys concurrently |
+//! | [`lock`](crate::consumer::lock) | broker queue locks of orderly clustering consumers, the drop sequence |
 
 pub mod allocate;
 pub mod config;

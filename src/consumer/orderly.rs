@@ -232,10 +232,13 @@ impl OrderlyQueueState {
     }
 
     /// Forgets all per-message bookkeeping (the process queue was cleared by an offset reset
-    /// or a drop). An in-flight batch is forgotten too: its late result will find nothing to
-    /// commit.
+    /// or a drop). A listener call still running stays "in flight", so no second batch of the
+    /// queue starts before its (late) result is reported; that result finds nothing to commit.
     pub fn clear(&mut self) {
-        *self = OrderlyQueueState::default();
+        *self = OrderlyQueueState {
+            in_flight: self.in_flight,
+            ..OrderlyQueueState::default()
+        };
     }
 
     /// The next batch to consume, if the queue may consume now. Checks, in order: a batch
@@ -374,6 +377,7 @@ impl OrderlyQueueState {
         now_ms: i64,
     ) -> OrderlyStep<M> {
         let Some(pending) = self.pending.take() else {
+            self.in_flight = false;
             return OrderlyStep {
                 commit_offset: None,
                 next: if pq.is_dropped() {
@@ -1044,6 +1048,41 @@ mod tests {
             }
         );
         assert!(!st.is_in_flight());
+    }
+
+    #[test]
+    fn an_offset_reset_mid_batch_does_not_start_a_second_batch() {
+        let c = broadcasting();
+        let mut pq = ProcessQueue::new(0);
+        let mut st = OrderlyQueueState::new();
+        pq.put_messages(msgs(0..3));
+        let batch = take(&mut st, &mut pq, &c, 0);
+        // Reset to offset 100 while the listener runs.
+        pq.clear();
+        st.clear();
+        pq.put_messages(msgs(100..102));
+        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        // The late result commits nothing (the old batch is gone) and frees the queue.
+        let step = st.on_orderly_result(&mut pq, &batch, OrderlyStatus::Success, &ctx(&c), &c, 0);
+        assert_eq!(step.commit_offset, None);
+        assert_eq!(offsets(&take(&mut st, &mut pq, &c, 0)), vec![100]);
+        // Same while dead-letter sends were pending.
+        let c = PushConsumerConfig {
+            max_reconsume_times: Some(0),
+            ..broadcasting()
+        };
+        let mut pq = ProcessQueue::new(0);
+        let mut st = OrderlyQueueState::new();
+        pq.put_messages(msgs(0..1));
+        let batch = take(&mut st, &mut pq, &c, 0);
+        st.on_orderly_result(&mut pq, &batch, SUSPEND, &ctx(&c), &c, 0);
+        pq.clear();
+        st.clear();
+        pq.put_messages(msgs(5..6));
+        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        assert_eq!(step.commit_offset, None);
+        assert_eq!(offsets(&take(&mut st, &mut pq, &c, 0)), vec![5]);
     }
 
     #[test]
