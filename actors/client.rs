@@ -8,12 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 
-use crate::actors::connection::{self, Connection, ConnectionConfig, RegisterHandler, ServerRequest};
+use crate::actors::connection::{
+    self, Connection, ConnectionConfig, RegisterHandler, ServerRequest,
+};
 use crate::error::{Error, Result};
+use crate::message::MessageQueue;
 use crate::protocol::body::{decode_json, TopicRouteData};
 use crate::protocol::codes::{request_code, response_code};
-use crate::message::MessageQueue;
 use crate::protocol::header::{
     GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, GetRouteInfoRequestHeader,
     OffsetResponseHeader, SearchOffsetRequestHeader,
@@ -109,6 +112,9 @@ pub struct ClientInstance {
     connections: HashMap<String, Addr<Connection>>,
     routes: HashMap<String, Arc<TopicRoute>>,
     refreshing: HashSet<String>,
+    /// Callers waiting for a route fetch already under way, by topic: one name-server request
+    /// serves them all, however many sends or queues ask at once.
+    route_waiters: HashMap<String, Vec<oneshot::Sender<Result<Arc<TopicRoute>>>>>,
 }
 
 impl ClientInstance {
@@ -156,8 +162,10 @@ impl ClientInstance {
                     topic: query_topic.clone(),
                     ..Default::default()
                 };
-                let command =
-                    RemotingCommand::request_with_header(request_code::GET_ROUTEINFO_BY_TOPIC, &header);
+                let command = RemotingCommand::request_with_header(
+                    request_code::GET_ROUTEINFO_BY_TOPIC,
+                    &header,
+                );
                 match call(&conn, command, timeout).await {
                     Ok(response) if response.code == response_code::SUCCESS => {
                         let body = response.body.unwrap_or_default();
@@ -249,7 +257,29 @@ impl Handler<GetRoute> for ClientInstance {
                 return Box::pin(fut::ready(Ok(route.clone())));
             }
         }
-        Box::pin(self.fetch_route(msg.topic))
+        if let Some(waiters) = self.route_waiters.get_mut(&msg.topic) {
+            let (tx, rx) = oneshot::channel();
+            waiters.push(tx);
+            return Box::pin(
+                async move {
+                    rx.await.unwrap_or_else(|_| {
+                        Err(Error::Shutdown("client instance stopped".into()))
+                    })
+                }
+                .into_actor(self),
+            );
+        }
+        self.route_waiters.insert(msg.topic.clone(), Vec::new());
+        let topic = msg.topic.clone();
+        Box::pin(self.fetch_route(msg.topic).map(move |result, act, _ctx| {
+            for waiter in act.route_waiters.remove(&topic).unwrap_or_default() {
+                let _ = waiter.send(match &result {
+                    Ok(route) => Ok(route.clone()),
+                    Err(e) => Err(share_error(e)),
+                });
+            }
+            result
+        }))
     }
 }
 
@@ -292,7 +322,9 @@ impl Handler<ServerRequest> for ClientInstance {
             tracing::debug!(code, %group, "server request for a group this client does not consume");
             let answer = RemotingCommand::response(
                 response_code::SYSTEM_ERROR,
-                Some(format!("The Consumer Group <{group}> not exist in this consumer")),
+                Some(format!(
+                    "The Consumer Group <{group}> not exist in this consumer"
+                )),
             );
             return Box::pin(async move { Some(answer) });
         };
@@ -321,6 +353,14 @@ impl Handler<Shutdown> for ClientInstance {
 
     fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+/// A copy of a route-fetch error for the other callers that waited on the same fetch.
+fn share_error(error: &Error) -> Error {
+    match error {
+        Error::TopicRouteNotFound(topic) => Error::TopicRouteNotFound(topic.clone()),
+        other => Error::NameServerUnavailable(other.to_string()),
     }
 }
 
@@ -394,6 +434,7 @@ impl Client {
             connections: HashMap::new(),
             routes: HashMap::new(),
             refreshing: HashSet::new(),
+            route_waiters: HashMap::new(),
         };
         Ok(Client {
             addr: instance.start(),

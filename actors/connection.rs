@@ -275,20 +275,18 @@ impl Connection {
                 let (read_half, write_half) = stream.into_split();
                 self.generation += 1;
                 let generation = self.generation;
-                let frames = FramedRead::new(
-                    read_half,
-                    RemotingCodec::new(self.config.max_frame_len),
-                )
-                .map(move |item| Incoming {
-                    generation,
-                    item: Some(item),
-                })
-                .chain(futures::stream::once(async move {
-                    Incoming {
-                        generation,
-                        item: None,
-                    }
-                }));
+                let frames =
+                    FramedRead::new(read_half, RemotingCodec::new(self.config.max_frame_len))
+                        .map(move |item| Incoming {
+                            generation,
+                            item: Some(item),
+                        })
+                        .chain(futures::stream::once(async move {
+                            Incoming {
+                                generation,
+                                item: None,
+                            }
+                        }));
                 let reader = ctx.add_stream(frames);
                 let mut writer = FramedWrite::new(write_half, BytesCodec::new(), ctx);
                 for frame in queued {
@@ -406,6 +404,12 @@ impl Connection {
 
 impl Actor for Connection {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Many producers and queue actors share one connection; a roomy mailbox keeps their
+        // `send`s from parking (parked senders resume in no particular order).
+        ctx.set_mailbox_capacity(4096);
+    }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));

@@ -25,18 +25,21 @@ use crate::actors::client::{call_ok, Client, ClientConfig, RegisterConsumer, Unr
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat, Unregister};
 use crate::actors::listener::{
-    ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeStatus, FnListener,
-    MessageListener, RecipientListener,
+    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeOrderly, ConsumeStatus,
+    FnListener, FnOrderlyListener, MessageListener, OrderlyListener, RecipientListener,
+    RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
 use crate::actors::puller::{PullSubscription, Puller};
 use crate::actors::queue::{GetQueueStatus, ResetQueueOffset};
 use crate::actors::rebalancer::{DropAll, OwnedQueues, Rebalance, Rebalancer};
+use crate::consumer::config::ConsumeMode;
 use crate::consumer::config::{validate_topic_name, MessageModel, PushConsumerConfig};
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
+use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
 use crate::filter::TagExpression;
 use crate::message::{decode_messages, MessageExt, MessageQueue};
@@ -101,7 +104,8 @@ impl Stats {
 
     pub(crate) fn record_consumed(&self, ok: usize, failed: usize, rt: Duration) {
         self.consumed_ok.set(self.consumed_ok.get() + ok as u64);
-        self.consumed_failed.set(self.consumed_failed.get() + failed as u64);
+        self.consumed_failed
+            .set(self.consumed_failed.get() + failed as u64);
         self.consume_calls.set(self.consume_calls.get() + 1);
         self.consume_rt_total.set(self.consume_rt_total.get() + rt);
     }
@@ -232,7 +236,7 @@ pub struct PushConsumerBuilder {
     config: PushConsumerConfig,
     namesrv_addr: Option<String>,
     client: Option<Client>,
-    listener: Option<Rc<dyn MessageListener>>,
+    listener: Option<AnyListener>,
 }
 
 impl PushConsumerBuilder {
@@ -279,9 +283,40 @@ impl PushConsumerBuilder {
         self
     }
 
-    /// The listener.
+    /// The listener (concurrent consumption).
     pub fn listener(mut self, listener: impl MessageListener) -> Self {
-        self.listener = Some(Rc::new(listener));
+        self.listener = Some(AnyListener::Concurrent(Rc::new(listener)));
+        self.config.consume_mode = ConsumeMode::Concurrently;
+        self
+    }
+
+    /// An orderly listener: one batch at a time per queue, in queue order (and, in clustering,
+    /// only while this client holds the queue's broker lock).
+    pub fn orderly_listener(mut self, listener: impl OrderlyListener) -> Self {
+        self.listener = Some(AnyListener::Orderly(Rc::new(listener)));
+        self.config.consume_mode = ConsumeMode::Orderly;
+        self
+    }
+
+    /// An orderly closure listener: gets the batch and the context by value, returns the
+    /// status and the context.
+    pub fn orderly_listener_fn<F, Fut>(self, f: F) -> Self
+    where
+        F: Fn(Vec<MessageExt>, OrderlyContext) -> Fut + 'static,
+        Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
+    {
+        self.orderly_listener(FnOrderlyListener(f))
+    }
+
+    /// Delivers orderly batches to an actor as [`ConsumeOrderly`].
+    pub fn orderly_listener_actor(self, recipient: Recipient<ConsumeOrderly>) -> Self {
+        self.orderly_listener(RecipientOrderlyListener(recipient))
+    }
+
+    /// With an orderly listener: order per key (`__SHARDINGKEY`, else the first of KEYS)
+    /// instead of per queue, so different keys of one queue are consumed concurrently.
+    pub fn key_ordered(mut self, enabled: bool) -> Self {
+        self.config.key_ordered = enabled;
         self
     }
 
@@ -361,10 +396,9 @@ impl PushConsumerBuilder {
             MessageModel::Clustering => OffsetBackend::Remote,
             MessageModel::Broadcasting => {
                 let dir = config.offset_store_dir.clone().unwrap_or_else(|| {
-                    default_offset_store_dir(&std::env::var_os("HOME").map_or_else(
-                        || PathBuf::from("."),
-                        PathBuf::from,
-                    ))
+                    default_offset_store_dir(
+                        &std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from),
+                    )
                 });
                 OffsetBackend::LocalFile(local_offsets_path(&dir, "DEFAULT", &group))
             }
@@ -376,9 +410,11 @@ impl PushConsumerBuilder {
             config.persist_consumer_offset_interval,
         )?
         .start();
-        let dispatcher =
-            ConsumeDispatcher::new(listener.clone(), config.effective_consume_concurrency() as usize)
-                .start();
+        let dispatcher = ConsumeDispatcher::new(
+            listener.clone(),
+            config.effective_consume_concurrency() as usize,
+        )
+        .start();
         let puller = Puller::new(client.clone()).start();
         let retry_producer = Producer::new(
             client.clone(),
@@ -525,7 +561,7 @@ struct Shutdown;
 /// The root actor of one consumer.
 pub struct ConsumerRoot {
     shared: Rc<ConsumerShared>,
-    listener: Rc<dyn MessageListener>,
+    listener: AnyListener,
     heartbeat: Addr<Heartbeat>,
     rebalancer: Option<Addr<Rebalancer>>,
     own_client: bool,
@@ -700,8 +736,12 @@ impl ConsumerRoot {
                 }
             };
             let rebalancer = rebalancer?;
-            let owned: BTreeMap<MessageQueue, _> =
-                rebalancer.send(OwnedQueues).await.unwrap_or_default().into_iter().collect();
+            let owned: BTreeMap<MessageQueue, _> = rebalancer
+                .send(OwnedQueues)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
             for (mq, offset) in body.offset_table.iter() {
                 if let Some(queue) = owned.get(mq) {
                     tracing::info!(queue = %mq, offset, "offset reset by the broker");
@@ -791,6 +831,7 @@ impl ConsumerRoot {
         command: RemotingCommand,
     ) -> impl ActorFuture<Self, Output = Option<RemotingCommand>> {
         let listener = self.listener.clone();
+        let config = self.shared.config.clone();
         let broker = command.ext("brokerName").unwrap_or_default().to_owned();
         async move {
             let messages = match decode_messages(command.body.clone().unwrap_or_default()) {
@@ -809,20 +850,41 @@ impl ConsumerRoot {
                 }
             };
             let queue = MessageQueue::new(messages[0].topic(), broker, messages[0].queue_id);
-            let mut ctx = ConsumeContext::new(queue);
             let started = std::time::Instant::now();
-            let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-                listener.consume(&messages, &mut ctx),
-            ))
-            .await;
+            let (order, auto_commit, consume_result) = match listener {
+                AnyListener::Concurrent(listener) => {
+                    let mut ctx = ConsumeContext::new(queue);
+                    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                        listener.consume(&messages, &mut ctx),
+                    ))
+                    .await;
+                    let result = match outcome {
+                        Ok(ConsumeStatus::Success) => CMResult::CrSuccess,
+                        Ok(ConsumeStatus::ReconsumeLater) => CMResult::CrLater,
+                        Err(_) => CMResult::CrThrowException,
+                    };
+                    (false, true, result)
+                }
+                AnyListener::Orderly(listener) => {
+                    let mut ctx = OrderlyContext::new(queue, &config);
+                    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                        listener.consume(&messages, &mut ctx),
+                    ))
+                    .await;
+                    let result = match outcome {
+                        Ok(OrderlyStatus::Success) => CMResult::CrSuccess,
+                        Ok(OrderlyStatus::Commit) => CMResult::CrCommit,
+                        Ok(OrderlyStatus::Rollback) => CMResult::CrRollback,
+                        Ok(OrderlyStatus::SuspendCurrentQueueAMoment) => CMResult::CrLater,
+                        Err(_) => CMResult::CrThrowException,
+                    };
+                    (true, ctx.auto_commit, result)
+                }
+            };
             let result = ConsumeMessageDirectlyResult {
-                order: false,
-                auto_commit: true,
-                consume_result: Some(match outcome {
-                    Ok(ConsumeStatus::Success) => CMResult::CrSuccess,
-                    Ok(ConsumeStatus::ReconsumeLater) => CMResult::CrLater,
-                    Err(_) => CMResult::CrThrowException,
-                }),
+                order,
+                auto_commit,
+                consume_result: Some(consume_result),
                 remark: None,
                 spent_time_mills: started.elapsed().as_millis() as i64,
             };

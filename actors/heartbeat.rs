@@ -97,9 +97,11 @@ async fn send_heartbeats(shared: Rc<ConsumerShared>) -> Result<()> {
     let body = encode_json(&heartbeat_data(&shared));
     let mut first_error = None;
     for addr in broker_addrs(&shared).await {
-        let command =
-            RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
-                .with_body(body.clone());
+        let command = RemotingCommand::request_with_header(
+            request_code::HEART_BEAT,
+            &HeartbeatRequestHeader {},
+        )
+        .with_body(body.clone());
         let sent = async {
             let conn = shared.client.connection(&addr).await?;
             call_ok(&conn, &addr, command, shared.client.request_timeout()).await

@@ -17,6 +17,7 @@ use actix::prelude::*;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
+use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::message::{MessageExt, MessageQueue};
 
 /// What a concurrent listener reports for a batch.
@@ -180,6 +181,155 @@ impl MessageListener for RecipientListener {
     }
 }
 
+/// An orderly message listener: gets one queue's messages in offset order, never two calls of
+/// one queue at once.
+///
+/// ```
+/// use rocketmq_actor::actors::listener::OrderlyListener;
+/// use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus};
+/// use rocketmq_actor::MessageExt;
+///
+/// struct Ledger;
+///
+/// #[async_trait::async_trait(?Send)]
+/// impl OrderlyListener for Ledger {
+///     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
+///         if messages.iter().any(|m| m.body().is_empty()) {
+///             ctx.suspend_time = std::time::Duration::from_millis(200);
+///             return OrderlyStatus::SuspendCurrentQueueAMoment;
+///         }
+///         OrderlyStatus::Success
+///     }
+/// }
+/// ```
+#[async_trait::async_trait(?Send)]
+pub trait OrderlyListener: 'static {
+    /// Consumes a batch of one queue, in order.
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus;
+}
+
+/// An orderly listener made of an async closure (batch and context by value, both given back).
+pub struct FnOrderlyListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F, Fut> OrderlyListener for FnOrderlyListener<F>
+where
+    F: Fn(Vec<MessageExt>, OrderlyContext) -> Fut + 'static,
+    Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
+{
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
+        let (status, returned) = (self.0)(messages.to_vec(), ctx.clone()).await;
+        *ctx = returned;
+        status
+    }
+}
+
+/// The message an actor receives when it is the orderly listener.
+#[derive(Message, Clone)]
+#[rtype(result = "OrderlyReply")]
+pub struct ConsumeOrderly {
+    /// The batch, in queue order.
+    pub messages: Arc<[MessageExt]>,
+    /// The context with its defaults.
+    pub context: OrderlyContext,
+}
+
+/// What an actor orderly listener answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderlyReply {
+    /// The outcome.
+    pub status: OrderlyStatus,
+    /// The context, possibly changed (suspend time, auto-commit).
+    pub context: OrderlyContext,
+}
+
+impl<A, M> actix::dev::MessageResponse<A, M> for OrderlyReply
+where
+    A: Actor,
+    M: Message<Result = OrderlyReply>,
+{
+    fn handle(self, _ctx: &mut A::Context, tx: Option<actix::dev::OneshotSender<OrderlyReply>>) {
+        if let Some(tx) = tx {
+            let _ = tx.send(self);
+        }
+    }
+}
+
+/// Delivers orderly batches to the user's own actor; a stopped actor counts as a suspend.
+pub struct RecipientOrderlyListener(pub Recipient<ConsumeOrderly>);
+
+#[async_trait::async_trait(?Send)]
+impl OrderlyListener for RecipientOrderlyListener {
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
+        let request = ConsumeOrderly {
+            messages: messages.to_vec().into(),
+            context: ctx.clone(),
+        };
+        match self.0.send(request).await {
+            Ok(reply) => {
+                *ctx = reply.context;
+                reply.status
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "orderly listener actor unavailable; suspending the queue");
+                OrderlyStatus::SuspendCurrentQueueAMoment
+            }
+        }
+    }
+}
+
+/// The listener of a consumer: concurrent or orderly.
+#[derive(Clone)]
+pub enum AnyListener {
+    /// See [`MessageListener`].
+    Concurrent(Rc<dyn MessageListener>),
+    /// See [`OrderlyListener`].
+    Orderly(Rc<dyn OrderlyListener>),
+}
+
+/// Runs one orderly batch through the listener.
+#[derive(Message)]
+#[rtype(result = "OrderlyOutcome")]
+pub struct ConsumeOrderlyBatch {
+    /// The batch, in order.
+    pub messages: Arc<[MessageExt]>,
+    /// Its context.
+    pub context: OrderlyContext,
+}
+
+/// How an orderly batch went.
+#[derive(Debug, Clone)]
+pub struct OrderlyOutcome {
+    /// The status; a panic counts as a suspend.
+    pub status: OrderlyStatus,
+    /// The context as the listener left it.
+    pub context: OrderlyContext,
+    /// The listener panicked.
+    pub panicked: bool,
+    /// How long the listener ran.
+    pub elapsed: Duration,
+}
+
+impl<A, M> actix::dev::MessageResponse<A, M> for OrderlyOutcome
+where
+    A: Actor,
+    M: Message<Result = OrderlyOutcome>,
+{
+    fn handle(self, _ctx: &mut A::Context, tx: Option<actix::dev::OneshotSender<OrderlyOutcome>>) {
+        if let Some(tx) = tx {
+            let _ = tx.send(self);
+        }
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
 /// Runs one batch through the listener.
 #[derive(Message)]
 #[rtype(result = "ConsumeOutcome")]
@@ -237,7 +387,7 @@ pub struct InFlight;
 
 /// The dispatcher actor: bounds concurrent listener calls of one consumer.
 pub struct ConsumeDispatcher {
-    listener: Rc<dyn MessageListener>,
+    listener: AnyListener,
     permits: Arc<Semaphore>,
     limit: usize,
     waiting: Rc<std::cell::Cell<usize>>,
@@ -245,7 +395,7 @@ pub struct ConsumeDispatcher {
 
 impl ConsumeDispatcher {
     /// A dispatcher running at most `limit` listener calls at once.
-    pub fn new(listener: Rc<dyn MessageListener>, limit: usize) -> Self {
+    pub fn new(listener: AnyListener, limit: usize) -> Self {
         let limit = limit.max(1);
         ConsumeDispatcher {
             listener,
@@ -270,7 +420,10 @@ impl Handler<Consume> for ConsumeDispatcher {
     type Result = Pin<Box<dyn Future<Output = ConsumeOutcome>>>;
 
     fn handle(&mut self, msg: Consume, _ctx: &mut Self::Context) -> Self::Result {
-        let listener = self.listener.clone();
+        let AnyListener::Concurrent(listener) = self.listener.clone() else {
+            tracing::error!("a concurrent batch reached an orderly listener");
+            return Box::pin(async move { ConsumeOutcome::failed(msg.queue) });
+        };
         let permits = self.permits.clone();
         let waiting = self.waiting.clone();
         Box::pin(async move {
@@ -280,7 +433,8 @@ impl Handler<Consume> for ConsumeDispatcher {
             let mut context = ConsumeContext::new(msg.queue);
             context.batch = Some(msg.messages.clone());
             let started = Instant::now();
-            let call = AssertUnwindSafe(listener.consume(&msg.messages, &mut context)).catch_unwind();
+            let call =
+                AssertUnwindSafe(listener.consume(&msg.messages, &mut context)).catch_unwind();
             let result = call.await;
             drop(permit);
             context.batch = None;
@@ -294,11 +448,7 @@ impl Handler<Consume> for ConsumeDispatcher {
                     elapsed,
                 },
                 Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic".into());
+                    let what = panic_text(panic.as_ref());
                     tracing::error!(queue = %context.queue, panic = %what, "listener panicked; the batch will be retried");
                     ConsumeOutcome {
                         status: ConsumeStatus::ReconsumeLater,
@@ -308,6 +458,47 @@ impl Handler<Consume> for ConsumeDispatcher {
                         elapsed,
                     }
                 }
+            }
+        })
+    }
+}
+
+impl Handler<ConsumeOrderlyBatch> for ConsumeDispatcher {
+    type Result = Pin<Box<dyn Future<Output = OrderlyOutcome>>>;
+
+    fn handle(&mut self, msg: ConsumeOrderlyBatch, _ctx: &mut Self::Context) -> Self::Result {
+        let permits = self.permits.clone();
+        let waiting = self.waiting.clone();
+        let listener = self.listener.clone();
+        Box::pin(async move {
+            let mut context = msg.context;
+            let AnyListener::Orderly(listener) = listener else {
+                tracing::error!("an orderly batch reached a concurrent listener");
+                return OrderlyOutcome {
+                    status: OrderlyStatus::SuspendCurrentQueueAMoment,
+                    context,
+                    panicked: false,
+                    elapsed: Duration::ZERO,
+                };
+            };
+            waiting.set(waiting.get() + 1);
+            let permit = permits.acquire_owned().await;
+            waiting.set(waiting.get().saturating_sub(1));
+            let started = Instant::now();
+            let result = AssertUnwindSafe(listener.consume(&msg.messages, &mut context))
+                .catch_unwind()
+                .await;
+            drop(permit);
+            let elapsed = started.elapsed();
+            let panicked = result.is_err();
+            if let Err(panic) = &result {
+                tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "orderly listener panicked; suspending the queue");
+            }
+            OrderlyOutcome {
+                status: OrderlyStatus::from_listener(result),
+                context,
+                panicked,
+                elapsed,
             }
         })
     }

@@ -5,11 +5,12 @@ pub mod broker;
 
 pub mod client;
 pub mod connection;
-pub mod producer;
 pub mod consumer;
 pub mod heartbeat;
 pub mod listener;
 pub mod offset_store;
+pub mod producer;
 pub mod puller;
 pub mod queue;
+pub mod queue_orderly;
 pub mod rebalancer;

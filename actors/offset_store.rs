@@ -297,7 +297,10 @@ impl Handler<LoadOffset> for OffsetStore {
                     .decode_header::<QueryConsumerOffsetResponseHeader>()
                     .ok()
                     .map(|h| h.offset);
-                Some(StoredOffset::from_query_response(Some(response.code), offset))
+                Some(StoredOffset::from_query_response(
+                    Some(response.code),
+                    offset,
+                ))
             }
             .into_actor(self)
             .map(|answer, _act, _ctx| answer.unwrap_or(StoredOffset::Unavailable)),

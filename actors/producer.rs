@@ -9,15 +9,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use actix::Addr;
 use bytes::Bytes;
 
 use crate::actors::client::{call, Client};
+use crate::actors::connection::Connection;
 use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
-use crate::message::{self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator};
+use crate::message::{
+    self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator,
+};
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use crate::protocol::RemotingCommand;
+use crate::consumer::retry::is_retry_topic;
 use crate::route::TopicRoute;
 
 /// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.
@@ -97,6 +102,8 @@ struct CachedRoute {
 
 struct ProducerShared {
     client: Client,
+    /// Broker connections by address, so a send does not ask the client actor for them.
+    connections: Mutex<HashMap<String, Addr<Connection>>>,
     config: ProducerConfig,
     routes: Mutex<HashMap<String, CachedRoute>>,
     next_queue: AtomicUsize,
@@ -128,6 +135,7 @@ impl Producer {
             shared: Arc::new(ProducerShared {
                 client,
                 config,
+                connections: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
                 next_queue: AtomicUsize::new(0),
                 ids: UniqueIdGenerator::from_system(std::net::IpAddr::from([127, 0, 0, 1])),
@@ -137,11 +145,16 @@ impl Producer {
 
     /// Sends to a queue chosen round-robin; on failure retries on another broker.
     pub async fn send(&self, message: Message) -> Result<SendResult> {
-        self.send_with_choice(message, QueueChoice::RoundRobin).await
+        self.send_with_choice(message, QueueChoice::RoundRobin)
+            .await
     }
 
     /// Sends to exactly `queue` (no retry on another queue: the caller chose it).
-    pub async fn send_to_queue(&self, message: Message, queue: &MessageQueue) -> Result<SendResult> {
+    pub async fn send_to_queue(
+        &self,
+        message: Message,
+        queue: &MessageQueue,
+    ) -> Result<SendResult> {
         self.send_with_choice(message, QueueChoice::Exact(queue))
             .await
     }
@@ -167,7 +180,9 @@ impl Producer {
         };
         let topic = first.topic.clone();
         if messages.iter().any(|m| m.topic != topic) {
-            return Err(invalid_message("every message of a batch must have the same topic"));
+            return Err(invalid_message(
+                "every message of a batch must have the same topic",
+            ));
         }
         let mut messages = messages;
         let mut ids = Vec::with_capacity(messages.len());
@@ -318,6 +333,20 @@ impl Producer {
         batch: bool,
     ) -> Result<SendResult> {
         let config = &self.shared.config;
+        // Like Java's producer: for a retry topic the reconsume bookkeeping travels in the
+        // header, where the broker reads it to route the message to the dead-letter queue.
+        let mut properties = message.properties.clone();
+        let (reconsume_times, max_reconsume_times) = if is_retry_topic(&message.topic) {
+            let times = properties
+                .remove(property::RECONSUME_TIME)
+                .and_then(|v| v.parse::<i32>().ok());
+            let max = properties
+                .remove(property::MAX_RECONSUME_TIMES)
+                .and_then(|v| v.parse::<i32>().ok());
+            (times, max)
+        } else {
+            (None, None)
+        };
         let header = SendMessageRequestHeader {
             producer_group: config.group.clone(),
             topic: message.topic.clone(),
@@ -327,10 +356,10 @@ impl Producer {
             sys_flag,
             born_timestamp: now_millis(),
             flag: message.flag,
-            properties: Some(message.properties.to_wire()),
-            reconsume_times: Some(0),
+            properties: Some(properties.to_wire()),
+            reconsume_times: Some(reconsume_times.unwrap_or(0)),
             unit_mode: Some(false),
-            max_reconsume_times: None,
+            max_reconsume_times,
             batch: Some(batch),
             bname: Some(queue.broker_name.clone()),
         };
@@ -344,7 +373,7 @@ impl Producer {
         header.write_v2(&mut ext);
         command.ext_fields = Some(ext);
         let command = command.with_body(body);
-        let conn = self.shared.client.connection(addr).await?;
+        let conn = self.connection(addr).await?;
         let response = call(&conn, command, config.send_timeout).await?;
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
@@ -369,29 +398,68 @@ impl Producer {
         })
     }
 
+    async fn connection(&self, addr: &str) -> Result<Addr<Connection>> {
+        if let Some(conn) = self
+            .shared
+            .connections
+            .lock()
+            .map_err(poisoned)?
+            .get(addr)
+            .filter(|c| c.connected())
+        {
+            return Ok(conn.clone());
+        }
+        let conn = self.shared.client.connection(addr).await?;
+        self.shared
+            .connections
+            .lock()
+            .map_err(poisoned)?
+            .insert(addr.to_owned(), conn.clone());
+        Ok(conn)
+    }
+
     /// The route used to publish to `topic`; when the topic does not exist yet, the route of
     /// [`AUTO_CREATE_TOPIC_KEY`] so a broker auto-creates it on the first send.
     async fn publish_route(&self, topic: &str, refresh: bool) -> Result<Arc<TopicRoute>> {
         let ttl = self.shared.config.route_ttl;
-        if !refresh {
-            let routes = self.shared.routes.lock().map_err(poisoned)?;
-            if let Some(cached) = routes.get(topic) {
-                if cached.fetched.elapsed() < ttl {
-                    return Ok(cached.route.clone());
-                }
+        let cached = self
+            .shared
+            .routes
+            .lock()
+            .map_err(poisoned)?
+            .get(topic)
+            .map(|c| (c.route.clone(), c.fetched.elapsed() < ttl));
+        if let Some((route, fresh)) = &cached {
+            if *fresh && !refresh {
+                return Ok(route.clone());
             }
         }
         let client = &self.shared.client;
-        let route = match client.refresh_route(topic).await {
-            Ok(route) if !route.produce_queues.is_empty() => route,
+        let fetched = match client.refresh_route(topic).await {
+            Ok(route) if !route.produce_queues.is_empty() => Ok(route),
             Ok(_) | Err(Error::TopicRouteNotFound(_)) => {
-                let template = client.route(AUTO_CREATE_TOPIC_KEY).await.map_err(|e| match e {
-                    Error::TopicRouteNotFound(_) => Error::TopicRouteNotFound(topic.to_owned()),
-                    other => other,
-                })?;
-                Arc::new(auto_create_route(topic, &template, self.shared.config.default_topic_queue_nums))
+                match client.route(AUTO_CREATE_TOPIC_KEY).await {
+                    Ok(template) => Ok(Arc::new(auto_create_route(
+                        topic,
+                        &template,
+                        self.shared.config.default_topic_queue_nums,
+                    ))),
+                    Err(Error::TopicRouteNotFound(_)) => {
+                        Err(Error::TopicRouteNotFound(topic.to_owned()))
+                    }
+                    Err(e) => Err(e),
+                }
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
+        };
+        let route = match (fetched, cached) {
+            (Ok(route), _) => route,
+            // A name server hiccup must not fail sends while a known route still works.
+            (Err(e), Some((stale, _))) => {
+                tracing::debug!(%topic, error = %e, "route refresh failed; using the cached route");
+                return Ok(stale);
+            }
+            (Err(e), None) => return Err(e),
         };
         self.shared.routes.lock().map_err(poisoned)?.insert(
             topic.to_owned(),

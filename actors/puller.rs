@@ -137,7 +137,9 @@ impl Handler<Pull> for Puller {
                 .map(move |result, act, _ctx| {
                     if matches!(
                         result,
-                        Err(Error::ConnectionClosed(_) | Error::Connect { .. } | Error::Timeout { .. })
+                        Err(Error::ConnectionClosed(_)
+                            | Error::Connect { .. }
+                            | Error::Timeout { .. })
                     ) {
                         act.targets.remove(&forget_key);
                     }

@@ -22,8 +22,13 @@ use crate::consumer::flow::{
     decide_pull, on_pull_result, pull_error_delay, pull_request_flags, NextPull, OffsetUpdate,
     PullDecision, PullGate, PullResult,
 };
+use crate::consumer::key_order::KeyOrderedQueue;
+use crate::consumer::lock::{needs_broker_lock, LockState};
 use crate::consumer::offset::{start_offset, StartOffset};
-use crate::consumer::process_queue::{CachedMessage, ProcessQueue, ProcessQueueSnapshot};
+use crate::consumer::orderly::OrderlyQueueState;
+use crate::consumer::process_queue::{
+    CacheStats, CachedMessage, ProcessQueue, ProcessQueueSnapshot,
+};
 use crate::consumer::retry::{
     self, failed_range, CONSUME_TIMEOUT_DELAY_LEVEL, LOCAL_RECONSUME_DELAY,
 };
@@ -73,28 +78,57 @@ pub struct QueueStatus {
 #[rtype(result = "Result<()>")]
 pub struct ResetQueueOffset(pub i64);
 
+/// How the queue's messages are consumed; each mode keeps the cache it needs.
+pub(crate) enum Mode {
+    /// Every batch goes to the listener at once; the cache keeps offsets and sizes only.
+    Concurrent {
+        /// Offsets and body sizes of unfinished messages.
+        pq: ProcessQueue<CachedEntry>,
+        /// Messages of unsettled batches, by offset, for consume-timeout send-backs.
+        in_flight: HashMap<i64, Arc<[MessageExt]>>,
+        /// Offsets already sent back because their consumption timed out.
+        timed_out: HashSet<i64>,
+    },
+    /// One batch at a time, in offset order.
+    Orderly {
+        /// The cached messages.
+        pq: ProcessQueue<MessageExt>,
+        /// Batch in flight, reconsume counts, dead-lettering, run time.
+        state: OrderlyQueueState,
+    },
+    /// Strictly ordered per key, concurrent across keys.
+    KeyOrdered {
+        /// The cached messages, chained per key.
+        queue: KeyOrderedQueue<MessageExt>,
+    },
+}
+
 /// One owned queue. Created and stopped by the rebalancer.
 pub struct QueueActor {
-    queue: MessageQueue,
-    shared: Rc<ConsumerShared>,
-    pq: ProcessQueue<CachedEntry>,
+    pub(crate) queue: MessageQueue,
+    pub(crate) shared: Rc<ConsumerShared>,
+    pub(crate) mode: Mode,
+    /// The broker lock (orderly clustering only).
+    pub(crate) lock: LockState,
+    /// Orderly: the offset was re-read from the broker since the lock was (re)gained.
+    pub(crate) offset_fixed: bool,
+    /// A consume pass is scheduled (orderly suspend, lock retry), so new messages wait for it.
+    pub(crate) consume_scheduled: bool,
+    /// Pull statistics and timestamps (mode-independent part of Java's ProcessQueue).
+    pub(crate) last_pull_ms: i64,
     /// Offset of the next pull; `None` until the start offset is known.
-    next_offset: Option<i64>,
+    pub(crate) next_offset: Option<i64>,
     /// The committed offset last reported to the offset store.
-    committed: Option<i64>,
+    pub(crate) committed: Option<i64>,
     /// Bumped whenever the cache is thrown away, so answers to older pulls and consume
     /// outcomes of older messages are ignored.
-    epoch: u64,
+    pub(crate) epoch: u64,
     pull_in_flight: bool,
     pull_scheduled: bool,
     /// Batches handed to the listener and not yet settled (including send-backs).
-    unsettled: usize,
-    /// Messages of unsettled batches, by offset, for consume-timeout send-backs.
-    in_flight: HashMap<i64, Arc<[MessageExt]>>,
-    /// Offsets already sent back because their consumption timed out.
-    timed_out: HashSet<i64>,
+    pub(crate) unsettled: usize,
     last_activity_ms: i64,
-    dropping: bool,
+    pub(crate) dropping: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
     offset_flush_scheduled: bool,
 }
@@ -103,18 +137,36 @@ impl QueueActor {
     /// An actor for `queue`.
     pub(crate) fn new(queue: MessageQueue, shared: Rc<ConsumerShared>) -> Self {
         let now = now_ms();
+        let mode = if shared.config.is_key_ordered() {
+            Mode::KeyOrdered {
+                queue: KeyOrderedQueue::new(),
+            }
+        } else if shared.config.is_orderly() {
+            Mode::Orderly {
+                pq: ProcessQueue::new(now),
+                state: OrderlyQueueState::new(),
+            }
+        } else {
+            Mode::Concurrent {
+                pq: ProcessQueue::new(now),
+                in_flight: HashMap::new(),
+                timed_out: HashSet::new(),
+            }
+        };
         QueueActor {
             queue,
             shared,
-            pq: ProcessQueue::new(now),
+            mode,
+            lock: LockState::default(),
+            offset_fixed: true,
+            consume_scheduled: false,
+            last_pull_ms: now,
             next_offset: None,
             committed: None,
             epoch: 0,
             pull_in_flight: false,
             pull_scheduled: false,
             unsettled: 0,
-            in_flight: HashMap::new(),
-            timed_out: HashSet::new(),
             last_activity_ms: now,
             dropping: false,
             drain_waiters: Vec::new(),
@@ -122,7 +174,7 @@ impl QueueActor {
         }
     }
 
-    fn load_start_offset(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn load_start_offset(&mut self, ctx: &mut Context<Self>) {
         let shared = self.shared.clone();
         let queue = self.queue.clone();
         let lookup = async move {
@@ -132,7 +184,12 @@ impl QueueActor {
                 .await
                 .map_err(|e| Error::Shutdown(e.to_string()))?;
             let timestamp = shared.consume_timestamp_ms;
-            match start_offset(shared.config.consume_from_where, stored, &queue.topic, timestamp) {
+            match start_offset(
+                shared.config.consume_from_where,
+                stored,
+                &queue.topic,
+                timestamp,
+            ) {
                 StartOffset::Use(offset) => Ok(offset),
                 StartOffset::AskMaxOffset => shared.client.max_offset(&queue).await,
                 StartOffset::SearchByTimestamp(ts) => shared.client.search_offset(&queue, ts).await,
@@ -145,6 +202,7 @@ impl QueueActor {
             Ok(offset) if offset >= 0 => {
                 tracing::debug!(queue = %act.queue, offset, "queue starts");
                 act.next_offset = Some(offset);
+                act.offset_fixed = true;
                 // Record the start so a restart resumes here even if nothing is consumed.
                 act.commit(offset, ctx);
                 act.pull(ctx);
@@ -164,7 +222,7 @@ impl QueueActor {
         }));
     }
 
-    fn schedule_pull(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+    pub(crate) fn schedule_pull(&mut self, delay: Duration, ctx: &mut Context<Self>) {
         if self.pull_scheduled || self.pull_in_flight {
             return;
         }
@@ -175,7 +233,7 @@ impl QueueActor {
         });
     }
 
-    fn pull(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn pull(&mut self, ctx: &mut Context<Self>) {
         let Some(offset) = self.next_offset else {
             return;
         };
@@ -190,9 +248,9 @@ impl QueueActor {
             dropped: self.dropping,
             running: shared.running.get(),
             paused: shared.paused.get(),
-            cache: self.pq.cache_stats(),
-            locked: true,
-            offset_fixed_since_lock: true,
+            cache: self.cache_stats(),
+            locked: !self.needs_lock() || self.lock_held(now),
+            offset_fixed_since_lock: self.offset_fixed,
             has_subscription: subscription.is_some(),
         };
         let decision = decide_pull(&shared.config, &shared.thresholds.get(), &gate);
@@ -203,15 +261,22 @@ impl QueueActor {
                 self.schedule_pull(delay, ctx);
                 return;
             }
-            (PullDecision::PullNow | PullDecision::RecomputeOffset, Some(subscription)) => {
-                subscription
+            (PullDecision::RecomputeOffset, _) => {
+                self.recompute_offset(ctx);
+                return;
             }
+            (PullDecision::PullNow, Some(subscription)) => subscription,
             (_, None) => {
                 self.schedule_pull(shared.config.pull_delay_on_error, ctx);
                 return;
             }
         };
-        self.pq.record_pull(now);
+        self.last_pull_ms = now;
+        match &mut self.mode {
+            Mode::Concurrent { pq, .. } => pq.record_pull(now),
+            Mode::Orderly { pq, .. } => pq.record_pull(now),
+            Mode::KeyOrdered { .. } => {}
+        }
         let flags = pull_request_flags(&shared.config, self.committed);
         let request = Pull {
             group: shared.group.clone(),
@@ -229,7 +294,9 @@ impl QueueActor {
         ctx.spawn(sent.into_actor(self).map(move |answer, act, ctx| {
             act.pull_in_flight = false;
             act.shared.stats.record_pull(started.elapsed());
-            let answer = answer.map_err(|e| Error::Shutdown(format!("puller: {e}"))).and_then(|r| r);
+            let answer = answer
+                .map_err(|e| Error::Shutdown(format!("puller: {e}")))
+                .and_then(|r| r);
             if epoch != act.epoch {
                 // The cache was reset while this pull was out: its answer is stale.
                 act.pull(ctx);
@@ -263,7 +330,7 @@ impl QueueActor {
             next_begin_offset: response.next_begin_offset,
             delivered: response.messages.len(),
             first_delivered_offset: response.messages.first().map(|m| m.queue_offset),
-            cache_empty: self.pq.cached_count() == 0,
+            cache_empty: self.cache_stats().count == 0,
         };
         let outcome = on_pull_result(&self.shared.config, &result);
         if outcome.suspicious {
@@ -305,11 +372,42 @@ impl QueueActor {
         }
     }
 
-    fn discard_cache(&mut self) {
+    pub(crate) fn discard_cache(&mut self) {
         self.epoch += 1;
-        self.pq.clear();
-        self.in_flight.clear();
-        self.timed_out.clear();
+        match &mut self.mode {
+            Mode::Concurrent {
+                pq,
+                in_flight,
+                timed_out,
+            } => {
+                pq.clear();
+                in_flight.clear();
+                timed_out.clear();
+            }
+            Mode::Orderly { pq, state } => {
+                pq.clear();
+                state.clear();
+            }
+            Mode::KeyOrdered { queue } => queue.clear(),
+        }
+    }
+
+    fn cache_stats(&self) -> CacheStats {
+        match &self.mode {
+            Mode::Concurrent { pq, .. } => pq.cache_stats(),
+            Mode::Orderly { pq, .. } => pq.cache_stats(),
+            Mode::KeyOrdered { queue } => queue.cache_stats(),
+        }
+    }
+
+    /// Whether this queue must hold the broker lock to consume (orderly clustering).
+    pub(crate) fn needs_lock(&self) -> bool {
+        needs_broker_lock(&self.shared.config)
+    }
+
+    pub(crate) fn lock_held(&self, now: i64) -> bool {
+        self.lock
+            .is_held(now, self.shared.config.lock_max_live_time)
     }
 
     fn deliver(&mut self, mut messages: Vec<MessageExt>, ctx: &mut Context<Self>) {
@@ -320,11 +418,18 @@ impl QueueActor {
                 retry::restore_original_topic(message, group);
             }
         }
-        self.pq.put_messages(messages.iter().map(|m| CachedEntry {
+        self.shared.stats.record_pulled(messages.len());
+        let pq = match &mut self.mode {
+            Mode::Concurrent { pq, .. } => pq,
+            Mode::Orderly { .. } | Mode::KeyOrdered { .. } => {
+                self.deliver_ordered(messages, ctx);
+                return;
+            }
+        };
+        pq.put_messages(messages.iter().map(|m| CachedEntry {
             offset: m.queue_offset,
             body_len: m.body().len(),
         }));
-        self.shared.stats.record_pulled(messages.len());
         let batch_size = self.shared.config.consume_message_batch_max_size.max(1) as usize;
         let mut messages = messages.into_iter().peekable();
         while messages.peek().is_some() {
@@ -334,11 +439,14 @@ impl QueueActor {
     }
 
     fn dispatch(&mut self, batch: Arc<[MessageExt]>, ctx: &mut Context<Self>) {
+        let Mode::Concurrent { pq, in_flight, .. } = &mut self.mode else {
+            return;
+        };
         let now = now_ms();
         let offsets: Vec<i64> = batch.iter().map(|m| m.queue_offset).collect();
-        self.pq.mark_consume_started(&offsets, now);
+        pq.mark_consume_started(&offsets, now);
         for offset in &offsets {
-            self.in_flight.insert(*offset, batch.clone());
+            in_flight.insert(*offset, batch.clone());
         }
         self.unsettled += 1;
         let epoch = self.epoch;
@@ -365,9 +473,11 @@ impl QueueActor {
     ) {
         let success = outcome.status == ConsumeStatus::Success;
         let failed = failed_range(success, outcome.context.ack_index, batch.len());
-        self.shared
-            .stats
-            .record_consumed(batch.len() - failed.len(), failed.len(), outcome.elapsed);
+        self.shared.stats.record_consumed(
+            batch.len() - failed.len(),
+            failed.len(),
+            outcome.elapsed,
+        );
         if epoch != self.epoch {
             self.settle(ctx);
             return;
@@ -378,9 +488,13 @@ impl QueueActor {
             .filter(|(i, _)| !failed.contains(i))
             .map(|(_, m)| m.queue_offset)
             .collect();
+        let timed_out = match &self.mode {
+            Mode::Concurrent { timed_out, .. } => Some(timed_out),
+            _ => None,
+        };
         let retries: Vec<MessageExt> = batch[failed]
             .iter()
-            .filter(|m| !self.timed_out.contains(&m.queue_offset))
+            .filter(|m| !timed_out.is_some_and(|t| t.contains(&m.queue_offset)))
             .cloned()
             .collect();
         if !retries.is_empty() && !self.shared.config.is_clustering() {
@@ -448,11 +562,19 @@ impl QueueActor {
         if offsets.is_empty() {
             return;
         }
+        let Mode::Concurrent {
+            pq,
+            in_flight,
+            timed_out,
+        } = &mut self.mode
+        else {
+            return;
+        };
         for offset in offsets {
-            self.in_flight.remove(offset);
-            self.timed_out.remove(offset);
+            in_flight.remove(offset);
+            timed_out.remove(offset);
         }
-        if let Some(offset) = self.pq.remove_messages(offsets, now_ms()) {
+        if let Some(offset) = pq.remove_messages(offsets, now_ms()) {
             self.commit(offset, ctx);
         }
         // Space in the cache may unblock a flow-controlled pull loop right away.
@@ -462,7 +584,7 @@ impl QueueActor {
     }
 
     /// Raises the committed offset; the offset store hears of it at most once per timer tick.
-    fn commit(&mut self, offset: i64, ctx: &mut Context<Self>) {
+    pub(crate) fn commit(&mut self, offset: i64, ctx: &mut Context<Self>) {
         if self.committed.is_some_and(|c| c >= offset) {
             return;
         }
@@ -486,7 +608,7 @@ impl QueueActor {
         }
     }
 
-    fn settle(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn settle(&mut self, ctx: &mut Context<Self>) {
         self.unsettled = self.unsettled.saturating_sub(1);
         if self.dropping && self.unsettled == 0 {
             self.finish_drop(ctx);
@@ -500,11 +622,25 @@ impl QueueActor {
         let queue = self.queue.clone();
         let committed = self.committed;
         let offsets = self.shared.offsets.clone();
+        let unlock = self.needs_lock() && self.lock.locked;
+        let shared = self.shared.clone();
         let persist = async move {
             if let Some(offset) = committed {
-                let _ = offsets.send(UpdateOffset { queue: queue.clone(), offset }).await;
+                let _ = offsets
+                    .send(UpdateOffset {
+                        queue: queue.clone(),
+                        offset,
+                    })
+                    .await;
             }
-            offsets.send(PersistAndRemove(queue)).await
+            let persisted = offsets.send(PersistAndRemove(queue.clone())).await;
+            // Only after the offset is persisted may the next owner take the lock.
+            if unlock {
+                if let Err(e) = crate::actors::queue_orderly::unlock_queue(&shared, &queue).await {
+                    tracing::warn!(queue = %queue, error = %e, "unlock failed; the broker lock will expire");
+                }
+            }
+            persisted
         };
         ctx.wait(persist.into_actor(self).map(|result, act, ctx| {
             match result {
@@ -526,14 +662,20 @@ impl QueueActor {
         if !self.shared.config.is_clustering() || self.dropping {
             return;
         }
-        let expired = self
-            .pq
-            .expired_messages(now_ms(), self.shared.config.consume_timeout, 16);
+        let Mode::Concurrent {
+            pq,
+            in_flight,
+            timed_out,
+        } = &mut self.mode
+        else {
+            return;
+        };
+        let expired = pq.expired_messages(now_ms(), self.shared.config.consume_timeout, 16);
         let expired: Vec<MessageExt> = expired
             .into_iter()
-            .filter(|offset| !self.timed_out.contains(offset))
+            .filter(|offset| !timed_out.contains(offset))
             .filter_map(|offset| {
-                let batch = self.in_flight.get(&offset)?;
+                let batch = in_flight.get(&offset)?;
                 batch.iter().find(|m| m.queue_offset == offset).cloned()
             })
             .collect();
@@ -542,7 +684,7 @@ impl QueueActor {
         }
         tracing::warn!(queue = %self.queue, count = expired.len(), "consumption timed out; sending back");
         for message in &expired {
-            self.timed_out.insert(message.queue_offset);
+            timed_out.insert(message.queue_offset);
         }
         self.unsettled += 1;
         self.send_back(expired, CONSUME_TIMEOUT_DELAY_LEVEL, self.epoch, ctx);
@@ -553,7 +695,14 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.load_start_offset(ctx);
+        if self.needs_lock() {
+            // A new queue is locked on its broker before its first pull; then kept locked.
+            self.lock_then_start(ctx);
+            let every = self.shared.config.lock_interval;
+            ctx.run_interval(every, |act, ctx| act.renew_lock(ctx));
+        } else {
+            self.load_start_offset(ctx);
+        }
         let timeout = self.shared.config.consume_timeout;
         let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
         ctx.run_interval(every, |act, ctx| act.clean_expired(ctx));
@@ -565,7 +714,11 @@ impl Handler<DropQueue> for QueueActor {
 
     fn handle(&mut self, _msg: DropQueue, ctx: &mut Self::Context) -> Self::Result {
         self.dropping = true;
-        self.pq.set_dropped(true);
+        match &mut self.mode {
+            Mode::Concurrent { pq, .. } => pq.set_dropped(true),
+            Mode::Orderly { pq, .. } => pq.set_dropped(true),
+            Mode::KeyOrdered { .. } => {}
+        }
         let (done, wait) = oneshot::channel();
         self.drain_waiters.push(done);
         if self.unsettled == 0 {
@@ -578,9 +731,12 @@ impl Handler<DropQueue> for QueueActor {
                 }
             });
         }
-        Box::pin(async move {
-            let _ = wait.await;
-        }.into_actor(self))
+        Box::pin(
+            async move {
+                let _ = wait.await;
+            }
+            .into_actor(self),
+        )
     }
 }
 
@@ -591,7 +747,7 @@ impl Handler<GetQueueStatus> for QueueActor {
         let now = now_ms();
         let idle = Duration::from_millis(now.saturating_sub(self.last_activity_ms).max(0) as u64);
         MessageResult(QueueStatus {
-            snapshot: self.pq.snapshot(self.committed.unwrap_or(-1)),
+            snapshot: self.snapshot(),
             stalled: self.next_offset.is_some()
                 && !self.pull_in_flight
                 && idle > self.shared.config.pull_max_idle_time,

@@ -142,7 +142,9 @@ impl Rebalancer {
         }
         if !dropped.is_empty() {
             let drops = futures::future::join_all(
-                dropped.into_iter().map(|(_, addr)| async move { addr.send(DropQueue).await }),
+                dropped
+                    .into_iter()
+                    .map(|(_, addr)| async move { addr.send(DropQueue).await }),
             );
             ctx.spawn(drops.into_actor(self).map(move |_, act, _ctx| {
                 for mq in restart {
@@ -163,10 +165,12 @@ impl Rebalancer {
     }
 
     fn update_thresholds(&self) {
-        self.shared.thresholds.set(QueueThresholds::for_owned_queues(
-            &self.shared.config,
-            self.queues.len(),
-        ));
+        self.shared
+            .thresholds
+            .set(QueueThresholds::for_owned_queues(
+                &self.shared.config,
+                self.queues.len(),
+            ));
     }
 }
 
@@ -193,9 +197,11 @@ async fn plan(
             }
         }
     }
-    let statuses = futures::future::join_all(owned.into_iter().map(|(mq, addr)| async move {
-        (mq, addr.send(GetQueueStatus).await)
-    }))
+    let statuses = futures::future::join_all(
+        owned
+            .into_iter()
+            .map(|(mq, addr)| async move { (mq, addr.send(GetQueueStatus).await) }),
+    )
     .await;
     for (mq, status) in statuses {
         if let Ok(QueueStatus { stalled: true, .. }) = status {

@@ -49,17 +49,77 @@ struct Args {
 
 const BROKER: &str = "broker-a";
 
+/// The broker thread: the cluster handle, its actix system and its thread id.
+struct BrokerThread {
+    cluster: EmbeddedCluster,
+    system: actix::System,
+    tid: Option<u64>,
+}
+
+/// This thread's id as /proc knows it (Linux).
+fn current_tid() -> Option<u64> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// CPU time a thread of this process has used, from /proc/self/task/<tid>/schedstat (Linux).
+fn thread_cpu(tid: Option<u64>) -> Duration {
+    let text = tid
+        .and_then(|tid| std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok())
+        .unwrap_or_default();
+    let nanos = text
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Duration::from_nanos(nanos)
+}
+
+/// CPU time of the broker and of the client thread over a measured run.
+struct CpuMeter {
+    broker: Option<u64>,
+    client: Option<u64>,
+    start: (Duration, Duration),
+}
+
+impl CpuMeter {
+    fn start(broker: Option<u64>) -> Self {
+        let client = current_tid();
+        CpuMeter {
+            broker,
+            client,
+            start: (thread_cpu(broker), thread_cpu(client)),
+        }
+    }
+
+    /// "broker X µs/msg (Y msgs/s per core), client Z µs/msg" for `messages` messages.
+    fn report(&self, messages: usize) -> String {
+        let broker = thread_cpu(self.broker).saturating_sub(self.start.0);
+        let client = thread_cpu(self.client).saturating_sub(self.start.1);
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / messages.max(1) as f64;
+        format!(
+            "CPU per message: broker thread {:.2} µs ({:.0} msgs/s per core), client thread {:.2} µs",
+            per(broker),
+            1e6 / per(broker).max(f64::EPSILON),
+            per(client)
+        )
+    }
+}
+
 /// Starts the cluster on a thread of its own; returns its handle once it listens.
-fn start_broker_thread() -> (EmbeddedCluster, actix::System) {
+fn start_broker_thread() -> BrokerThread {
     let (tx, rx) = std_mpsc::channel();
     std::thread::spawn(move || {
         let system = actix::System::new();
-        let cluster = system.block_on(async {
-            EmbeddedCluster::start(EmbeddedConfig::ephemeral()).await
-        });
+        let cluster =
+            system.block_on(async { EmbeddedCluster::start(EmbeddedConfig::ephemeral()).await });
         match cluster {
             Ok(cluster) => {
-                let _ = tx.send(Ok((cluster, actix::System::current())));
+                let _ = tx.send(Ok(BrokerThread {
+                    cluster,
+                    system: actix::System::current(),
+                    tid: current_tid(),
+                }));
                 let _ = system.run();
             }
             Err(e) => {
@@ -68,7 +128,7 @@ fn start_broker_thread() -> (EmbeddedCluster, actix::System) {
         }
     });
     match rx.recv() {
-        Ok(Ok(started)) => started,
+        Ok(Ok(broker)) => broker,
         Ok(Err(e)) => panic!("cannot start the embedded cluster: {e}"),
         Err(_) => panic!("the broker thread died"),
     }
@@ -82,6 +142,14 @@ fn proc_status_kib(field: &str) -> u64 {
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The 1-minute load average (other processes compete for the same cores).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn mib(kib: u64) -> f64 {
@@ -177,13 +245,21 @@ async fn long_poll_wakeup(cluster: &EmbeddedCluster, rounds: usize) {
             pull_first += 1;
         }
     }
-    println!("(a) long-poll wake-up over {rounds} rounds (pull parked on an empty queue, then a send):");
-    println!("    send issued -> pull answered: {}", summary(&mut from_send));
+    println!(
+        "(a) long-poll wake-up over {rounds} rounds (pull parked on an empty queue, then a send):"
+    );
+    println!(
+        "    send issued -> pull answered: {}",
+        summary(&mut from_send)
+    );
     println!(
         "    send acked  -> pull answered: {}  (pull answered first in {pull_first}/{rounds} rounds)",
         summary(&mut from_ack)
     );
-    println!("    send round trip alone:        {}", summary(&mut send_rtt));
+    println!(
+        "    send round trip alone:        {}",
+        summary(&mut send_rtt)
+    );
     consumer.shutdown().await;
     sender.shutdown().await;
 }
@@ -220,7 +296,7 @@ async fn pipelined_sends(
     (sent, started.elapsed().as_secs_f64())
 }
 
-async fn throughput(cluster: &EmbeddedCluster, args: &Args) {
+async fn throughput(cluster: &EmbeddedCluster, args: &Args, broker_tid: Option<u64>) {
     let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     // Create the topic and warm the route cache first.
@@ -228,8 +304,15 @@ async fn throughput(cluster: &EmbeddedCluster, args: &Args) {
         .send(Message::new("Throughput", body(0, args.size)))
         .await
         .expect("warm-up send");
-    let (sent, seconds) =
-        pipelined_sends(&producer, "Throughput", args.messages, args.inflight, args.size).await;
+    let meter = CpuMeter::start(broker_tid);
+    let (sent, seconds) = pipelined_sends(
+        &producer,
+        "Throughput",
+        args.messages,
+        args.inflight,
+        args.size,
+    )
+    .await;
     println!(
         "(b) producer throughput: {sent} x {} B, {} in flight: {:.2} s, {:.0} msgs/s",
         args.size,
@@ -237,10 +320,11 @@ async fn throughput(cluster: &EmbeddedCluster, args: &Args) {
         seconds,
         sent as f64 / seconds
     );
+    println!("    {}", meter.report(sent));
     client.shutdown().await;
 }
 
-async fn big_topic(cluster: &EmbeddedCluster, args: &Args) {
+async fn big_topic(cluster: &EmbeddedCluster, args: &Args, broker_tid: Option<u64>) {
     let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     producer
@@ -249,11 +333,15 @@ async fn big_topic(cluster: &EmbeddedCluster, args: &Args) {
         .expect("warm-up send");
     let rss_before = proc_status_kib("VmRSS:");
     let log_before = cluster
-        .with_core(BROKER, |core, _| (core.store().commit_log_max_offset(), Vec::new()))
+        .with_core(BROKER, |core, _| {
+            (core.store().commit_log_max_offset(), Vec::new())
+        })
         .await
         .unwrap_or(0);
+    let meter = CpuMeter::start(broker_tid);
     let (sent, seconds) =
         pipelined_sends(&producer, "Million", args.million, args.inflight, args.size).await;
+    let cpu = meter.report(sent);
     let rss_after = proc_status_kib("VmRSS:");
     let (stored, log_after) = cluster
         .with_core(BROKER, |core, _| {
@@ -275,6 +363,7 @@ async fn big_topic(cluster: &EmbeddedCluster, args: &Args) {
         log_bytes / 1024.0 / 1024.0,
         log_bytes / sent.max(1) as f64
     );
+    println!("    {cpu}");
     println!(
         "    process RSS {:.1} MiB -> {:.1} MiB (+{:.1} MiB), peak {:.1} MiB; 24 GiB holds ~{:.0}x this topic",
         mib(rss_before),
@@ -288,17 +377,24 @@ async fn big_topic(cluster: &EmbeddedCluster, args: &Args) {
 
 fn main() {
     let args = Args::parse();
-    let (cluster, broker_system) = start_broker_thread();
+    let BrokerThread {
+        cluster,
+        system: broker_system,
+        tid: broker_tid,
+    } = start_broker_thread();
     println!(
-        "embedded broker at {} (its own thread); clients on the main thread",
-        cluster.namesrv_addr()
+        "embedded broker at {} (its own thread); clients on the main thread; {} CPUs, load average {}",
+        cluster.namesrv_addr(),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average()
     );
     let system = actix::System::new();
     system.block_on(async {
         long_poll_wakeup(&cluster, args.rounds).await;
-        throughput(&cluster, &args).await;
-        big_topic(&cluster, &args).await;
+        throughput(&cluster, &args, broker_tid).await;
+        big_topic(&cluster, &args, broker_tid).await;
         cluster.shutdown().await;
     });
+    println!("load average at the end: {}", load_average());
     broker_system.stop();
 }

@@ -51,7 +51,10 @@ struct Tally {
 }
 
 async fn pull_queue(client: Client, args: &Args, queue: MessageQueue) -> Result<Tally, String> {
-    let route = client.route(&queue.topic).await.map_err(|e| e.to_string())?;
+    let route = client
+        .route(&queue.topic)
+        .await
+        .map_err(|e| e.to_string())?;
     let addr = route
         .pull_addr(&queue.broker_name, 0)
         .ok_or("no broker address")?

@@ -25,7 +25,11 @@ use serde_json::json;
 type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Parser)]
-#[command(name = "rocketmq-actor", version, about = "Actor-based Apache RocketMQ client")]
+#[command(
+    name = "rocketmq-actor",
+    version,
+    about = "Actor-based Apache RocketMQ client"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -280,9 +284,9 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
         "first" => (ConsumeFromWhere::FirstOffset, None),
         "last" => (ConsumeFromWhere::LastOffset, None),
         ms => {
-            let ms: i64 = ms
-                .parse()
-                .map_err(|_| format!("--from must be first, last or a Unix time in ms, not {ms:?}"))?;
+            let ms: i64 = ms.parse().map_err(|_| {
+                format!("--from must be first, last or a Unix time in ms, not {ms:?}")
+            })?;
             (
                 ConsumeFromWhere::Timestamp,
                 Some(format_consume_timestamp_utc(ms)),
@@ -432,4 +436,3 @@ async fn demo(args: DemoArgs) -> CliResult {
     cluster.shutdown().await;
     Ok(())
 }
-

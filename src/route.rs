@@ -80,7 +80,8 @@ pub fn consume_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
         .iter()
         .filter(|q| q.is_readable())
         .flat_map(|q| {
-            (0..q.read_queue_nums.max(0)).map(move |id| MessageQueue::new(topic, &q.broker_name, id))
+            (0..q.read_queue_nums.max(0))
+                .map(move |id| MessageQueue::new(topic, &q.broker_name, id))
         })
         .collect();
     queues.sort();
@@ -94,12 +95,10 @@ pub fn produce_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
         .queue_datas
         .iter()
         .filter(|q| q.is_writable())
-        .filter(|q| {
-            broker_data(data, &q.broker_name)
-                .is_some_and(|b| b.master_addr().is_some())
-        })
+        .filter(|q| broker_data(data, &q.broker_name).is_some_and(|b| b.master_addr().is_some()))
         .flat_map(|q| {
-            (0..q.write_queue_nums.max(0)).map(move |id| MessageQueue::new(topic, &q.broker_name, id))
+            (0..q.write_queue_nums.max(0))
+                .map(move |id| MessageQueue::new(topic, &q.broker_name, id))
         })
         .collect();
     queues.sort();
@@ -237,7 +236,9 @@ mod tests {
 
     #[test]
     fn legacy_unquoted_broker_ids_are_understood() {
-        let legacy = TWO_BROKERS.replace(r#""0":"#, "0:").replace(r#""1":"#, "1:");
+        let legacy = TWO_BROKERS
+            .replace(r#""0":"#, "0:")
+            .replace(r#""1":"#, "1:");
         let r = TopicRoute::new("T", route(&legacy));
         assert_eq!(r.master_addr("broker-a"), Some("10.0.0.1:10911"));
     }

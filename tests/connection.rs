@@ -52,7 +52,11 @@ async fn responses_out_of_order_reach_their_own_callers() {
         for request in requests.iter().rev() {
             let topic = request.ext("topic").map(str::to_owned);
             server
-                .send(RemotingCommand::response_to(request, response_code::SUCCESS, topic))
+                .send(RemotingCommand::response_to(
+                    request,
+                    response_code::SUCCESS,
+                    topic,
+                ))
                 .await
                 .unwrap();
         }
@@ -78,18 +82,30 @@ async fn an_unanswered_request_times_out_without_disturbing_others() {
         let ignored = next_request(&mut server).await;
         let answered = next_request(&mut server).await;
         server
-            .send(RemotingCommand::response_to(&answered, response_code::SUCCESS, None))
+            .send(RemotingCommand::response_to(
+                &answered,
+                response_code::SUCCESS,
+                None,
+            ))
             .await
             .unwrap();
         // Answer the ignored request only after the client gave up on it.
         late_rx.await.unwrap();
         server
-            .send(RemotingCommand::response_to(&ignored, response_code::SUCCESS, None))
+            .send(RemotingCommand::response_to(
+                &ignored,
+                response_code::SUCCESS,
+                None,
+            ))
             .await
             .unwrap();
         let after = next_request(&mut server).await;
         server
-            .send(RemotingCommand::response_to(&after, response_code::SUCCESS, Some("after".into())))
+            .send(RemotingCommand::response_to(
+                &after,
+                response_code::SUCCESS,
+                Some("after".into()),
+            ))
             .await
             .unwrap();
         server
@@ -105,7 +121,11 @@ async fn an_unanswered_request_times_out_without_disturbing_others() {
     }
     late_tx.send(()).unwrap();
     // The late response is dropped; the connection keeps working.
-    let after = conn.send(request(2, Duration::from_secs(10))).await.unwrap().unwrap();
+    let after = conn
+        .send(request(2, Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(after.remark.as_deref(), Some("after"));
     drop(server.await.unwrap());
 }
@@ -120,7 +140,11 @@ impl Handler<ServerRequest> for RunningInfoHandler {
     type Result = Option<RemotingCommand>;
 
     fn handle(&mut self, msg: ServerRequest, _ctx: &mut Self::Context) -> Self::Result {
-        let group = msg.command.ext("consumerGroup").unwrap_or_default().to_owned();
+        let group = msg
+            .command
+            .ext("consumerGroup")
+            .unwrap_or_default()
+            .to_owned();
         Some(
             RemotingCommand::response(response_code::SUCCESS, None)
                 .with_body(bytes::Bytes::from(format!("running info of {group}"))),
@@ -165,7 +189,11 @@ async fn server_initiated_requests_reach_their_handler_or_get_not_supported() {
         assert_eq!(refusal.opaque, 78, "the one-way request got no answer");
         assert_eq!(refusal.code, response_code::REQUEST_CODE_NOT_SUPPORTED);
         server
-            .send(RemotingCommand::response_to(&first, response_code::SUCCESS, None))
+            .send(RemotingCommand::response_to(
+                &first,
+                response_code::SUCCESS,
+                None,
+            ))
             .await
             .unwrap();
         server
@@ -180,7 +208,9 @@ async fn a_dropped_connection_fails_every_pending_request_then_reconnects() {
     let (listener, addr) = listen().await;
     let conn = Connection::new(addr).start();
     let events = EventLog::default().start();
-    conn.send(Subscribe(events.clone().recipient())).await.unwrap();
+    conn.send(Subscribe(events.clone().recipient()))
+        .await
+        .unwrap();
     let calls: Vec<_> = (0..4)
         .map(|n| conn.send(request(n, Duration::from_secs(60))))
         .collect();
@@ -201,7 +231,11 @@ async fn a_dropped_connection_fails_every_pending_request_then_reconnects() {
         let mut server = accept(&listener).await;
         let r = next_request(&mut server).await;
         server
-            .send(RemotingCommand::response_to(&r, response_code::SUCCESS, None))
+            .send(RemotingCommand::response_to(
+                &r,
+                response_code::SUCCESS,
+                None,
+            ))
             .await
             .unwrap();
         server
@@ -227,7 +261,10 @@ async fn a_malformed_frame_closes_only_that_connection() {
     let server = async {
         let (mut socket, _) = listener.accept().await.unwrap();
         // A frame announcing 2 GiB: over the limit.
-        socket.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await.unwrap();
+        socket
+            .write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0])
+            .await
+            .unwrap();
         socket
     };
     let (result, _socket) = futures::join!(pending, server);
@@ -251,7 +288,10 @@ async fn connecting_to_a_closed_port_fails_with_a_connect_error() {
     let (listener, addr) = listen().await;
     drop(listener);
     let conn = Connection::new(addr).start();
-    let result = conn.send(request(0, Duration::from_secs(10))).await.unwrap();
+    let result = conn
+        .send(request(0, Duration::from_secs(10)))
+        .await
+        .unwrap();
     assert!(matches!(result, Err(Error::Connect { .. })), "{result:?}");
 }
 

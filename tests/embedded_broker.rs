@@ -99,7 +99,13 @@ fn now_ms() -> i64 {
 }
 
 /// A pull with its subscription in the request (no heartbeat needed) that is answered at once.
-fn pull_header(group: &str, topic: &str, queue_id: i32, offset: i64, expr: &str) -> PullMessageRequestHeader {
+fn pull_header(
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    expr: &str,
+) -> PullMessageRequestHeader {
     PullMessageRequestHeader {
         consumer_group: group.to_owned(),
         topic: topic.to_owned(),
@@ -118,7 +124,12 @@ fn pull_header(group: &str, topic: &str, queue_id: i32, offset: i64, expr: &str)
 }
 
 /// The same pull, parked by the broker for up to 20 s when nothing is there.
-fn long_poll_header(group: &str, topic: &str, queue_id: i32, offset: i64) -> PullMessageRequestHeader {
+fn long_poll_header(
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+) -> PullMessageRequestHeader {
     PullMessageRequestHeader {
         sys_flag: pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND,
         suspend_timeout_millis: 20_000,
@@ -182,8 +193,9 @@ async fn heartbeat(conn: &Addr<Connection>, client: &Client, group: &str, topic:
         consumer_data_set: vec![consumer_data(group, topic)],
         ..HeartbeatData::default()
     };
-    let command = RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
-        .with_body(encode_json(&data));
+    let command =
+        RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
+            .with_body(encode_json(&data));
     let response = rpc(conn, command).await;
     assert_eq!(response.code, response_code::SUCCESS, "{response:?}");
 }
@@ -210,7 +222,11 @@ impl Handler<ServerRequest> for Forwarder {
     }
 }
 
-async fn on_request(conn: &Addr<Connection>, code: i32, reply: Reply) -> mpsc::UnboundedReceiver<RemotingCommand> {
+async fn on_request(
+    conn: &Addr<Connection>,
+    code: i32,
+    reply: Reply,
+) -> mpsc::UnboundedReceiver<RemotingCommand> {
     let (seen, received) = mpsc::unbounded_channel();
     let handler = Forwarder { seen, reply }.start().recipient();
     conn.send(RegisterHandler {
@@ -222,7 +238,10 @@ async fn on_request(conn: &Addr<Connection>, code: i32, reply: Reply) -> mpsc::U
     received
 }
 
-async fn next_request(received: &mut mpsc::UnboundedReceiver<RemotingCommand>, what: &str) -> RemotingCommand {
+async fn next_request(
+    received: &mut mpsc::UnboundedReceiver<RemotingCommand>,
+    what: &str,
+) -> RemotingCommand {
     within(what, received.recv()).await.unwrap()
 }
 
@@ -252,7 +271,10 @@ async fn held_pulls(cluster: &EmbeddedCluster) -> usize {
 async fn until_held(cluster: &EmbeddedCluster, count: usize) {
     let deadline = Instant::now() + PATIENCE;
     while held_pulls(cluster).await != count {
-        assert!(Instant::now() < deadline, "the broker never parked {count} pull(s)");
+        assert!(
+            Instant::now() < deadline,
+            "the broker never parked {count} pull(s)"
+        );
         tokio::task::yield_now().await;
     }
 }
@@ -315,7 +337,10 @@ async fn a_producer_creates_a_new_topic_through_the_tbw102_route() {
     assert_eq!(sent.queue_offset, 0);
     let route = client.refresh_route("Fresh").await.unwrap();
     assert_eq!(route.produce_queues.len(), 3);
-    assert_eq!(route.master_addr(BROKER), Some(broker_addr(&cluster).as_str()));
+    assert_eq!(
+        route.master_addr(BROKER),
+        Some(broker_addr(&cluster).as_str())
+    );
     let conn = broker_conn(&client, &cluster).await;
     let back = pull_all(&conn, "Fresh", sent.queue.queue_id).await;
     assert_eq!(back.len(), 1);
@@ -337,7 +362,10 @@ async fn sends_batches_and_keyed_sends_come_back_from_raw_pulls() {
             .send(Message::new("Orders", body.clone()).with_tags("Single"))
             .await
             .unwrap();
-        expected.insert(sent.msg_id.clone(), (body.into_bytes(), Some("Single".into()), sent));
+        expected.insert(
+            sent.msg_id.clone(),
+            (body.into_bytes(), Some("Single".into()), sent),
+        );
     }
     let batch: Vec<Message> = (0..3)
         .map(|i| Message::new("Orders", format!("batch-{i}")).with_keys(format!("bk{i}")))
@@ -357,7 +385,9 @@ async fn sends_batches_and_keyed_sends_come_back_from_raw_pulls() {
     assert!(keyed.iter().all(|s| s.queue == keyed[0].queue));
     assert_eq!(
         keyed.iter().map(|s| s.queue_offset).collect::<Vec<_>>(),
-        (0..3).map(|i| keyed[0].queue_offset + i).collect::<Vec<_>>()
+        (0..3)
+            .map(|i| keyed[0].queue_offset + i)
+            .collect::<Vec<_>>()
     );
 
     let conn = broker_conn(&client, &cluster).await;
@@ -372,7 +402,10 @@ async fn sends_batches_and_keyed_sends_come_back_from_raw_pulls() {
         let m = &stored[id];
         assert_eq!(&m.body()[..], &body[..]);
         assert_eq!(m.tags(), tag.as_deref());
-        assert_eq!((m.queue_id, m.queue_offset), (sent.queue.queue_id, sent.queue_offset));
+        assert_eq!(
+            (m.queue_id, m.queue_offset),
+            (sent.queue.queue_id, sent.queue_offset)
+        );
         assert_eq!(m.offset_msg_id(), sent.offset_msg_id);
     }
     for (i, id) in batch_ids.iter().enumerate() {
@@ -413,18 +446,36 @@ async fn every_pull_status_a_consumer_can_meet() {
         }
     };
     // An empty queue: offset 0 is "nothing yet", any other offset has to move to 0.
-    assert_eq!(status(0, "*").await, (19, "NO_MESSAGE_IN_QUEUE".into(), Some(0)));
-    assert_eq!(status(5, "*").await, (21, "NO_MESSAGE_IN_QUEUE".into(), Some(0)));
+    assert_eq!(
+        status(0, "*").await,
+        (19, "NO_MESSAGE_IN_QUEUE".into(), Some(0))
+    );
+    assert_eq!(
+        status(5, "*").await,
+        (21, "NO_MESSAGE_IN_QUEUE".into(), Some(0))
+    );
     let producer = producer(&client);
     for _ in 0..2 {
         producer
-            .send_to_queue(Message::new("Statuses", "b").with_tags("TagB"), &mq("Statuses", 0))
+            .send_to_queue(
+                Message::new("Statuses", "b").with_tags("TagB"),
+                &mq("Statuses", 0),
+            )
             .await
             .unwrap();
     }
-    assert_eq!(status(2, "*").await, (19, "OFFSET_OVERFLOW_ONE".into(), Some(2)));
-    assert_eq!(status(7, "*").await, (21, "OFFSET_OVERFLOW_BADLY".into(), Some(2)));
-    assert_eq!(status(0, "TagA").await, (20, "NO_MATCHED_MESSAGE".into(), Some(2)));
+    assert_eq!(
+        status(2, "*").await,
+        (19, "OFFSET_OVERFLOW_ONE".into(), Some(2))
+    );
+    assert_eq!(
+        status(7, "*").await,
+        (21, "OFFSET_OVERFLOW_BADLY".into(), Some(2))
+    );
+    assert_eq!(
+        status(0, "TagA").await,
+        (20, "NO_MATCHED_MESSAGE".into(), Some(2))
+    );
     assert_eq!(status(0, "TagB").await, (0, "FOUND".into(), Some(2)));
     // Retention dropped offset 0: the consumer is told to move up to the new min offset.
     cluster
@@ -434,19 +485,31 @@ async fn every_pull_status_a_consumer_can_meet() {
         })
         .await
         .unwrap();
-    assert_eq!(status(0, "*").await, (21, "OFFSET_TOO_SMALL".into(), Some(1)));
+    assert_eq!(
+        status(0, "*").await,
+        (21, "OFFSET_TOO_SMALL".into(), Some(1))
+    );
 
     let code = |header: PullMessageRequestHeader| {
         let conn = conn.clone();
         async move { pull(&conn, &header).await.code }
     };
-    assert_eq!(code(pull_header("g", "Nowhere", 0, 0, "*")).await, response_code::TOPIC_NOT_EXIST);
-    assert_eq!(code(pull_header("g", "Statuses", 9, 0, "*")).await, response_code::INVALID_PARAMETER);
+    assert_eq!(
+        code(pull_header("g", "Nowhere", 0, 0, "*")).await,
+        response_code::TOPIC_NOT_EXIST
+    );
+    assert_eq!(
+        code(pull_header("g", "Statuses", 9, 0, "*")).await,
+        response_code::INVALID_PARAMETER
+    );
     let no_subscription = PullMessageRequestHeader {
         sys_flag: 0,
         ..pull_header("unknown-group", "Statuses", 0, 0, "*")
     };
-    assert_eq!(code(no_subscription).await, response_code::SUBSCRIPTION_NOT_EXIST);
+    assert_eq!(
+        code(no_subscription).await,
+        response_code::SUBSCRIPTION_NOT_EXIST
+    );
     cluster
         .with_core(BROKER, |core, _| {
             let mut write_only = rocketmq_actor::broker::store::TopicConfig::new("WriteOnly", 1);
@@ -455,7 +518,10 @@ async fn every_pull_status_a_consumer_can_meet() {
         })
         .await
         .unwrap();
-    assert_eq!(code(pull_header("g", "WriteOnly", 0, 0, "*")).await, response_code::NO_PERMISSION);
+    assert_eq!(
+        code(pull_header("g", "WriteOnly", 0, 0, "*")).await,
+        response_code::NO_PERMISSION
+    );
     cluster.shutdown().await;
 }
 
@@ -538,14 +604,22 @@ async fn committed_offsets_round_trip_through_update_query_and_pull() {
     assert_eq!(rpc(&conn, update(1, 5)).await.code, response_code::SUCCESS);
     let offset_of = |r: RemotingCommand| {
         assert_eq!(r.code, response_code::SUCCESS, "{r:?}");
-        r.decode_header::<QueryConsumerOffsetResponseHeader>().unwrap().offset
+        r.decode_header::<QueryConsumerOffsetResponseHeader>()
+            .unwrap()
+            .offset
     };
     assert_eq!(offset_of(rpc(&conn, query(1)).await), 5);
     // One-way commits (what consumers send) land before a later request on the connection.
-    client.invoke_oneway(&broker_addr(&cluster), update(1, 6)).await.unwrap();
+    client
+        .invoke_oneway(&broker_addr(&cluster), update(1, 6))
+        .await
+        .unwrap();
     assert_eq!(offset_of(rpc(&conn, query(1)).await), 6);
     // Nothing committed and nothing stored yet.
-    assert_eq!(rpc(&conn, query(0)).await.code, response_code::QUERY_NOT_FOUND);
+    assert_eq!(
+        rpc(&conn, query(0)).await.code,
+        response_code::QUERY_NOT_FOUND
+    );
     // A pull carrying FLAG_COMMIT_OFFSET commits its commitOffset.
     let committing = PullMessageRequestHeader {
         sys_flag: pull_sys_flag::SUBSCRIPTION | pull_sys_flag::COMMIT_OFFSET,
@@ -555,7 +629,10 @@ async fn committed_offsets_round_trip_through_update_query_and_pull() {
     pull(&conn, &committing).await;
     assert_eq!(offset_of(rpc(&conn, query(0)).await), 3);
     assert_eq!(
-        cluster.committed_offset(BROKER, "ledger-group", "Ledger", 0).await.unwrap(),
+        cluster
+            .committed_offset(BROKER, "ledger-group", "Ledger", 0)
+            .await
+            .unwrap(),
         Some(3)
     );
     cluster.shutdown().await;
@@ -569,10 +646,18 @@ async fn joining_and_leaving_a_group_notifies_the_other_member() {
     let first_conn = broker_conn(&first, &cluster).await;
     let second_conn = broker_conn(&second, &cluster).await;
     let no_reply: fn() -> Reply = || Box::new(|_| None);
-    let mut first_notes =
-        on_request(&first_conn, request_code::NOTIFY_CONSUMER_IDS_CHANGED, no_reply()).await;
-    let mut second_notes =
-        on_request(&second_conn, request_code::NOTIFY_CONSUMER_IDS_CHANGED, no_reply()).await;
+    let mut first_notes = on_request(
+        &first_conn,
+        request_code::NOTIFY_CONSUMER_IDS_CHANGED,
+        no_reply(),
+    )
+    .await;
+    let mut second_notes = on_request(
+        &second_conn,
+        request_code::NOTIFY_CONSUMER_IDS_CHANGED,
+        no_reply(),
+    )
+    .await;
 
     heartbeat(&first_conn, &first, "members", "Membership").await;
     let note = next_request(&mut first_notes, "the first member's own join").await;
@@ -603,7 +688,10 @@ async fn joining_and_leaving_a_group_notifies_the_other_member() {
     // The second client goes away: its connection closes and the first one hears of it.
     second.shutdown().await;
     next_request(&mut first_notes, "news of the second member leaving").await;
-    assert_eq!(list(first_conn.clone()).await, vec![first.client_id().to_owned()]);
+    assert_eq!(
+        list(first_conn.clone()).await,
+        vec![first.client_id().to_owned()]
+    );
     cluster.shutdown().await;
 }
 
@@ -651,10 +739,19 @@ async fn queue_locks_are_exclusive_between_two_clients() {
             client.invoke(&addr, command).await.unwrap();
         }
     };
-    assert_eq!(lock(first.clone(), vec![0, 1]).await, BTreeSet::from([0, 1]));
-    assert_eq!(lock(second.clone(), vec![0, 1, 2]).await, BTreeSet::from([2]));
+    assert_eq!(
+        lock(first.clone(), vec![0, 1]).await,
+        BTreeSet::from([0, 1])
+    );
+    assert_eq!(
+        lock(second.clone(), vec![0, 1, 2]).await,
+        BTreeSet::from([2])
+    );
     // Renewing keeps what one holds; another client's unlock releases nothing.
-    assert_eq!(lock(first.clone(), vec![0, 1, 2]).await, BTreeSet::from([0, 1]));
+    assert_eq!(
+        lock(first.clone(), vec![0, 1, 2]).await,
+        BTreeSet::from([0, 1])
+    );
     unlock(second.clone(), vec![0]).await;
     assert!(lock(second.clone(), vec![0]).await.is_empty());
     unlock(first.clone(), vec![0]).await;
@@ -699,9 +796,13 @@ async fn failed_messages_are_retried_then_dead_lettered_on_a_scaled_delay_table(
     };
     let retry_topic = "%RETRY%workers";
     let backed_at = now_ms();
-    assert_eq!(rpc(&conn, send_back(&first)).await.code, response_code::SUCCESS);
+    assert_eq!(
+        rpc(&conn, send_back(&first)).await.code,
+        response_code::SUCCESS
+    );
     // The retry shows up when the scheduler delivers it; a parked pull sees it arrive.
-    let retried = pulled(&pull(&conn, &long_poll_header("workers", retry_topic, 0, 0)).await).remove(0);
+    let retried =
+        pulled(&pull(&conn, &long_poll_header("workers", retry_topic, 0, 0)).await).remove(0);
     assert!(
         retried.store_timestamp >= backed_at + 10,
         "delivered {} ms after the send-back, before level 3's 10 ms",
@@ -717,13 +818,21 @@ async fn failed_messages_are_retried_then_dead_lettered_on_a_scaled_delay_table(
     );
     assert_eq!(retried.msg_id(), original.msg_id);
 
-    assert_eq!(rpc(&conn, send_back(&retried)).await.code, response_code::SUCCESS);
-    let again = pulled(&pull(&conn, &long_poll_header("workers", retry_topic, 0, 1)).await).remove(0);
+    assert_eq!(
+        rpc(&conn, send_back(&retried)).await.code,
+        response_code::SUCCESS
+    );
+    let again =
+        pulled(&pull(&conn, &long_poll_header("workers", retry_topic, 0, 1)).await).remove(0);
     assert_eq!(again.reconsume_times, 2);
 
     // Two reconsumes is the limit: the third failure goes straight to the dead-letter queue.
-    assert_eq!(rpc(&conn, send_back(&again)).await.code, response_code::SUCCESS);
-    let dead = pulled(&pull(&conn, &pull_header("workers", "%DLQ%workers", 0, 0, "*")).await).remove(0);
+    assert_eq!(
+        rpc(&conn, send_back(&again)).await.code,
+        response_code::SUCCESS
+    );
+    let dead =
+        pulled(&pull(&conn, &pull_header("workers", "%DLQ%workers", 0, 0, "*")).await).remove(0);
     assert_eq!(dead.reconsume_times, 3);
     assert_eq!(&dead.body()[..], &body[..]);
     assert_eq!(dead.property(property::DLQ_ORIGIN_TOPIC), Some("Work"));
@@ -740,11 +849,19 @@ async fn resetting_offsets_pushes_the_new_offsets_to_the_client() {
     cluster.create_topic("Replay", 1).await.unwrap();
     let client = client(&cluster);
     let conn = broker_conn(&client, &cluster).await;
-    let mut pushes = on_request(&conn, request_code::RESET_CONSUMER_CLIENT_OFFSET, Box::new(|_| None)).await;
+    let mut pushes = on_request(
+        &conn,
+        request_code::RESET_CONSUMER_CLIENT_OFFSET,
+        Box::new(|_| None),
+    )
+    .await;
     heartbeat(&conn, &client, "replayers", "Replay").await;
     let producer = producer(&client);
     for i in 0..3 {
-        producer.send(Message::new("Replay", format!("m{i}"))).await.unwrap();
+        producer
+            .send(Message::new("Replay", format!("m{i}")))
+            .await
+            .unwrap();
     }
     let commit = RemotingCommand::request_with_header(
         request_code::UPDATE_CONSUMER_OFFSET,
@@ -758,13 +875,20 @@ async fn resetting_offsets_pushes_the_new_offsets_to_the_client() {
     );
     assert_eq!(rpc(&conn, commit).await.code, response_code::SUCCESS);
     // Back to the beginning of time: the first message stored at or after 0 is offset 0.
-    let table = cluster.reset_offsets("replayers", "Replay", 0, false).await.unwrap();
+    let table = cluster
+        .reset_offsets("replayers", "Replay", 0, false)
+        .await
+        .unwrap();
     assert_eq!(table, BTreeMap::from([(mq("Replay", 0), 0)]));
     let push = next_request(&mut pushes, "the reset push").await;
     assert!(push.is_oneway());
     let header: ResetOffsetRequestHeader = push.decode_header().unwrap();
     assert_eq!(
-        (header.topic.as_str(), header.group.as_str(), header.timestamp),
+        (
+            header.topic.as_str(),
+            header.group.as_str(),
+            header.timestamp
+        ),
         ("Replay", "replayers", 0)
     );
     let body = ResetOffsetBody::decode(push.body.as_deref().unwrap()).unwrap();
@@ -786,7 +910,10 @@ async fn broker_calls_reach_a_client_handler_and_its_answer_comes_back() {
                 properties: BTreeMap::from([("PROP_CLIENT_VERSION".into(), "V5_1_4".into())]),
                 ..ConsumerRunningInfo::default()
             };
-            Some(RemotingCommand::response(response_code::SUCCESS, None).with_body(encode_json(&info)))
+            Some(
+                RemotingCommand::response(response_code::SUCCESS, None)
+                    .with_body(encode_json(&info)),
+            )
         }),
     )
     .await;
@@ -801,7 +928,10 @@ async fn broker_calls_reach_a_client_handler_and_its_answer_comes_back() {
                 remark: Some(String::from_utf8_lossy(consumed.first()?.body()).into_owned()),
                 ..ConsumeMessageDirectlyResult::default()
             };
-            Some(RemotingCommand::response(response_code::SUCCESS, None).with_body(encode_json(&result)))
+            Some(
+                RemotingCommand::response(response_code::SUCCESS, None)
+                    .with_body(encode_json(&result)),
+            )
         }),
     )
     .await;
@@ -835,14 +965,18 @@ async fn broker_calls_reach_a_client_handler_and_its_answer_comes_back() {
     next_request(&mut running_calls, "the forwarded running-info call").await;
 
     let producer = producer(&admin);
-    let sent = producer.send(Message::new("Direct", "consume me now")).await.unwrap();
+    let sent = producer
+        .send(Message::new("Direct", "consume me now"))
+        .await
+        .unwrap();
     // By offset message id, and by the UNIQ_KEY a user sees.
     for id in [sent.offset_msg_id.clone(), sent.msg_id.clone()] {
         let answer = cluster
             .consume_message_directly(BROKER, "callees", &client_id, &id)
             .await
             .unwrap();
-        let result: ConsumeMessageDirectlyResult = decode_json(answer.body.as_deref().unwrap()).unwrap();
+        let result: ConsumeMessageDirectlyResult =
+            decode_json(answer.body.as_deref().unwrap()).unwrap();
         assert_eq!(result.consume_result, Some(CMResult::CrSuccess));
         assert_eq!(result.remark.as_deref(), Some("consume me now"));
         let asked = next_request(&mut direct_calls, "the consume-directly call").await;
@@ -859,7 +993,10 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
     let client = client(&cluster);
     let producer = producer(&client);
     let queue = mq("Faulty", 0);
-    producer.send_to_queue(Message::new("Faulty", "before"), &queue).await.unwrap();
+    producer
+        .send_to_queue(Message::new("Faulty", "before"), &queue)
+        .await
+        .unwrap();
 
     cluster
         .set_fault(
@@ -872,7 +1009,10 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
         )
         .await
         .unwrap();
-    match producer.send_to_queue(Message::new("Faulty", "refused"), &queue).await {
+    match producer
+        .send_to_queue(Message::new("Faulty", "refused"), &queue)
+        .await
+    {
         Err(Error::Broker { code, remark, .. }) => {
             assert_eq!(code, response_code::SYSTEM_BUSY);
             assert!(remark.contains("broker busy"));
@@ -889,9 +1029,18 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
         ..ClientConfig::new(cluster.namesrv_addr())
     })
     .unwrap();
-    assert!(matches!(impatient.max_offset(&queue).await, Err(Error::Timeout { .. })));
-    cluster.set_fault(BROKER, request_code::SEND_MESSAGE_V2, None).await.unwrap();
-    cluster.set_fault(BROKER, request_code::GET_MAX_OFFSET, None).await.unwrap();
+    assert!(matches!(
+        impatient.max_offset(&queue).await,
+        Err(Error::Timeout { .. })
+    ));
+    cluster
+        .set_fault(BROKER, request_code::SEND_MESSAGE_V2, None)
+        .await
+        .unwrap();
+    cluster
+        .set_fault(BROKER, request_code::GET_MAX_OFFSET, None)
+        .await
+        .unwrap();
 
     // Dropped connections: the client sees the disconnect and its next send reconnects.
     let conn = broker_conn(&client, &cluster).await;
@@ -901,8 +1050,14 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
         .unwrap();
     cluster.drop_connections().await.unwrap();
     let event = within("the disconnect", events.recv()).await.unwrap();
-    assert!(matches!(event, ConnectionEvent::Disconnected { .. }), "{event:?}");
-    let after_drop = producer.send_to_queue(Message::new("Faulty", "after drop"), &queue).await.unwrap();
+    assert!(
+        matches!(event, ConnectionEvent::Disconnected { .. }),
+        "{event:?}"
+    );
+    let after_drop = producer
+        .send_to_queue(Message::new("Faulty", "after drop"), &queue)
+        .await
+        .unwrap();
     assert_eq!(after_drop.queue_offset, 1);
 
     // A stopped broker refuses; restarted on the same address it still has every message.
@@ -915,7 +1070,10 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
     let deadline = Instant::now() + PATIENCE;
     let after_restart = loop {
         // The client reconnects with backoff; a send before that fails fast.
-        match producer.send_to_queue(Message::new("Faulty", "after restart"), &queue).await {
+        match producer
+            .send_to_queue(Message::new("Faulty", "after restart"), &queue)
+            .await
+        {
             Ok(sent) => break sent,
             Err(e) => assert!(Instant::now() < deadline, "never reconnected: {e}"),
         }
@@ -946,7 +1104,10 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
     let producer = producer(&client);
     for i in 0..3 {
         producer
-            .send_to_queue(Message::new("Durable", format!("d{i}")).with_tags("Kept"), &mq("Durable", 0))
+            .send_to_queue(
+                Message::new("Durable", format!("d{i}")).with_tags("Kept"),
+                &mq("Durable", 0),
+            )
             .await
             .unwrap();
     }
@@ -968,7 +1129,10 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
 
     let second_run = cluster_with(config).await;
     assert_eq!(
-        second_run.committed_offset(BROKER, "durable-group", "Durable", 0).await.unwrap(),
+        second_run
+            .committed_offset(BROKER, "durable-group", "Durable", 0)
+            .await
+            .unwrap(),
         Some(2)
     );
     let client = self::client(&second_run);
@@ -993,7 +1157,10 @@ async fn malformed_frames_close_only_their_own_connection() {
     let cluster = cluster().await;
     let client = client(&cluster);
     let producer = producer(&client);
-    producer.send(Message::new("Sturdy", "before")).await.unwrap();
+    producer
+        .send(Message::new("Sturdy", "before"))
+        .await
+        .unwrap();
     let garbage: [&[u8]; 3] = [
         // A header length larger than the frame.
         &[0, 0, 0, 8, 0, 0, 0, 200, 1, 2, 3, 4],
@@ -1007,7 +1174,10 @@ async fn malformed_frames_close_only_their_own_connection() {
         raw.write_all(bytes).await.unwrap();
         assert!(is_closed_by_peer(&mut raw).await);
         // Everyone else carries on.
-        producer.send(Message::new("Sturdy", "still here")).await.unwrap();
+        producer
+            .send(Message::new("Sturdy", "still here"))
+            .await
+            .unwrap();
     }
     cluster.shutdown().await;
 }
@@ -1019,10 +1189,16 @@ async fn malformed_requests_get_the_codes_a_real_broker_sends() {
     let conn = broker_conn(&client, &cluster).await;
     let r = rpc(&conn, RemotingCommand::request(request_code::PULL_MESSAGE)).await;
     assert_eq!(r.code, response_code::SYSTEM_ERROR);
-    assert!(r.remark.unwrap().contains("the custom field <consumerGroup> is null"));
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("the custom field <consumerGroup> is null"));
     let r = rpc(&conn, RemotingCommand::request(99_999)).await;
     assert_eq!(r.code, response_code::REQUEST_CODE_NOT_SUPPORTED);
-    assert_eq!(r.remark.as_deref(), Some(" request type 99999 not supported"));
+    assert_eq!(
+        r.remark.as_deref(),
+        Some(" request type 99999 not supported")
+    );
     let send = |topic: &str| {
         let header = SendMessageRequestHeader {
             producer_group: "pg".into(),
@@ -1039,12 +1215,25 @@ async fn malformed_requests_get_the_codes_a_real_broker_sends() {
         command.with_body(Bytes::from_static(b"x"))
     };
     let bad_number = send("Fine").with_ext("e", "zero");
-    assert_eq!(rpc(&conn, bad_number).await.code, response_code::SYSTEM_ERROR);
-    assert_eq!(rpc(&conn, send("bad topic!")).await.code, response_code::SYSTEM_ERROR);
-    assert_eq!(rpc(&conn, send("SCHEDULE_TOPIC_XXXX")).await.code, response_code::NO_PERMISSION);
+    assert_eq!(
+        rpc(&conn, bad_number).await.code,
+        response_code::SYSTEM_ERROR
+    );
+    assert_eq!(
+        rpc(&conn, send("bad topic!")).await.code,
+        response_code::SYSTEM_ERROR
+    );
+    assert_eq!(
+        rpc(&conn, send("SCHEDULE_TOPIC_XXXX")).await.code,
+        response_code::NO_PERMISSION
+    );
     let too_big = send("Fine").with_body(Bytes::from(vec![b'x'; 4 * 1024 * 1024 + 1]));
-    assert_eq!(rpc(&conn, too_big).await.code, response_code::MESSAGE_ILLEGAL);
-    let bad_json = RemotingCommand::request(request_code::HEART_BEAT).with_body(Bytes::from_static(b"{"));
+    assert_eq!(
+        rpc(&conn, too_big).await.code,
+        response_code::MESSAGE_ILLEGAL
+    );
+    let bad_json =
+        RemotingCommand::request(request_code::HEART_BEAT).with_body(Bytes::from_static(b"{"));
     assert_eq!(rpc(&conn, bad_json).await.code, response_code::SYSTEM_ERROR);
     let no_body = RemotingCommand::request(request_code::LOCK_BATCH_MQ);
     assert_eq!(rpc(&conn, no_body).await.code, response_code::SYSTEM_ERROR);
@@ -1057,7 +1246,10 @@ async fn malformed_requests_get_the_codes_a_real_broker_sends() {
             accept_standard_json_only: None,
         },
     );
-    assert_eq!(rpc(&conn, unknown).await.code, response_code::TOPIC_NOT_EXIST);
+    assert_eq!(
+        rpc(&conn, unknown).await.code,
+        response_code::TOPIC_NOT_EXIST
+    );
     // None of that hurt the broker.
     assert_eq!(rpc(&conn, send("Fine")).await.code, response_code::SUCCESS);
     cluster.shutdown().await;
@@ -1075,7 +1267,10 @@ async fn a_client_that_stops_reading_is_dropped_instead_of_growing_the_broker() 
     let producer = producer(&client);
     for i in 0..4 {
         producer
-            .send_to_queue(Message::new("Heavy", incompressible(200_000, i)), &mq("Heavy", 0))
+            .send_to_queue(
+                Message::new("Heavy", incompressible(200_000, i)),
+                &mq("Heavy", 0),
+            )
             .await
             .unwrap();
     }
@@ -1099,7 +1294,10 @@ async fn a_client_that_stops_reading_is_dropped_instead_of_growing_the_broker() 
             Ok(n) => received += n,
         }
     }
-    assert!(received < 400 * 200_000, "read {received} bytes: the broker never gave up");
+    assert!(
+        received < 400 * 200_000,
+        "read {received} bytes: the broker never gave up"
+    );
     // Well-behaved clients are unaffected.
     let sent = producer
         .send_to_queue(Message::new("Heavy", "small"), &mq("Heavy", 0))
@@ -1148,7 +1346,11 @@ async fn a_hundred_concurrent_connections_each_send_and_pull() {
         assert_eq!(hosts.len(), 1);
         born_hosts.extend(hosts);
     }
-    assert_eq!(born_hosts.len(), CLIENTS as usize, "100 distinct connections");
+    assert_eq!(
+        born_hosts.len(),
+        CLIENTS as usize,
+        "100 distinct connections"
+    );
     for client in &clients {
         client.shutdown().await;
     }

@@ -28,13 +28,14 @@ use rocketmq_actor::protocol::body::{
 };
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::{
-    GetConsumerListByGroupRequestHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+    GetConsumerListByGroupRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
     HeartbeatRequestHeader, LockBatchMqRequestHeader, OffsetResponseHeader,
     PullMessageRequestHeader, PullMessageResponseHeader, QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader, SearchOffsetRequestHeader, UnlockBatchMqRequestHeader,
-    UpdateConsumerOffsetRequestHeader, UpdateTopicRequestHeader,
+    UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, UpdateTopicRequestHeader,
 };
-use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::protocol::{RemotingCommand, SerializeType};
 use rocketmq_actor::route::TopicRoute;
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
 
@@ -120,7 +121,10 @@ async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<TopicR
         client
             .invoke(
                 &masters[name],
-                RemotingCommand::request_with_header(request_code::UPDATE_AND_CREATE_TOPIC, &header),
+                RemotingCommand::request_with_header(
+                    request_code::UPDATE_AND_CREATE_TOPIC,
+                    &header,
+                ),
             )
             .await
             .unwrap_or_else(|e| panic!("UPDATE_AND_CREATE_TOPIC {topic} on {name}: {e}"));
@@ -190,6 +194,19 @@ async fn pull_once(
     )
     .await
     .expect("pull answered");
+    let pull_codes = [
+        response_code::SUCCESS,
+        response_code::PULL_NOT_FOUND,
+        response_code::PULL_RETRY_IMMEDIATELY,
+        response_code::PULL_OFFSET_MOVED,
+    ];
+    // Other codes carry no pull header, only a remark worth showing.
+    assert!(
+        pull_codes.contains(&response.code),
+        "{queue}: pull at {offset} answered {} {:?}",
+        response.code,
+        response.remark
+    );
     let reply: PullMessageResponseHeader = response.decode_header().expect("pull header");
     let messages = if response.code == response_code::SUCCESS {
         let mut messages =
@@ -309,7 +326,18 @@ async fn produce_across_two_brokers_and_read_everything_back() {
 
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     const COUNT: usize = 200;
-    let sends = (0..COUNT).map(|i| {
+    // One send first: until the client coalesces route look-ups, 200 concurrent first sends
+    // would pipeline 200 route requests, more than the Rust name server reliably answers (see
+    // `a_burst_of_first_sends_to_a_new_topic_succeeds`).
+    let first = producer
+        .send(
+            Message::new(topic.clone(), body_of(0))
+                .with_tags("TagA")
+                .with_keys("key-0"),
+        )
+        .await
+        .expect("first send");
+    let sends = (1..COUNT).map(|i| {
         let producer = producer.clone();
         let message = Message::new(topic.clone(), body_of(i))
             .with_tags("TagA")
@@ -319,10 +347,12 @@ async fn produce_across_two_brokers_and_read_everything_back() {
     let results = futures::future::join_all(sends).await;
     let mut per_broker: BTreeMap<String, usize> = BTreeMap::new();
     let mut sent_ids = HashMap::new();
-    for (i, result) in results.into_iter().enumerate() {
+    for (i, result) in std::iter::once(Ok(first)).chain(results).enumerate() {
         let sent = result.unwrap_or_else(|e| panic!("send {i}: {e}"));
         assert_eq!(sent.status, SendStatus::SendOk);
-        *per_broker.entry(sent.queue.broker_name.clone()).or_default() += 1;
+        *per_broker
+            .entry(sent.queue.broker_name.clone())
+            .or_default() += 1;
         sent_ids.insert(i, sent.msg_id);
     }
     for name in BROKERS {
@@ -350,11 +380,106 @@ async fn produce_across_two_brokers_and_read_everything_back() {
                 sent_ids[&index].as_str(),
                 "consumers see the producer's UNIQ_KEY as msgId"
             );
-            *pulled_per_broker.entry(queue.broker_name.clone()).or_default() += 1;
+            *pulled_per_broker
+                .entry(queue.broker_name.clone())
+                .or_default() += 1;
         }
     }
     assert_eq!(seen.len(), COUNT, "every message read back exactly once");
-    assert_eq!(pulled_per_broker, per_broker, "messages are where the sends said");
+    assert_eq!(
+        pulled_per_broker, per_broker,
+        "messages are where the sends said"
+    );
+    client.shutdown().await;
+}
+
+/// Sends messages `indexes` to `topic` with at most `concurrency` in flight; returns how many
+/// landed on each broker and every send error.
+async fn send_concurrently(
+    producer: &Producer,
+    topic: &str,
+    indexes: std::ops::Range<usize>,
+    concurrency: usize,
+) -> (BTreeMap<String, usize>, Vec<String>) {
+    use futures::stream::{self, StreamExt};
+    let results: Vec<_> = stream::iter(indexes)
+        .map(|i| {
+            let producer = producer.clone();
+            let message = Message::new(topic.to_owned(), body_of(i)).with_tags("TagA");
+            async move { producer.send(message).await }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let mut per_broker = BTreeMap::new();
+    let mut errors = Vec::new();
+    for result in results {
+        match result {
+            Ok(sent) => *per_broker.entry(sent.queue.broker_name).or_default() += 1,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    (per_broker, errors)
+}
+
+#[actix_rt::test]
+async fn auto_created_topic_spreads_over_both_brokers() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropAutoCreate");
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    // The first send alone, so exactly one route look-up precedes the auto-creation.
+    producer
+        .send(Message::new(topic.clone(), body_of(0)).with_tags("TagA"))
+        .await
+        .expect("first send auto-creates the topic");
+    let (per_broker, errors) = send_concurrently(&producer, &topic, 1..64, 16).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    for name in BROKERS {
+        assert!(
+            per_broker.contains_key(name),
+            "no send reached {name}: {per_broker:?}"
+        );
+    }
+
+    // Each broker creates the topic with the requested queue count, capped by its template.
+    let template = client.route("TBW102").await.expect("TBW102 route");
+    let route = wait_for_route(&client, &topic, &BROKERS).await;
+    for queue_data in &route.data.queue_datas {
+        let template_queues = template
+            .data
+            .queue_datas
+            .iter()
+            .find(|q| q.broker_name == queue_data.broker_name)
+            .map_or(0, |q| q.write_queue_nums);
+        let expected = template_queues.min(ProducerConfig::default().default_topic_queue_nums);
+        assert_eq!(queue_data.write_queue_nums, expected, "{queue_data:?}");
+    }
+    let per_queue = pull_topic(&client, &route, &unique("interop_auto_reader")).await;
+    let indexes: BTreeSet<usize> = per_queue.values().flatten().map(index_of).collect();
+    assert_eq!(indexes, (0..64).collect(), "every message read back once");
+    client.shutdown().await;
+}
+
+/// What `rocketmq-actor produce` does with its default `--inflight 512`: hundreds of first sends
+/// to a new topic at once. The Rust name server drops some answers when ~100 or more route
+/// requests are pipelined on one connection, so this passes only once the client coalesces
+/// concurrent look-ups of one topic into one request.
+#[actix_rt::test]
+#[ignore = "fails until the client coalesces concurrent route look-ups (interop report)"]
+async fn a_burst_of_first_sends_to_a_new_topic_succeeds() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropBurst");
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    let (per_broker, errors) = send_concurrently(&producer, &topic, 0..1000, 512).await;
+    assert!(
+        errors.is_empty(),
+        "{} of 1000 sends failed, e.g. {:?}",
+        errors.len(),
+        errors.first()
+    );
+    assert_eq!(per_broker.values().sum::<usize>(), 1000);
     client.shutdown().await;
 }
 
@@ -397,13 +522,20 @@ async fn send_with_key_keeps_each_key_in_one_queue() {
             read += 1;
             let index = index_of(message);
             let key = format!("k{}", index % KEYS);
-            assert_eq!(message.keys(), vec![key.as_str()], "send_with_key adds the key");
+            assert_eq!(
+                message.keys(),
+                vec![key.as_str()],
+                "send_with_key adds the key"
+            );
             assert!(
                 sent_queue[&key].contains(queue),
                 "message {index} with key {key} found in {queue}"
             );
             if let Some(previous) = last_index_per_key.insert(key.clone(), index) {
-                assert!(previous < index, "key {key}: {previous} stored after {index}");
+                assert!(
+                    previous < index,
+                    "key {key}: {previous} stored after {index}"
+                );
             }
         }
     }
@@ -439,11 +571,19 @@ async fn send_batch_stores_every_message_in_one_queue() {
         }
     }
     let messages = &per_queue[&sent.queue];
-    assert_eq!(messages.len(), BATCH, "the whole batch is in {}", sent.queue);
+    assert_eq!(
+        messages.len(),
+        BATCH,
+        "the whole batch is in {}",
+        sent.queue
+    );
     for (i, message) in messages.iter().enumerate() {
         assert_eq!(index_of(message), i, "batch order is kept");
         assert_eq!(message.body(), &body_of(i));
-        assert_eq!(message.tags(), Some(if i % 2 == 0 { "Even" } else { "Odd" }));
+        assert_eq!(
+            message.tags(),
+            Some(if i % 2 == 0 { "Even" } else { "Odd" })
+        );
         assert_eq!(message.keys(), vec![format!("batch-{i}").as_str()]);
         assert_eq!(message.queue_offset, sent.queue_offset + i as i64);
         assert_eq!(message.msg_id(), ids[i]);
@@ -513,36 +653,62 @@ async fn offset_queries_and_consumer_offset_commit_round_trip() {
     .await;
     assert_eq!(min, 0);
 
-    let search = |timestamp: i64| {
+    let earliest = client
+        .invoke(
+            &addr,
+            RemotingCommand::request_with_header(
+                request_code::GET_EARLIEST_MSG_STORETIME,
+                &GetEarliestMsgStoretimeRequestHeader {
+                    topic: topic.clone(),
+                    queue_id: queue.queue_id,
+                    bname: Some(queue.broker_name.clone()),
+                },
+            ),
+        )
+        .await
+        .expect("GET_EARLIEST_MSG_STORETIME");
+    let earliest: GetEarliestMsgStoretimeResponseHeader =
+        earliest.decode_header().expect("timestamp header");
+    assert_eq!(earliest.timestamp, stored[0].store_timestamp);
+
+    let search = |timestamp: i64, boundary: &str| {
         RemotingCommand::request_with_header(
             request_code::SEARCH_OFFSET_BY_TIMESTAMP,
             &SearchOffsetRequestHeader {
                 topic: topic.clone(),
                 queue_id: queue.queue_id,
                 timestamp,
-                boundary_type: Some("LOWER".into()),
+                boundary_type: Some(boundary.to_owned()),
                 bname: Some(queue.broker_name.clone()),
             },
         )
     };
     let first_store = stored[0].store_timestamp;
     assert_eq!(
-        offset_call(&client, &addr, search(first_store - 60_000)).await,
+        offset_call(&client, &addr, search(first_store - 60_000, "LOWER")).await,
         0,
         "a time before the first message finds offset 0"
     );
-    // The first message stored strictly later than its predecessor: a LOWER search for its
-    // store time must find exactly it.
-    if let Some(later) = stored
-        .windows(2)
-        .find(|pair| pair[1].store_timestamp > pair[0].store_timestamp)
-        .map(|pair| &pair[1])
-    {
+    // For the store time of any message: LOWER finds the first message stored at that
+    // millisecond, UPPER the last one.
+    for probe in [
+        &stored[0],
+        &stored[stored.len() / 2],
+        &stored[stored.len() - 1],
+    ] {
+        let time = probe.store_timestamp;
+        let same_ms = || stored.iter().filter(|m| m.store_timestamp == time);
+        let lower = same_ms().map(|m| m.queue_offset).min().unwrap_or_default();
+        let upper = same_ms().map(|m| m.queue_offset).max().unwrap_or_default();
         assert_eq!(
-            offset_call(&client, &addr, search(later.store_timestamp)).await,
-            later.queue_offset,
-            "LOWER search for the store time of offset {}",
-            later.queue_offset
+            offset_call(&client, &addr, search(time, "LOWER")).await,
+            lower,
+            "LOWER search for store time {time}"
+        );
+        assert_eq!(
+            offset_call(&client, &addr, search(time, "UPPER")).await,
+            upper,
+            "UPPER search for store time {time}"
         );
     }
 
@@ -588,9 +754,56 @@ async fn offset_queries_and_consumer_offset_commit_round_trip() {
         )
         .await
         .expect("UPDATE_CONSUMER_OFFSET");
-    let after = client.invoke(&addr, query()).await.expect("query after commit");
+    let after = client
+        .invoke(&addr, query())
+        .await
+        .expect("query after commit");
     let header: QueryConsumerOffsetResponseHeader = after.decode_header().expect("offset header");
     assert_eq!(header.offset, committed);
+    client.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn binary_header_requests_are_understood() {
+    let Some(namesrv) = namesrv() else { return };
+    let client = start_client(&namesrv);
+    let topic = unique("InteropBinary");
+    let route = create_topic(&client, &namesrv, &topic).await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    let queue = MessageQueue::new(&topic, "broker-a", 2);
+    for i in 0..3 {
+        producer
+            .send_to_queue(Message::new(topic.clone(), body_of(i)), &queue)
+            .await
+            .expect("send_to_queue");
+    }
+    let addr = route.master_addr("broker-a").expect("master").to_owned();
+    let header = GetMaxOffsetRequestHeader {
+        topic: topic.clone(),
+        queue_id: queue.queue_id,
+        bname: Some(queue.broker_name.clone()),
+        ..Default::default()
+    };
+    let request = RemotingCommand::request_with_header(request_code::GET_MAX_OFFSET, &header)
+        .with_serialize_type(SerializeType::RocketMq);
+    assert_eq!(offset_call(&client, &addr, request).await, 3);
+
+    // A ROCKETMQ-encoded name-server request too (the reply comes back as JSON).
+    let route_request = RemotingCommand::request_with_header(
+        request_code::GET_ROUTEINFO_BY_TOPIC,
+        &rocketmq_actor::protocol::header::GetRouteInfoRequestHeader {
+            topic: topic.clone(),
+            ..Default::default()
+        },
+    )
+    .with_serialize_type(SerializeType::RocketMq);
+    let response = client
+        .invoke(&namesrv, route_request)
+        .await
+        .expect("binary GET_ROUTEINFO_BY_TOPIC");
+    let data: rocketmq_actor::protocol::body::TopicRouteData =
+        decode_json(&response.body.unwrap_or_default()).expect("route JSON");
+    assert_eq!(data.queue_datas.len(), 2);
     client.shutdown().await;
 }
 
@@ -606,50 +819,76 @@ async fn heartbeat_registers_the_client_in_its_group() {
     let reply = send_heartbeat(&client, &addr, &group, &topic).await;
     assert_eq!(reply.code, response_code::SUCCESS);
 
-    let response = client
+    assert_eq!(
+        members(&client, &addr, &group).await,
+        vec![client.client_id().to_owned()]
+    );
+
+    // After UNREGISTER_CLIENT the group no longer lists us (SYSTEM_ERROR "no consumer for this
+    // group" when it is empty, as Java answers).
+    client
         .invoke(
             &addr,
             RemotingCommand::request_with_header(
-                request_code::GET_CONSUMER_LIST_BY_GROUP,
-                &GetConsumerListByGroupRequestHeader {
-                    consumer_group: group.clone(),
+                request_code::UNREGISTER_CLIENT,
+                &UnregisterClientRequestHeader {
+                    client_id: client.client_id().to_owned(),
+                    producer_group: None,
+                    consumer_group: Some(group.clone()),
                 },
             ),
         )
         .await
-        .expect("GET_CONSUMER_LIST_BY_GROUP");
-    let list: ConsumerListBody =
-        decode_json(&response.body.unwrap_or_default()).expect("consumer list JSON");
-    assert_eq!(list.consumer_id_list, vec![client.client_id().to_owned()]);
+        .expect("UNREGISTER_CLIENT");
+    assert!(
+        members(&client, &addr, &group).await.is_empty(),
+        "unregistered client still listed"
+    );
+    assert!(
+        members(&client, &addr, &unique("interop_nobody"))
+            .await
+            .is_empty(),
+        "a group nobody heartbeated has no members"
+    );
+    client.shutdown().await;
+}
 
-    // A group nobody heartbeated has no members.
-    let conn = client.connection(&addr).await.expect("connection");
-    let unknown = call(
+/// The client ids GET_CONSUMER_LIST_BY_GROUP lists (none when the broker says the group is
+/// empty).
+async fn members(client: &Client, addr: &str, group: &str) -> Vec<String> {
+    let conn = client.connection(addr).await.expect("connection");
+    let response = call(
         &conn,
         RemotingCommand::request_with_header(
             request_code::GET_CONSUMER_LIST_BY_GROUP,
             &GetConsumerListByGroupRequestHeader {
-                consumer_group: unique("interop_nobody"),
+                consumer_group: group.to_owned(),
             },
         ),
         Duration::from_secs(5),
     )
     .await
-    .expect("answered");
-    let members = unknown
-        .body
-        .as_deref()
-        .and_then(|body| decode_json::<ConsumerListBody>(body).ok())
-        .map(|list| list.consumer_id_list)
-        .unwrap_or_default();
-    assert!(
-        unknown.code != response_code::SUCCESS || members.is_empty(),
-        "unknown group listed {members:?}"
-    );
-    client.shutdown().await;
+    .expect("GET_CONSUMER_LIST_BY_GROUP answered");
+    match response.code {
+        response_code::SUCCESS => {
+            decode_json::<ConsumerListBody>(&response.body.unwrap_or_default())
+                .expect("consumer list JSON")
+                .consumer_id_list
+        }
+        response_code::SYSTEM_ERROR => Vec::new(),
+        code => panic!(
+            "GET_CONSUMER_LIST_BY_GROUP answered {code} {:?}",
+            response.remark
+        ),
+    }
 }
 
-async fn lock(client: &Client, addr: &str, group: &str, queues: &[MessageQueue]) -> BTreeSet<MessageQueue> {
+async fn lock(
+    client: &Client,
+    addr: &str,
+    group: &str,
+    queues: &[MessageQueue],
+) -> BTreeSet<MessageQueue> {
     let body = LockBatchRequestBody {
         consumer_group: group.to_owned(),
         client_id: client.client_id().to_owned(),

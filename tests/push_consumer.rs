@@ -175,11 +175,17 @@ async fn a_clean_shutdown_and_restart_redelivers_nothing() {
     .await;
     let after = receive(&mut rx, 30).await;
     let expected: BTreeSet<String> = (50..80).map(|i| format!("m{i}")).collect();
-    assert_eq!(bodies(&after), expected, "the restarted consumer gets only the new messages");
+    assert_eq!(
+        bodies(&after),
+        expected,
+        "the restarted consumer gets only the new messages"
+    );
     assert_eq!(before.len() + after.len(), 80);
     // Nothing else arrives: every message was delivered exactly once.
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), rx.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(500), rx.recv())
+            .await
+            .is_err(),
         "a duplicate arrived"
     );
     second.shutdown().await;
@@ -209,7 +215,9 @@ async fn tag_filtering_delivers_only_matching_tags_even_on_hash_collisions() {
     let seen = receive(&mut rx, 20).await;
     assert!(seen.iter().all(|s| s.tags.as_deref() == Some("Aa")));
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), rx.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(500), rx.recv())
+            .await
+            .is_err(),
         "a message with another tag was delivered"
     );
     consumer.shutdown().await;
@@ -265,7 +273,10 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
             Ok(Some(s)) => seen.push(s),
             _ => panic!(
                 "lost messages: {:?}",
-                expected.difference(&bodies(&seen)).take(10).collect::<Vec<_>>()
+                expected
+                    .difference(&bodies(&seen))
+                    .take(10)
+                    .collect::<Vec<_>>()
             ),
         }
     }
@@ -275,7 +286,12 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
         owners.clear();
         let mut total = 0;
         for (i, c) in [(0, &c0), (2, &c2), (3, &c3)] {
-            for mq in c.owned_queues().await.into_iter().filter(|q| q.topic == topic) {
+            for mq in c
+                .owned_queues()
+                .await
+                .into_iter()
+                .filter(|q| q.topic == topic)
+            {
                 owners.insert(mq, i);
                 total += 1;
             }
@@ -291,7 +307,11 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
         *m.entry(*c).or_default() += 1;
         m
     });
-    assert_eq!(per_consumer.len(), 3, "all three live consumers own queues: {per_consumer:?}");
+    assert_eq!(
+        per_consumer.len(),
+        3,
+        "all three live consumers own queues: {per_consumer:?}"
+    );
     for c in [c0, c2, c3] {
         c.shutdown().await;
     }
@@ -391,7 +411,11 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
     .await;
     let after = receive(&mut rx, 10).await;
     let expected: BTreeSet<String> = (40..50).map(|i| format!("m{i}")).collect();
-    assert_eq!(bodies(&after), expected, "resumed from the offsets in the local file");
+    assert_eq!(
+        bodies(&after),
+        expected,
+        "resumed from the offsets in the local file"
+    );
     assert!(tokio::time::timeout(Duration::from_millis(500), rx.recv())
         .await
         .is_err());
@@ -450,7 +474,9 @@ async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
     let dead = receive(&mut dlq_rx, 1).await;
     assert_eq!(dead[0].body, "m0");
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), rx.recv())
+            .await
+            .is_err(),
         "no fourth delivery"
     );
     failing.shutdown().await;
@@ -474,7 +500,10 @@ async fn ack_index_retries_only_the_unacknowledged_part_of_a_batch() {
             let tx = tx.clone();
             Box::pin(async move {
                 for m in &messages {
-                    let _ = tx.send((String::from_utf8_lossy(m.body()).into_owned(), m.reconsume_times));
+                    let _ = tx.send((
+                        String::from_utf8_lossy(m.body()).into_owned(),
+                        m.reconsume_times,
+                    ));
                 }
                 if messages.len() == 4 {
                     ctx.ack_index = Some(1); // m0 and m1 done, m2 and m3 to retry
@@ -512,19 +541,25 @@ async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() 
     let namesrv = cluster.namesrv_addr();
     produce(&namesrv, "Panic", 3, None).await;
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
-    let consumer = consumer_with(&namesrv, "panic_group", "Panic", |_| {}, move |messages, ctx| {
-        let tx = tx.clone();
-        Box::pin(async move {
-            for m in &messages {
-                let body = String::from_utf8_lossy(m.body()).into_owned();
-                if body == "m1" && m.reconsume_times == 0 {
-                    panic!("listener bug on first delivery of m1");
+    let consumer = consumer_with(
+        &namesrv,
+        "panic_group",
+        "Panic",
+        |_| {},
+        move |messages, ctx| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                for m in &messages {
+                    let body = String::from_utf8_lossy(m.body()).into_owned();
+                    if body == "m1" && m.reconsume_times == 0 {
+                        panic!("listener bug on first delivery of m1");
+                    }
+                    let _ = tx.send((body, m.reconsume_times));
                 }
-                let _ = tx.send((body, m.reconsume_times));
-            }
-            (ConsumeStatus::Success, ctx)
-        })
-    })
+                (ConsumeStatus::Success, ctx)
+            })
+        },
+    )
     .await;
     let mut seen = BTreeMap::new();
     for _ in 0..3 {
@@ -574,7 +609,11 @@ async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
             .await
             .expect("delivery");
     }
-    assert_eq!(peak.load(Ordering::SeqCst), 3, "the limit is reached and never passed");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "the limit is reached and never passed"
+    );
     consumer.shutdown().await;
     cluster.shutdown().await;
 }

@@ -6,8 +6,8 @@ use super::pull::subscription_from_expression;
 use super::record;
 use super::store::TopicConfig;
 use super::{
-    needed, read_header, retry_topic, validate_topic, Action, BrokerCore, ConnId, Failure,
-    Handled, PendingCall, Waiter,
+    needed, read_header, retry_topic, validate_topic, Action, BrokerCore, ConnId, Failure, Handled,
+    PendingCall, Waiter,
 };
 use crate::message::{decode_offset_msg_id, MessageQueue};
 use crate::protocol::body::{
@@ -50,7 +50,8 @@ fn json_body<T: DeserializeOwned>(req: &RemotingCommand) -> Result<T, Failure> {
         .body
         .as_deref()
         .ok_or_else(|| Failure::system("java.lang.NullPointerException: request body is null"))?;
-    decode_json(body).map_err(|e| Failure::system(format!("com.alibaba.fastjson.JSONException: {e}")))
+    decode_json(body)
+        .map_err(|e| Failure::system(format!("com.alibaba.fastjson.JSONException: {e}")))
 }
 
 /// Result of [`BrokerCore::reset_offsets`]: the new offset of each queue and the pushes to the
@@ -161,12 +162,9 @@ impl BrokerCore {
 
     pub(super) fn on_lock(&mut self, req: &RemotingCommand, now_ms: i64) -> Handled {
         let body: LockBatchRequestBody = json_body(req)?;
-        let locked = self.locks.try_lock_batch(
-            &body.consumer_group,
-            &body.mq_set,
-            &body.client_id,
-            now_ms,
-        );
+        let locked =
+            self.locks
+                .try_lock_batch(&body.consumer_group, &body.mq_set, &body.client_id, now_ms);
         let body = LockBatchResponseBody {
             lock_ok_mq_set: locked.into_iter().collect(),
         };

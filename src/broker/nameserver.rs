@@ -143,8 +143,7 @@ impl NameServerCore {
         request: &RemotingCommand,
         encode: impl Fn(bytes::Bytes) -> bytes::Bytes,
     ) -> Result<RemotingCommand, Failure> {
-        let header: GetRouteInfoRequestHeader =
-            request.decode_header().map_err(header_failure)?;
+        let header: GetRouteInfoRequestHeader = request.decode_header().map_err(header_failure)?;
         let topic = header.topic;
         match self.route(&topic) {
             Some(route) => Ok(

@@ -42,6 +42,9 @@ impl HeldPulls {
     }
 
     fn take_queue(&mut self, topic: &str, queue_id: i32) -> Vec<HeldPull> {
+        if self.by_queue.is_empty() {
+            return Vec::new();
+        }
         self.by_queue
             .remove(&(topic.to_owned(), queue_id))
             .unwrap_or_default()
@@ -277,8 +280,11 @@ impl BrokerCore {
         let newest = self.store.visible_max_offset(topic, queue_id);
         let mut keep = Vec::new();
         for pull in pulls {
-            let arrived = newest > pull.offset
-                && tags_code.map_or(true, |code| pull.subscription.matches_tags_code(code));
+            let matches = match tags_code {
+                Some(code) => pull.subscription.matches_tags_code(code),
+                None => true,
+            };
+            let arrived = newest > pull.offset && matches;
             if arrived || now_ms >= pull.deadline_ms {
                 self.rerun_held(pull, now_ms, out);
             } else {
@@ -386,8 +392,12 @@ impl BrokerCore {
             .is_some_and(|b| b.eq_ignore_ascii_case("UPPER"));
         Self::offset_reply(
             req,
-            self.store
-                .search_offset_by_time(&header.topic, header.queue_id, header.timestamp, upper),
+            self.store.search_offset_by_time(
+                &header.topic,
+                header.queue_id,
+                header.timestamp,
+                upper,
+            ),
         )
     }
 

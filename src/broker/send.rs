@@ -71,22 +71,28 @@ impl BrokerCore {
             msg.queue_id = level - 1;
             msg.tags_code = now_ms.saturating_add(delay);
         }
-        let properties_len = msg.properties.wire_len();
-        if properties_len > MAX_PROPERTIES_LEN {
-            return Err(Failure::new(
-                response_code::MESSAGE_ILLEGAL,
-                format!("message properties length too long {properties_len}"),
-            ));
+        // The raw text is never shorter than what gets stored, so only a long one needs the
+        // exact (scanning) length.
+        if msg.properties.raw_wire().len() > MAX_PROPERTIES_LEN {
+            let properties_len = msg.properties.wire_len();
+            if properties_len > MAX_PROPERTIES_LEN {
+                return Err(Failure::new(
+                    response_code::MESSAGE_ILLEGAL,
+                    format!("message properties length too long {properties_len}"),
+                ));
+            }
         }
-        let topic = msg.topic.clone();
         let queue_id = msg.queue_id;
         let tags = msg.tags_code;
+        // Only a parked pull needs the topic after the message is moved into the store.
+        let wake_topic =
+            (self.held.len() > 0 && msg.topic != SCHEDULE_TOPIC).then(|| msg.topic.clone());
         let put = self.store.put(msg, now_ms).map_err(|e| match e {
             PutError::Record(e) => Failure::new(response_code::MESSAGE_ILLEGAL, e.to_string()),
             other => Failure::system(other.to_string()),
         })?;
         self.data_changed = true;
-        if topic != SCHEDULE_TOPIC {
+        if let Some(topic) = wake_topic {
             self.wake_held(&topic, queue_id, Some(tags), now_ms, out);
         }
         Ok(Stored {
@@ -95,16 +101,17 @@ impl BrokerCore {
         })
     }
 
-    /// The topic a send goes to, auto-creating it like `createTopicInSendMessageMethod`.
+    /// Makes sure the topic a send goes to exists, auto-creating it like
+    /// `createTopicInSendMessageMethod`.
     fn topic_for_send(
         &mut self,
         topic: &str,
         default_topic: &str,
         default_queue_nums: i32,
         out: &mut Vec<Action>,
-    ) -> Result<TopicConfig, Failure> {
-        if let Some(config) = self.store.topic(topic) {
-            return Ok(config.clone());
+    ) -> Result<(), Failure> {
+        if self.store.topic(topic).is_some() {
+            return Ok(());
         }
         if topic.starts_with(RETRY_PREFIX) {
             self.ensure_system_topic(topic, 1, out);
@@ -123,12 +130,13 @@ impl BrokerCore {
                 out.push(Action::TopicsChanged);
             }
         }
-        self.store.topic(topic).cloned().ok_or_else(|| {
-            Failure::new(
+        match self.store.topic(topic) {
+            Some(_) => Ok(()),
+            None => Err(Failure::new(
                 response_code::TOPIC_NOT_EXIST,
                 format!("topic[{topic}] not exist, apply first please!{FAQ_SUFFIX}"),
-            )
-        })
+            )),
+        }
     }
 
     fn pick_queue(&mut self, write_queue_nums: i32) -> i32 {
@@ -143,7 +151,7 @@ impl BrokerCore {
         conn: ConnId,
         header: &SendMessageRequestHeader,
         out: &mut Vec<Action>,
-    ) -> Result<(TopicConfig, i32), Failure> {
+    ) -> Result<i32, Failure> {
         let topic = header.topic.as_str();
         let queue_id = header.queue_id;
         validate_topic(topic)?;
@@ -154,31 +162,34 @@ impl BrokerCore {
                 format!("Sending message to topic[{topic}] is forbidden."),
             ));
         }
-        let config = self.topic_for_send(
+        self.topic_for_send(
             topic,
             &header.default_topic,
             header.default_topic_queue_nums,
             out,
         )?;
-        if config.perm & perm::WRITE == 0 {
+        let Some(config) = self.store.topic(topic) else {
+            return Err(Failure::system(format!("topic[{topic}] vanished")));
+        };
+        let (perm, read_queues, write_queues) =
+            (config.perm, config.read_queue_nums, config.write_queue_nums);
+        if perm & perm::WRITE == 0 {
             return Err(Failure::new(
                 response_code::NO_PERMISSION,
                 format!("the topic[{topic}] sending message is forbidden"),
             ));
         }
-        let queue_limit = config.read_queue_nums.max(config.write_queue_nums);
-        if queue_id >= queue_limit {
+        if queue_id >= read_queues.max(write_queues) {
             return Err(Failure::system(format!(
                 "request queueId[{queue_id}] is illegal, {config:?} Producer: {}",
                 self.peer(conn)
             )));
         }
-        let queue_id = if queue_id < 0 {
-            self.pick_queue(config.write_queue_nums)
+        Ok(if queue_id < 0 {
+            self.pick_queue(write_queues)
         } else {
             queue_id
-        };
-        Ok((config, queue_id))
+        })
     }
 
     fn check_body(&self, body: &bytes::Bytes) -> Result<(), Failure> {
@@ -197,7 +208,8 @@ impl BrokerCore {
     /// Adds what the broker stamps on every received message.
     fn stamp_properties(&self, props: &mut Properties, now_ms: i64) {
         props.insert(property::CLUSTER, &self.config.cluster_name);
-        if props.get(property::UNIQ_KEY).map_or(true, str::is_empty) {
+        let has_id = matches!(props.get(property::UNIQ_KEY), Some(id) if !id.is_empty());
+        if !has_id {
             props.insert(property::UNIQ_KEY, self.uniq_ids.next_id(now_ms));
         }
     }
@@ -231,7 +243,7 @@ impl BrokerCore {
         let header = send_header(req)?;
         let reconsume_times = header.reconsume_times.unwrap_or(0);
         let max_reconsume = header.max_reconsume_times;
-        let (_, queue_id) = self.check_send(conn, &header, out)?;
+        let queue_id = self.check_send(conn, &header, out)?;
         let mut topic = header.topic;
         let body = req.body.clone().unwrap_or_default();
         self.check_body(&body)?;
@@ -296,7 +308,7 @@ impl BrokerCore {
                 format!("batch request does not support retry group {topic}"),
             ));
         }
-        let (_, queue_id) = self.check_send(conn, &header, out)?;
+        let queue_id = self.check_send(conn, &header, out)?;
         let body = req.body.clone().unwrap_or_default();
         self.check_body(&body)?;
         let messages = crate::message::decode_batch_body(body).map_err(|e| {

@@ -7,7 +7,7 @@
 
 use super::record;
 use crate::error::ProtocolError;
-use crate::message::{stored_record_len, try_encode_stored_message, Message, MessageExt, Properties};
+use crate::message::{try_encode_stored_message, Message, MessageExt, Properties};
 use bytes::BytesMut;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,6 +18,11 @@ pub mod perm {
     /// Read and write.
     pub const READ_WRITE: i32 = READ | WRITE;
 }
+
+/// Record bytes besides body, topic and properties, at their widest (protocol.md §3.1): eight
+/// 4-byte and five 8-byte fields, two IPv6 hosts of 20 bytes, 2-byte topic and properties
+/// lengths.
+const MAX_RECORD_OVERHEAD: usize = 8 * 4 + 5 * 8 + 2 * 20 + 2 + 2;
 
 /// Chunks are closed at this size so a long-running broker never reallocates one huge buffer.
 const CHUNK_CAPACITY: usize = 4 * 1024 * 1024;
@@ -351,10 +356,15 @@ impl MessageStore {
             prepared_transaction_offset: msg.prepared_transaction_offset,
             ..MessageExt::default()
         };
-        let size = stored_record_len(&ext)?;
+        // An upper bound is enough to pick the chunk, and it spares a second scan of the
+        // properties (the encoder makes one).
+        let bound = MAX_RECORD_OVERHEAD
+            + ext.message.body.len()
+            + ext.message.topic.len()
+            + ext.message.properties.raw_wire().len();
+        let chunk = self.writable_chunk(bound, commit_log_offset);
+        let size = try_encode_stored_message(&ext, &mut chunk.data)?;
         let size_i32 = i32::try_from(size).map_err(|_| too_large(size))?;
-        let chunk = self.writable_chunk(size, commit_log_offset);
-        try_encode_stored_message(&ext, &mut chunk.data)?;
         if let Some(q) = self.queue_mut(&ext.message.topic, queue_id) {
             q.entries.push(CqEntry {
                 commit_log_offset,

@@ -806,3 +806,188 @@ fn update_topic_creates_queues_and_announces_them() {
         .iter()
         .any(|t| t.topic_name == AUTO_CREATE_TOPIC && t.perm == 7));
 }
+
+mod arbitrary_input {
+    //! Whatever a client sends, the core answers it like a broker or stays silent where a
+    //! broker would (oneway, parked pull, forwarded call) — and never panics.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const CODES: &[i32] = &[
+        rc::SEND_MESSAGE,
+        rc::SEND_MESSAGE_V2,
+        rc::SEND_BATCH_MESSAGE,
+        rc::PULL_MESSAGE,
+        rc::LITE_PULL_MESSAGE,
+        rc::QUERY_CONSUMER_OFFSET,
+        rc::UPDATE_CONSUMER_OFFSET,
+        rc::UPDATE_AND_CREATE_TOPIC,
+        rc::SEARCH_OFFSET_BY_TIMESTAMP,
+        rc::GET_MAX_OFFSET,
+        rc::GET_MIN_OFFSET,
+        rc::GET_EARLIEST_MSG_STORETIME,
+        rc::VIEW_MESSAGE_BY_ID,
+        rc::HEART_BEAT,
+        rc::UNREGISTER_CLIENT,
+        rc::CONSUMER_SEND_MSG_BACK,
+        rc::GET_CONSUMER_LIST_BY_GROUP,
+        rc::LOCK_BATCH_MQ,
+        rc::UNLOCK_BATCH_MQ,
+        rc::GET_CONSUMER_RUNNING_INFO,
+        rc::CONSUME_MESSAGE_DIRECTLY,
+        rc::GET_ROUTEINFO_BY_TOPIC,
+        0,
+        -7,
+        99_999,
+    ];
+
+    /// Keys the handlers read, in both send-header spellings.
+    const KEYS: &[&str] = &[
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+        "h",
+        "i",
+        "j",
+        "l",
+        "m",
+        "topic",
+        "queueId",
+        "consumerGroup",
+        "queueOffset",
+        "maxMsgNums",
+        "sysFlag",
+        "commitOffset",
+        "suspendTimeoutMillis",
+        "subVersion",
+        "subscription",
+        "expressionType",
+        "offset",
+        "group",
+        "delayLevel",
+        "maxReconsumeTimes",
+        "clientId",
+        "clientID",
+        "msgId",
+        "readQueueNums",
+        "writeQueueNums",
+        "perm",
+        "defaultTopic",
+        "timestamp",
+        "boundaryType",
+        "setZeroIfNotFound",
+        "producerGroup",
+    ];
+
+    const VALUES: &[&str] = &[
+        "",
+        "0",
+        "1",
+        "-1",
+        "7",
+        "2147483647",
+        "2147483648",
+        "-9223372036854775808",
+        "zero",
+        "true",
+        "T",
+        "TBW102",
+        "%RETRY%g",
+        "%DLQ%g",
+        "SCHEDULE_TOPIC_XXXX",
+        "g",
+        "*",
+        "TagA || TagB",
+        "UPPER",
+        "7F00000100002A9F0000000000000000",
+        "bad topic!",
+        "6",
+        "DELAY\u{1}3\u{2}TAGS\u{1}TagA\u{2}",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::sample::select(VALUES).prop_map(str::to_owned),
+            1 => ".{0,12}",
+        ]
+    }
+
+    fn body() -> impl Strategy<Value = Option<Vec<u8>>> {
+        let heartbeat = br#"{"clientID":"c","consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"T","subString":"*"}]}]}"#;
+        let lock = br#"{"consumerGroup":"g","clientId":"c","mqSet":[{"topic":"T","brokerName":"broker-a","queueId":0}]}"#;
+        prop_oneof![
+            2 => Just(None),
+            1 => Just(Some(heartbeat.to_vec())),
+            1 => Just(Some(lock.to_vec())),
+            1 => Just(Some(crate::message::encode_batch_body(&[Message::new("T", "x")]).to_vec())),
+            2 => prop::collection::vec(any::<u8>(), 0..200).prop_map(Some),
+        ]
+    }
+
+    fn request() -> impl Strategy<Value = RemotingCommand> {
+        (
+            prop::sample::select(CODES),
+            prop::collection::btree_map(prop::sample::select(KEYS), value(), 0..16),
+            body(),
+            any::<bool>(),
+            0..500i32,
+        )
+            .prop_map(|(code, ext, body, oneway, version)| {
+                let mut request = RemotingCommand::request(code).with_opaque(1_000);
+                for (key, value) in ext {
+                    request = request.with_ext(key, value);
+                }
+                if let Some(body) = body {
+                    request = request.with_body(bytes::Bytes::from(body));
+                }
+                if oneway {
+                    request.mark_oneway();
+                }
+                request.version = version;
+                request
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn requests_get_one_answer_or_a_justified_silence(
+            requests in prop::collection::vec(request(), 1..8)
+        ) {
+            let mut c = core();
+            send(&mut c, "T", 0, Some("TagA"), T0);
+            heartbeat(&mut c, C2, "c2", 1, T0);
+            for (i, request) in requests.into_iter().enumerate() {
+                let now = T0 + i as i64 * 1_000;
+                let (code, oneway) = (request.code, request.is_oneway());
+                let actions = c.handle(C1, request, now);
+                let answers = actions
+                    .iter()
+                    .filter(|a| matches!(a, Action::Send { conn: C1, command } if command.is_response()))
+                    .count();
+                prop_assert!(answers <= 1, "{answers} answers to one request");
+                if oneway {
+                    prop_assert_eq!(answers, 0);
+                } else if answers == 0 {
+                    let may_wait = matches!(
+                        code,
+                        rc::PULL_MESSAGE
+                            | rc::LITE_PULL_MESSAGE
+                            | rc::GET_CONSUMER_RUNNING_INFO
+                            | rc::CONSUME_MESSAGE_DIRECTLY
+                    );
+                    prop_assert!(may_wait, "request code {} left unanswered", code);
+                }
+                c.on_tick(now + 500);
+            }
+            // Still a working broker afterwards.
+            send(&mut c, "T", 0, None, T0 + 10_000);
+        }
+    }
+}

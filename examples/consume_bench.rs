@@ -1,0 +1,516 @@
+//! Consumer throughput and CPU cost: a raw pull loop versus the push consumer, over the same
+//! data.
+//!
+//! ```text
+//! cargo run --release --example consume_bench [-- --count 200000 --size 128]
+//! cargo run --release --example consume_bench -- --namesrv 127.0.0.1:19876
+//! ```
+//!
+//! Without `--namesrv` an embedded cluster runs on a thread of its own in this process; with it,
+//! the bench uses that name server (an embedded broker in another process — `rocketmq-actor
+//! broker --listen 127.0.0.1:19876 --brokers 2` — or a real cluster from
+//! `scripts/real-cluster.sh`).
+//!
+//! It produces `--count` messages of `--size` bytes to a fresh topic, then reads them all back
+//! twice, each time from offset 0:
+//!
+//! 1. **raw**: PULL_MESSAGE with FLAG_SUBSCRIPTION, 32 messages per call, every queue
+//!    concurrently, each body decoded and counted — no consumer runtime (as `raw_pull`);
+//! 2. **push**: a push consumer with the default configuration (a new group starting at the first
+//!    offset) and a listener that only counts.
+//!
+//! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
+//! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
+//! the embedded broker the process figure includes the broker's work) — and, for push, the time
+//! from `start()` to the first message.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::stream::{FuturesUnordered, StreamExt};
+use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::actors::client::{call, Client, ClientConfig};
+use rocketmq_actor::actors::consumer::PushConsumer;
+use rocketmq_actor::actors::listener::ConsumeStatus;
+use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
+use rocketmq_actor::consumer::ConsumeFromWhere;
+use rocketmq_actor::message::decode_messages;
+use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
+use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
+use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::{Message, MessageQueue};
+
+#[derive(Parser)]
+struct Args {
+    /// Name server of an external cluster; without it an embedded one runs in this process.
+    #[arg(long)]
+    namesrv: Option<String>,
+    /// Messages to produce and consume.
+    #[arg(long, default_value_t = 200_000)]
+    count: usize,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// Topic (default: a fresh name per run, so earlier runs' data is not read).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Brokers of the embedded cluster.
+    #[arg(long, default_value_t = 2)]
+    brokers: usize,
+    /// Queues per broker of the embedded cluster's topic.
+    #[arg(long, default_value_t = 8)]
+    queues: i32,
+    /// Messages per batch send while producing.
+    #[arg(long, default_value_t = 100)]
+    send_batch: usize,
+    /// Batch sends in flight while producing.
+    #[arg(long, default_value_t = 16)]
+    inflight: usize,
+}
+
+/// Messages per raw pull (the push consumer's default `pull_batch_size`).
+const RAW_PULL_BATCH: i32 = 32;
+
+/// CPU time consumed so far, in clock ticks, from a `/proc/.../stat` file (utime + stime).
+fn cpu_ticks(stat_path: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(stat_path).ok()?;
+    // The command name may hold spaces and parentheses: fields are counted after its last ')'.
+    let after_name = stat.get(stat.rfind(')')? + 1..)?;
+    let mut fields = after_name.split_whitespace();
+    // Fields 3.. of proc(5) start here; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .filter(|&ticks| ticks > 0)
+        .unwrap_or(100)
+}
+
+/// CPU of the whole process and of the main thread (where every client actor runs).
+#[derive(Clone, Copy)]
+struct CpuSample {
+    process: u64,
+    main_thread: u64,
+}
+
+impl CpuSample {
+    fn now() -> Self {
+        let pid = std::process::id();
+        CpuSample {
+            process: cpu_ticks("/proc/self/stat").unwrap_or(0),
+            main_thread: cpu_ticks(&format!("/proc/self/task/{pid}/stat")).unwrap_or(0),
+        }
+    }
+}
+
+/// What one phase measured.
+struct Phase {
+    name: &'static str,
+    messages: usize,
+    wall: Duration,
+    process_cpu: Duration,
+    main_thread_cpu: Duration,
+}
+
+impl Phase {
+    fn measure(name: &'static str, messages: usize, wall: Duration, before: CpuSample) -> Phase {
+        let after = CpuSample::now();
+        let tick = Duration::from_secs(1) / clock_ticks_per_second() as u32;
+        Phase {
+            name,
+            messages,
+            wall,
+            process_cpu: tick * after.process.saturating_sub(before.process) as u32,
+            main_thread_cpu: tick * after.main_thread.saturating_sub(before.main_thread) as u32,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.wall.as_secs_f64().max(f64::EPSILON)
+    }
+
+    fn micros_per_message(cpu: Duration, messages: usize) -> f64 {
+        cpu.as_secs_f64() * 1e6 / messages.max(1) as f64
+    }
+
+    fn print(&self) {
+        println!(
+            "  {:<5} {:>8} msgs in {:>7.3} s = {:>9.0} msgs/s | CPU process {:>6.2} s ({:>5.2} µs/msg), main thread {:>6.2} s ({:>5.2} µs/msg)",
+            self.name,
+            self.messages,
+            self.wall.as_secs_f64(),
+            self.rate(),
+            self.process_cpu.as_secs_f64(),
+            Self::micros_per_message(self.process_cpu, self.messages),
+            self.main_thread_cpu.as_secs_f64(),
+            Self::micros_per_message(self.main_thread_cpu, self.messages),
+        );
+    }
+}
+
+fn body(index: usize, size: usize) -> Vec<u8> {
+    let mut body = format!("message-{index}-").into_bytes();
+    body.resize(size.max(1), b'x');
+    body
+}
+
+/// Starts an embedded cluster on a thread of its own (its own actix system), as a broker
+/// process would be, and returns its handle once it listens.
+fn start_broker_thread(brokers: usize) -> Result<(EmbeddedCluster, actix::System), String> {
+    let (tx, rx) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        let system = actix::System::new();
+        let cluster = system.block_on(EmbeddedCluster::start(EmbeddedConfig {
+            brokers,
+            ..EmbeddedConfig::ephemeral()
+        }));
+        match cluster {
+            Ok(cluster) => {
+                let _ = tx.send(Ok((cluster, actix::System::current())));
+                let _ = system.run();
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+            }
+        }
+    });
+    rx.recv()
+        .map_err(|_| "the broker thread died".to_owned())?
+        .map_err(|e| format!("cannot start the embedded cluster: {e}"))
+}
+
+/// Produces `count` messages in batch sends; returns how many were acknowledged.
+async fn produce(namesrv: &str, topic: &str, args: &Args) -> Result<usize, String> {
+    let client = Client::start(ClientConfig::new(namesrv)).map_err(|e| e.to_string())?;
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    let batch = args.send_batch.max(1);
+    let mut in_flight = FuturesUnordered::new();
+    let (mut next, mut sent, mut failed) = (0, 0, 0);
+    while next < args.count || !in_flight.is_empty() {
+        while next < args.count && in_flight.len() < args.inflight.max(1) {
+            let end = (next + batch).min(args.count);
+            let messages: Vec<Message> = (next..end)
+                .map(|i| Message::new(topic, body(i, args.size)))
+                .collect();
+            let producer = producer.clone();
+            in_flight.push(async move {
+                let n = messages.len();
+                (n, producer.send_batch(messages).await)
+            });
+            next = end;
+        }
+        match in_flight.next().await {
+            Some((n, Ok(_))) => sent += n,
+            Some((n, Err(e))) => {
+                failed += n;
+                if failed <= 5 * batch {
+                    eprintln!("batch send failed: {e}");
+                }
+            }
+            None => {}
+        }
+    }
+    client.shutdown().await;
+    if failed > 0 {
+        return Err(format!("{failed} of {} messages not sent", args.count));
+    }
+    Ok(sent)
+}
+
+/// Pulls one queue from offset 0 to its end; returns the messages read.
+async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, String> {
+    let route = client
+        .route(&queue.topic)
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = route
+        .pull_addr(&queue.broker_name, 0)
+        .ok_or_else(|| format!("no address for {}", queue.broker_name))?
+        .to_owned();
+    let conn = client.connection(&addr).await.map_err(|e| e.to_string())?;
+    let (mut offset, mut count) = (0i64, 0usize);
+    loop {
+        let header = PullMessageRequestHeader {
+            consumer_group: "consume_bench_raw".into(),
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            queue_offset: offset,
+            max_msg_nums: RAW_PULL_BATCH,
+            sys_flag: pull_sys_flag::SUBSCRIPTION,
+            commit_offset: 0,
+            suspend_timeout_millis: 0,
+            subscription: Some("*".into()),
+            sub_version: 0,
+            expression_type: Some("TAG".into()),
+            max_msg_bytes: None,
+            bname: Some(queue.broker_name.clone()),
+        };
+        let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
+        let response = call(&conn, command, Duration::from_secs(10))
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply: PullMessageResponseHeader =
+            response.decode_header().map_err(|e| e.to_string())?;
+        match response.code {
+            response_code::SUCCESS => {
+                let messages = decode_messages(response.body.clone().unwrap_or_default())
+                    .map_err(|e| e.to_string())?;
+                count += messages.len();
+            }
+            response_code::PULL_NOT_FOUND => return Ok(count),
+            response_code::PULL_RETRY_IMMEDIATELY | response_code::PULL_OFFSET_MOVED => {}
+            code => {
+                return Err(format!(
+                    "{queue}: pull answered {code} {}",
+                    response.remark.unwrap_or_default()
+                ))
+            }
+        }
+        if reply.next_begin_offset <= offset && response.code != response_code::SUCCESS {
+            return Ok(count);
+        }
+        offset = reply.next_begin_offset;
+    }
+}
+
+async fn raw_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let client = Client::start(ClientConfig::new(namesrv)).map_err(|e| e.to_string())?;
+    let route = client
+        .refresh_route(topic)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pulls = route
+        .consume_queues
+        .iter()
+        .map(|queue| raw_pull_queue(client.clone(), queue.clone()));
+    let mut total = 0;
+    for result in futures::future::join_all(pulls).await {
+        total += result?;
+    }
+    let wall = started.elapsed();
+    client.shutdown().await;
+    Ok(Phase::measure("raw", total, wall, before))
+}
+
+/// What the push listener records.
+struct Tally {
+    count: usize,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    target: usize,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Returns the phase and the time from `start()` to the first message.
+async fn push_phase(
+    namesrv: &str,
+    topic: &str,
+    expected: usize,
+) -> Result<(Phase, Duration), String> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let tally = Rc::new(RefCell::new(Tally {
+        count: 0,
+        first: None,
+        last: None,
+        target: expected,
+        done: Some(done_tx),
+    }));
+    let listener_tally = tally.clone();
+    let group = format!("consume_bench_{}", std::process::id());
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let consumer = PushConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(group)
+        .subscribe(topic, "*")
+        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
+        .listener_fn(move |messages, ctx| {
+            let now = Instant::now();
+            let mut t = listener_tally.borrow_mut();
+            t.first.get_or_insert(now);
+            t.last = Some(now);
+            t.count += messages.len();
+            if t.count >= t.target {
+                if let Some(done) = t.done.take() {
+                    let _ = done.send(());
+                }
+            }
+            async move { (ConsumeStatus::Success, ctx) }
+        })
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    let finished = tokio::time::timeout(Duration::from_secs(600), done_rx).await;
+    let (count, first, last) = {
+        let t = tally.borrow();
+        (t.count, t.first, t.last)
+    };
+    let wall = last.map_or_else(|| started.elapsed(), |last| last - started);
+    // Measured before shutdown: the final offset persist is not part of consuming.
+    let phase = Phase::measure("push", count, wall, before);
+    consumer.shutdown().await;
+    if finished.is_err() {
+        return Err(format!(
+            "the push consumer got {count} of {expected} messages in 600 s"
+        ));
+    }
+    let first_latency = first.map_or(Duration::ZERO, |first| first - started);
+    Ok((phase, first_latency))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<(), String> {
+    let produce_started = Instant::now();
+    let sent = produce(namesrv, topic, args).await?;
+    let produce_wall = produce_started.elapsed();
+    println!(
+        "produced {sent} x {} B to {topic} in {:.2} s ({:.0} msgs/s, batches of {}, {} in flight)",
+        args.size,
+        produce_wall.as_secs_f64(),
+        sent as f64 / produce_wall.as_secs_f64().max(f64::EPSILON),
+        args.send_batch,
+        args.inflight
+    );
+
+    let raw = raw_phase(namesrv, topic).await?;
+    let (push, first_message) = push_phase(namesrv, topic, sent).await?;
+    println!(
+        "consumed from offset 0 ({}):",
+        if embedded {
+            "process CPU includes the embedded broker's thread"
+        } else {
+            "external broker: process CPU is the client's own"
+        }
+    );
+    raw.print();
+    push.print();
+    println!(
+        "  push/raw throughput ratio {:.2}; push CPU per message {:.2}x raw (main thread); first push message {:.1} ms after start()",
+        push.rate() / raw.rate().max(f64::EPSILON),
+        Phase::micros_per_message(push.main_thread_cpu, push.messages)
+            / Phase::micros_per_message(raw.main_thread_cpu, raw.messages).max(f64::EPSILON),
+        first_message.as_secs_f64() * 1000.0
+    );
+    let phase_json = |p: &Phase| {
+        serde_json::json!({
+            "messages": p.messages,
+            "seconds": (p.wall.as_secs_f64() * 1000.0).round() / 1000.0,
+            "msgs_per_sec": p.rate().round(),
+            "process_cpu_s": p.process_cpu.as_secs_f64(),
+            "process_cpu_us_per_msg": (Phase::micros_per_message(p.process_cpu, p.messages) * 100.0).round() / 100.0,
+            "main_thread_cpu_s": p.main_thread_cpu.as_secs_f64(),
+            "main_thread_cpu_us_per_msg": (Phase::micros_per_message(p.main_thread_cpu, p.messages) * 100.0).round() / 100.0,
+        })
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "broker": if embedded { "embedded, in process" } else { "external" },
+            "count": sent,
+            "size": args.size,
+            "raw": phase_json(&raw),
+            "push": phase_json(&push),
+            "push_over_raw": (push.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
+            "push_first_message_ms": (first_message.as_secs_f64() * 10_000.0).round() / 10.0,
+            "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "cpu": cpu_model(),
+        })
+    );
+    if raw.messages != sent || push.messages < sent {
+        return Err(format!(
+            "read back raw {} and push {} of {sent} messages",
+            raw.messages, push.messages
+        ));
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let topic = args.topic.clone().unwrap_or_else(|| {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        format!("ConsumeBench_{stamp}")
+    });
+    let (namesrv, embedded) = match args.namesrv.clone() {
+        Some(addr) => (addr, None),
+        None => {
+            let (cluster, broker_system) = start_broker_thread(args.brokers)?;
+            (cluster.namesrv_addr(), Some((cluster, broker_system)))
+        }
+    };
+    println!(
+        "consume_bench: {} on {} ({} CPUs)",
+        if embedded.is_some() {
+            format!(
+                "embedded cluster of {} brokers at {namesrv}, on its own thread",
+                args.brokers
+            )
+        } else {
+            format!("external name server {namesrv}")
+        },
+        cpu_model(),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    let (cluster, broker_system) = match embedded {
+        Some((cluster, system)) => (Some(cluster), Some(system)),
+        None => (None, None),
+    };
+    let system = actix::System::new();
+    let outcome = system.block_on(async {
+        let mut outcome = Ok(());
+        if let Some(cluster) = &cluster {
+            // Every broker gets the topic up front (auto-creation would create it only where
+            // the first sends land).
+            outcome = cluster
+                .create_topic(&topic, args.queues)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        if outcome.is_ok() {
+            outcome = run(&args, &namesrv, &topic, cluster.is_some()).await;
+        }
+        if let Some(cluster) = cluster {
+            cluster.shutdown().await;
+        }
+        outcome
+    });
+    if let Some(broker_system) = broker_system {
+        broker_system.stop();
+    }
+    outcome.map_err(Into::into)
+}
