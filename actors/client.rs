@@ -262,9 +262,8 @@ impl Handler<GetRoute> for ClientInstance {
             waiters.push(tx);
             return Box::pin(
                 async move {
-                    rx.await.unwrap_or_else(|_| {
-                        Err(Error::Shutdown("client instance stopped".into()))
-                    })
+                    rx.await
+                        .unwrap_or_else(|_| Err(Error::Shutdown("client instance stopped".into())))
                 }
                 .into_actor(self),
             );

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use crate::actors::client::{call, Client};
 use crate::actors::connection::Connection;
+use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
 use crate::message::{
@@ -22,7 +23,6 @@ use crate::message::{
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use crate::protocol::RemotingCommand;
-use crate::consumer::retry::is_retry_topic;
 use crate::route::TopicRoute;
 
 /// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.

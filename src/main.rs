@@ -18,7 +18,7 @@ use rocketmq_actor::actors::consumer::PushConsumer;
 use rocketmq_actor::actors::listener::ConsumeStatus;
 use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
-use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel};
+use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyStatus};
 use rocketmq_actor::{Message, MessageExt};
 use serde_json::json;
 
@@ -73,8 +73,8 @@ struct LoadArgs {
     /// With K, message i gets key `k{i % K}` and goes to the queue of that key.
     #[arg(long)]
     key_space: Option<u64>,
-    /// Sends in flight at once.
-    #[arg(long, default_value_t = 512)]
+    /// Sends in flight at once (with --key-space: keys sent concurrently).
+    #[arg(long, default_value_t = 128)]
     inflight: usize,
 }
 
@@ -110,6 +110,12 @@ struct ConsumeOptions {
     /// Print one JSON line per message.
     #[arg(long)]
     print: bool,
+    /// Orderly consumption: one batch at a time per queue, under the queue's broker lock.
+    #[arg(long)]
+    orderly: bool,
+    /// Orderly per key (KEYS / __SHARDINGKEY): keys of one queue run concurrently.
+    #[arg(long, conflicts_with = "orderly")]
+    orderly_by_key: bool,
 }
 
 #[derive(clap::Args)]
@@ -186,34 +192,61 @@ async fn produce(namesrv: &str, args: &LoadArgs) -> CliResult {
     let client = Client::start(ClientConfig::new(namesrv))?;
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     let started = Instant::now();
-    let mut in_flight = FuturesUnordered::new();
-    let mut next = 0u64;
+    let message_of = |index: u64| {
+        let mut message = Message::new(args.topic.clone(), body_of(index, args.size));
+        if let Some(tag) = &args.tag {
+            message = message.with_tags(tag.clone());
+        }
+        message
+    };
     let mut sent = 0u64;
     let mut failed = 0u64;
-    while next < args.count || !in_flight.is_empty() {
-        while next < args.count && in_flight.len() < args.inflight.max(1) {
-            let mut message = Message::new(args.topic.clone(), body_of(next, args.size));
-            if let Some(tag) = &args.tag {
-                message = message.with_tags(tag.clone());
+    let mut tally = |result: rocketmq_actor::Result<_>| match result {
+        Ok(_) => sent += 1,
+        Err(e) => {
+            failed += 1;
+            if failed <= 10 {
+                eprintln!("send failed: {e}");
             }
-            let producer = producer.clone();
-            let key = args.key_space.map(|k| format!("k{}", next % k));
-            in_flight.push(async move {
-                match key {
-                    Some(key) => producer.send_with_key(message, &key).await,
-                    None => producer.send(message).await,
-                }
-            });
-            next += 1;
         }
-        if let Some(result) = in_flight.next().await {
-            match result {
-                Ok(_) => sent += 1,
-                Err(e) => {
-                    failed += 1;
-                    if failed <= 10 {
-                        eprintln!("send failed: {e}");
+    };
+    match args.key_space {
+        // Keyed: the messages of one key are sent one after the other so they are stored in
+        // order (concurrent sends carry no order guarantee); keys go concurrently.
+        Some(keys) => {
+            let chains = futures::stream::iter(0..keys.min(args.count))
+                .map(|key| {
+                    let producer = producer.clone();
+                    let message_of = &message_of;
+                    async move {
+                        let mut results = Vec::new();
+                        let mut index = key;
+                        while index < args.count {
+                            let name = format!("k{key}");
+                            results.push(producer.send_with_key(message_of(index), &name).await);
+                            index += keys;
+                        }
+                        results
                     }
+                })
+                .buffer_unordered(args.inflight.max(1));
+            let results: Vec<Vec<_>> = chains.collect().await;
+            for result in results.into_iter().flatten() {
+                tally(result);
+            }
+        }
+        None => {
+            let mut in_flight = FuturesUnordered::new();
+            let mut next = 0u64;
+            while next < args.count || !in_flight.is_empty() {
+                while next < args.count && in_flight.len() < args.inflight.max(1) {
+                    let producer = producer.clone();
+                    let message = message_of(next);
+                    in_flight.push(async move { producer.send(message).await });
+                    next += 1;
+                }
+                if let Some(result) = in_flight.next().await {
+                    tally(result);
                 }
             }
         }
@@ -279,6 +312,27 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// Counts a consumed batch (and prints it with `--print`).
+fn record(tally: &RefCell<Tally>, messages: &[MessageExt]) {
+    let now = Instant::now();
+    let now_ms = now_ms();
+    let mut t = tally.borrow_mut();
+    t.first.get_or_insert(now);
+    t.last = Some(now);
+    for message in messages {
+        t.count += 1;
+        t.latencies_ms.push(now_ms - message.born_timestamp);
+        if let Some(out) = t.print.as_mut() {
+            let _ = writeln!(out, "{}", message_json(message));
+        }
+    }
+    if t.target.is_some_and(|n| t.count >= n) {
+        if let Some(done) = t.done.take() {
+            let _ = done.send(());
+        }
+    }
+}
+
 async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
     let (from, timestamp) = match options.from.as_str() {
         "first" => (ConsumeFromWhere::FirstOffset, None),
@@ -305,9 +359,8 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             .print
             .then(|| std::io::BufWriter::new(std::io::stdout())),
     }));
-    let listener_tally = tally.clone();
     let broadcast = options.broadcast;
-    let consumer = PushConsumer::builder()
+    let builder = PushConsumer::builder()
         .namesrv_addr(namesrv)
         .group(&options.group)
         .subscribe(&options.topic, &options.expr)
@@ -317,32 +370,22 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             if broadcast {
                 c.message_model = MessageModel::Broadcasting;
             }
+        });
+    let listener_tally = tally.clone();
+    let builder = if options.orderly || options.orderly_by_key {
+        builder
+            .key_ordered(options.orderly_by_key)
+            .orderly_listener_fn(move |messages, ctx| {
+                record(&listener_tally, &messages);
+                async move { (OrderlyStatus::Success, ctx) }
+            })
+    } else {
+        builder.listener_fn(move |messages, ctx| {
+            record(&listener_tally, &messages);
+            async move { (ConsumeStatus::Success, ctx) }
         })
-        .listener_fn(move |messages, ctx| {
-            let tally = listener_tally.clone();
-            async move {
-                let now = Instant::now();
-                let now_ms = now_ms();
-                let mut t = tally.borrow_mut();
-                t.first.get_or_insert(now);
-                t.last = Some(now);
-                for message in &messages {
-                    t.count += 1;
-                    t.latencies_ms.push(now_ms - message.born_timestamp);
-                    if let Some(out) = t.print.as_mut() {
-                        let _ = writeln!(out, "{}", message_json(message));
-                    }
-                }
-                if t.target.is_some_and(|n| t.count >= n) {
-                    if let Some(done) = t.done.take() {
-                        let _ = done.send(());
-                    }
-                }
-                (ConsumeStatus::Success, ctx)
-            }
-        })
-        .start()
-        .await?;
+    };
+    let consumer = builder.start().await?;
     tokio::select! {
         _ = done_rx => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -415,7 +458,7 @@ async fn demo(args: DemoArgs) -> CliResult {
             size: args.size,
             tag: Some("TagA".into()),
             key_space: None,
-            inflight: 512,
+            inflight: 128,
         },
     )
     .await?;
@@ -430,6 +473,8 @@ async fn demo(args: DemoArgs) -> CliResult {
             from: "first".into(),
             broadcast: false,
             print: false,
+            orderly: false,
+            orderly_by_key: false,
         },
     )
     .await?;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rocketmq_actor::actors::client::{call, Client, ClientConfig};
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendStatus};
+use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
 use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::body::{
     decode_json, encode_json, ClusterInfo, ConsumeFromWhere, ConsumeType, ConsumerData,
@@ -160,26 +160,41 @@ async fn wait_for_route(client: &Client, topic: &str, brokers: &[&str]) -> Arc<T
     }
 }
 
-/// One PULL_MESSAGE (FLAG_SUBSCRIPTION, `*`): the response code, header and messages.
+/// How long a long-polling pull waits on the broker for a message to arrive.
+const PULL_SUSPEND: Duration = Duration::from_millis(1000);
+/// How long all the pulls of one queue may take before its messages count as missing.
+const PULL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One PULL_MESSAGE (FLAG_SUBSCRIPTION, `*`; long-polling when `suspend`): the response code,
+/// header and messages.
 async fn pull_once(
     client: &Client,
     route: &TopicRoute,
     queue: &MessageQueue,
     group: &str,
     offset: i64,
+    suspend: bool,
 ) -> (i32, PullMessageResponseHeader, Vec<MessageExt>) {
     let addr = route
         .pull_addr(&queue.broker_name, 0)
         .expect("broker address in route");
+    let (sys_flag, suspend_timeout_millis) = if suspend {
+        (
+            pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND,
+            PULL_SUSPEND.as_millis() as i64,
+        )
+    } else {
+        (pull_sys_flag::SUBSCRIPTION, 0)
+    };
     let header = PullMessageRequestHeader {
         consumer_group: group.to_owned(),
         topic: queue.topic.clone(),
         queue_id: queue.queue_id,
         queue_offset: offset,
         max_msg_nums: 32,
-        sys_flag: pull_sys_flag::SUBSCRIPTION,
+        sys_flag,
         commit_offset: 0,
-        suspend_timeout_millis: 0,
+        suspend_timeout_millis,
         subscription: Some("*".into()),
         sub_version: 0,
         expression_type: Some("TAG".into()),
@@ -190,7 +205,7 @@ async fn pull_once(
     let response = call(
         &conn,
         RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header),
-        Duration::from_secs(10),
+        PULL_SUSPEND + Duration::from_secs(10),
     )
     .await
     .expect("pull answered");
@@ -221,17 +236,26 @@ async fn pull_once(
     (response.code, reply, messages)
 }
 
-/// Every message of `queue` from offset 0, in queue order.
+/// Every message of `queue` from offset 0, in queue order, where `end` is the offset after the
+/// last message sent to it.
+///
+/// A send is acknowledged once the message is in the commit log; the broker dispatches it to
+/// the consume queue asynchronously, so a pull right after the send may not see it yet. Below
+/// `end` the pulls therefore long-poll (the broker answers as soon as a message is dispatched);
+/// at `end` one plain pull makes sure nothing more is there.
 async fn pull_all(
     client: &Client,
     route: &TopicRoute,
     queue: &MessageQueue,
     group: &str,
+    end: i64,
 ) -> Vec<MessageExt> {
+    let deadline = Instant::now() + PULL_DEADLINE;
     let mut all = Vec::new();
     let mut offset = 0;
     loop {
-        let (code, reply, messages) = pull_once(client, route, queue, group, offset).await;
+        let waiting = offset < end;
+        let (code, reply, messages) = pull_once(client, route, queue, group, offset, waiting).await;
         match code {
             response_code::SUCCESS => {
                 assert!(
@@ -239,25 +263,44 @@ async fn pull_all(
                     "{queue}: FOUND must advance the offset"
                 );
                 all.extend(messages);
+                offset = reply.next_begin_offset;
             }
-            response_code::PULL_NOT_FOUND => return all,
+            response_code::PULL_NOT_FOUND if !waiting => return all,
+            response_code::PULL_NOT_FOUND => assert!(
+                Instant::now() < deadline,
+                "{queue}: offsets {offset}..{end} not readable within {PULL_DEADLINE:?}"
+            ),
             code => panic!("{queue}: pull at {offset} answered {code}"),
         }
-        offset = reply.next_begin_offset;
     }
 }
 
-/// Every message of every consume queue of the route, per queue.
+/// Every message of every consume queue of the route, per queue; `ends` gives the offset after
+/// the last message sent to each queue (absent: none sent).
 async fn pull_topic(
     client: &Client,
     route: &TopicRoute,
     group: &str,
+    ends: &BTreeMap<MessageQueue, i64>,
 ) -> BTreeMap<MessageQueue, Vec<MessageExt>> {
-    let mut per_queue = BTreeMap::new();
-    for queue in &route.consume_queues {
-        per_queue.insert(queue.clone(), pull_all(client, route, queue, group).await);
+    let pulls = route.consume_queues.iter().map(|queue| async move {
+        let end = ends.get(queue).copied().unwrap_or(0);
+        (
+            queue.clone(),
+            pull_all(client, route, queue, group, end).await,
+        )
+    });
+    futures::future::join_all(pulls).await.into_iter().collect()
+}
+
+/// The offset after the last message of each queue the sends went to.
+fn queue_ends<'a>(sent: impl IntoIterator<Item = &'a SendResult>) -> BTreeMap<MessageQueue, i64> {
+    let mut ends = BTreeMap::new();
+    for result in sent {
+        let end = ends.entry(result.queue.clone()).or_insert(0);
+        *end = (*end).max(result.queue_offset + 1);
     }
-    per_queue
+    ends
 }
 
 fn body_of(index: usize) -> Bytes {
@@ -326,34 +369,30 @@ async fn produce_across_two_brokers_and_read_everything_back() {
 
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     const COUNT: usize = 200;
-    // One send first: until the client coalesces route look-ups, 200 concurrent first sends
-    // would pipeline 200 route requests, more than the Rust name server reliably answers (see
-    // `a_burst_of_first_sends_to_a_new_topic_succeeds`).
-    let first = producer
-        .send(
-            Message::new(topic.clone(), body_of(0))
-                .with_tags("TagA")
-                .with_keys("key-0"),
-        )
-        .await
-        .expect("first send");
-    let sends = (1..COUNT).map(|i| {
+    // All at once, as `rocketmq-actor produce` sends: the client must not flood the name server
+    // with one route request per send.
+    let sends = (0..COUNT).map(|i| {
         let producer = producer.clone();
         let message = Message::new(topic.clone(), body_of(i))
             .with_tags("TagA")
             .with_keys(format!("key-{i}"));
         async move { producer.send(message).await }
     });
-    let results = futures::future::join_all(sends).await;
+    let mut sent = Vec::with_capacity(COUNT);
+    for (i, result) in futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let result = result.unwrap_or_else(|e| panic!("send {i}: {e}"));
+        assert_eq!(result.status, SendStatus::SendOk);
+        sent.push(result);
+    }
     let mut per_broker: BTreeMap<String, usize> = BTreeMap::new();
-    let mut sent_ids = HashMap::new();
-    for (i, result) in std::iter::once(Ok(first)).chain(results).enumerate() {
-        let sent = result.unwrap_or_else(|e| panic!("send {i}: {e}"));
-        assert_eq!(sent.status, SendStatus::SendOk);
+    for result in &sent {
         *per_broker
-            .entry(sent.queue.broker_name.clone())
+            .entry(result.queue.broker_name.clone())
             .or_default() += 1;
-        sent_ids.insert(i, sent.msg_id);
     }
     for name in BROKERS {
         assert!(
@@ -362,7 +401,13 @@ async fn produce_across_two_brokers_and_read_everything_back() {
         );
     }
 
-    let per_queue = pull_topic(&client, &route, &unique("interop_reader")).await;
+    let per_queue = pull_topic(
+        &client,
+        &route,
+        &unique("interop_reader"),
+        &queue_ends(&sent),
+    )
+    .await;
     let mut seen = BTreeSet::new();
     let mut pulled_per_broker: BTreeMap<String, usize> = BTreeMap::new();
     for (queue, messages) in &per_queue {
@@ -377,7 +422,7 @@ async fn produce_across_two_brokers_and_read_everything_back() {
             assert_eq!(message.queue_offset, position as i64, "{queue}");
             assert_eq!(
                 message.msg_id(),
-                sent_ids[&index].as_str(),
+                sent[index].msg_id.as_str(),
                 "consumers see the producer's UNIQ_KEY as msgId"
             );
             *pulled_per_broker
@@ -393,14 +438,14 @@ async fn produce_across_two_brokers_and_read_everything_back() {
     client.shutdown().await;
 }
 
-/// Sends messages `indexes` to `topic` with at most `concurrency` in flight; returns how many
-/// landed on each broker and every send error.
+/// Sends messages `indexes` (tag `TagA`) to `topic` with at most `concurrency` in flight;
+/// returns the results of the sends that succeeded and the errors of the others.
 async fn send_concurrently(
     producer: &Producer,
     topic: &str,
     indexes: std::ops::Range<usize>,
     concurrency: usize,
-) -> (BTreeMap<String, usize>, Vec<String>) {
+) -> (Vec<SendResult>, Vec<String>) {
     use futures::stream::{self, StreamExt};
     let results: Vec<_> = stream::iter(indexes)
         .map(|i| {
@@ -411,15 +456,15 @@ async fn send_concurrently(
         .buffer_unordered(concurrency)
         .collect()
         .await;
-    let mut per_broker = BTreeMap::new();
+    let mut sent = Vec::new();
     let mut errors = Vec::new();
     for result in results {
         match result {
-            Ok(sent) => *per_broker.entry(sent.queue.broker_name).or_default() += 1,
+            Ok(result) => sent.push(result),
             Err(e) => errors.push(e.to_string()),
         }
     }
-    (per_broker, errors)
+    (sent, errors)
 }
 
 #[actix_rt::test]
@@ -428,19 +473,17 @@ async fn auto_created_topic_spreads_over_both_brokers() {
     let client = start_client(&namesrv);
     let topic = unique("InteropAutoCreate");
     let producer = Producer::new(client.clone(), ProducerConfig::default());
-    // The first send alone, so exactly one route look-up precedes the auto-creation.
-    producer
-        .send(Message::new(topic.clone(), body_of(0)).with_tags("TagA"))
-        .await
-        .expect("first send auto-creates the topic");
-    let (per_broker, errors) = send_concurrently(&producer, &topic, 1..64, 16).await;
+    // Nothing creates the topic beforehand: the brokers auto-create it on the first sends,
+    // which the producer routes with the template topic's route.
+    const COUNT: usize = 64;
+    let (sent, errors) = send_concurrently(&producer, &topic, 0..COUNT, 16).await;
     assert!(errors.is_empty(), "{errors:?}");
-    for name in BROKERS {
-        assert!(
-            per_broker.contains_key(name),
-            "no send reached {name}: {per_broker:?}"
-        );
-    }
+    let brokers_used: BTreeSet<&str> = sent.iter().map(|r| r.queue.broker_name.as_str()).collect();
+    assert_eq!(
+        brokers_used,
+        BTreeSet::from(BROKERS),
+        "sends reach both brokers"
+    );
 
     // Each broker creates the topic with the requested queue count, capped by its template.
     let template = client.route("TBW102").await.expect("TBW102 route");
@@ -455,31 +498,42 @@ async fn auto_created_topic_spreads_over_both_brokers() {
         let expected = template_queues.min(ProducerConfig::default().default_topic_queue_nums);
         assert_eq!(queue_data.write_queue_nums, expected, "{queue_data:?}");
     }
-    let per_queue = pull_topic(&client, &route, &unique("interop_auto_reader")).await;
-    let indexes: BTreeSet<usize> = per_queue.values().flatten().map(index_of).collect();
-    assert_eq!(indexes, (0..64).collect(), "every message read back once");
+    let per_queue = pull_topic(
+        &client,
+        &route,
+        &unique("interop_auto_reader"),
+        &queue_ends(&sent),
+    )
+    .await;
+    let mut indexes: Vec<usize> = per_queue.values().flatten().map(index_of).collect();
+    indexes.sort_unstable();
+    assert_eq!(
+        indexes,
+        (0..COUNT).collect::<Vec<_>>(),
+        "every message read back once"
+    );
     client.shutdown().await;
 }
 
 /// What `rocketmq-actor produce` does with its default `--inflight 512`: hundreds of first sends
-/// to a new topic at once. The Rust name server drops some answers when ~100 or more route
-/// requests are pipelined on one connection, so this passes only once the client coalesces
+/// to a new topic at once. The Rust name server silently drops some answers when ~100 or more
+/// route requests are pipelined on one connection, so this needs the client to coalesce
 /// concurrent look-ups of one topic into one request.
 #[actix_rt::test]
-#[ignore = "fails until the client coalesces concurrent route look-ups (interop report)"]
 async fn a_burst_of_first_sends_to_a_new_topic_succeeds() {
     let Some(namesrv) = namesrv() else { return };
     let client = start_client(&namesrv);
     let topic = unique("InteropBurst");
     let producer = Producer::new(client.clone(), ProducerConfig::default());
-    let (per_broker, errors) = send_concurrently(&producer, &topic, 0..1000, 512).await;
+    const COUNT: usize = 1000;
+    let (sent, errors) = send_concurrently(&producer, &topic, 0..COUNT, 512).await;
     assert!(
         errors.is_empty(),
-        "{} of 1000 sends failed, e.g. {:?}",
+        "{} of {COUNT} sends failed, e.g. {:?}",
         errors.len(),
         errors.first()
     );
-    assert_eq!(per_broker.values().sum::<usize>(), 1000);
+    assert_eq!(sent.len(), COUNT);
     client.shutdown().await;
 }
 
@@ -494,15 +548,20 @@ async fn send_with_key_keeps_each_key_in_one_queue() {
     const KEYS: usize = 10;
     const COUNT: usize = 100;
     let mut sent_queue: HashMap<String, BTreeSet<MessageQueue>> = HashMap::new();
+    let mut sent = Vec::with_capacity(COUNT);
     // Sequential sends: the order within each key's queue must be the send order.
     for i in 0..COUNT {
         let key = format!("k{}", i % KEYS);
         let message = Message::new(topic.clone(), body_of(i)).with_tags("TagK");
-        let sent = producer
+        let result = producer
             .send_with_key(message, &key)
             .await
             .unwrap_or_else(|e| panic!("send {i}: {e}"));
-        sent_queue.entry(key).or_default().insert(sent.queue);
+        sent_queue
+            .entry(key)
+            .or_default()
+            .insert(result.queue.clone());
+        sent.push(result);
     }
     for (key, queues) in &sent_queue {
         assert_eq!(queues.len(), 1, "key {key} was sent to {queues:?}");
@@ -514,7 +573,13 @@ async fn send_with_key_keeps_each_key_in_one_queue() {
         route.produce_queues.len()
     );
 
-    let per_queue = pull_topic(&client, &route, &unique("interop_key_reader")).await;
+    let per_queue = pull_topic(
+        &client,
+        &route,
+        &unique("interop_key_reader"),
+        &queue_ends(&sent),
+    )
+    .await;
     let mut read = 0;
     for (queue, messages) in &per_queue {
         let mut last_index_per_key: HashMap<String, usize> = HashMap::new();
@@ -564,7 +629,8 @@ async fn send_batch_stores_every_message_in_one_queue() {
     let ids: Vec<&str> = sent.msg_id.split(',').collect();
     assert_eq!(ids.len(), BATCH, "one msgId per message: {}", sent.msg_id);
 
-    let per_queue = pull_topic(&client, &route, &unique("interop_batch_reader")).await;
+    let batch_end = BTreeMap::from([(sent.queue.clone(), sent.queue_offset + BATCH as i64)]);
+    let per_queue = pull_topic(&client, &route, &unique("interop_batch_reader"), &batch_end).await;
     for (queue, messages) in &per_queue {
         if queue != &sent.queue {
             assert!(messages.is_empty(), "{queue} holds part of the batch");
@@ -620,7 +686,7 @@ async fn offset_queries_and_consumer_offset_commit_round_trip() {
         assert_eq!(sent.queue, queue);
         assert_eq!(sent.queue_offset, i);
     }
-    let stored = pull_all(&client, &route, &queue, &group).await;
+    let stored = pull_all(&client, &route, &queue, &group, COUNT).await;
     assert_eq!(stored.len(), COUNT as usize);
 
     let max = offset_call(
@@ -777,6 +843,9 @@ async fn binary_header_requests_are_understood() {
             .await
             .expect("send_to_queue");
     }
+    // Wait until the three are dispatched to the consume queue (the max offset counts them).
+    let dispatched = pull_all(&client, &route, &queue, &unique("interop_binary"), 3).await;
+    assert_eq!(dispatched.len(), 3);
     let addr = route.master_addr("broker-a").expect("master").to_owned();
     let header = GetMaxOffsetRequestHeader {
         topic: topic.clone(),

@@ -196,18 +196,19 @@ async fn order_holds_per_queue_while_consumers_join_and_leave() {
             .unwrap();
         received += 1;
     }
-    let o = observed.borrow();
-    assert_eq!(o.distinct.len(), TOTAL, "nothing lost");
-    assert_eq!(
-        o.order_violations, 0,
-        "per-key (and so per-queue) order holds"
-    );
-    assert_eq!(
-        o.overlap_violations, 0,
-        "never two calls on one queue at once"
-    );
-    assert!(received >= TOTAL);
-    drop(o);
+    {
+        let o = observed.borrow();
+        assert_eq!(o.distinct.len(), TOTAL, "nothing lost");
+        assert_eq!(
+            o.order_violations, 0,
+            "per-key (and so per-queue) order holds"
+        );
+        assert_eq!(
+            o.overlap_violations, 0,
+            "never two calls on one queue at once"
+        );
+        assert!(received >= TOTAL);
+    }
     for c in consumers {
         c.shutdown().await;
     }
@@ -446,17 +447,18 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
             .expect("delivery")
             .unwrap();
     }
-    let o = observed.borrow();
-    let f = in_flight_keys.borrow();
-    assert_eq!(o.distinct.len(), TOTAL);
-    assert_eq!(o.order_violations, 0, "each key stays in order");
-    assert_eq!(f.2, 0, "never two calls of one key at once");
-    assert!(
-        f.1 > 1,
-        "different keys of one queue ran concurrently (peak {})",
-        f.1
-    );
-    drop((o, f));
+    {
+        let o = observed.borrow();
+        let f = in_flight_keys.borrow();
+        assert_eq!(o.distinct.len(), TOTAL);
+        assert_eq!(o.order_violations, 0, "each key stays in order");
+        assert_eq!(f.2, 0, "never two calls of one key at once");
+        assert!(
+            f.1 > 1,
+            "different keys of one queue ran concurrently (peak {})",
+            f.1
+        );
+    }
     consumer.shutdown().await;
     cluster.shutdown().await;
 }

@@ -12,15 +12,12 @@ use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel};
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-/// What a listener saw: (consumer index, user-visible topic, body, reconsume times, queue).
+/// What a listener saw.
 #[derive(Debug, Clone)]
 struct Seen {
-    #[allow(dead_code)]
     consumer: usize,
     body: String,
     tags: Option<String>,
-    reconsume_times: i32,
-    queue: MessageQueue,
 }
 
 async fn cluster(brokers: usize) -> EmbeddedCluster {
@@ -46,17 +43,35 @@ async fn produce(namesrv: &str, topic: &str, count: usize, tag: Option<&str>) ->
     producer
 }
 
-fn seen_of(consumer: usize, messages: &[MessageExt], queue: &MessageQueue) -> Vec<Seen> {
+fn seen_of(consumer: usize, messages: &[MessageExt]) -> Vec<Seen> {
     messages
         .iter()
         .map(|m| Seen {
             consumer,
             body: String::from_utf8_lossy(m.body()).into_owned(),
             tags: m.tags().map(str::to_owned),
-            reconsume_times: m.reconsume_times,
-            queue: queue.clone(),
         })
         .collect()
+}
+
+/// Message model and offset directory of a recording consumer.
+struct Setup {
+    model: MessageModel,
+    offset_dir: Option<std::path::PathBuf>,
+}
+
+fn clustering() -> Setup {
+    Setup {
+        model: MessageModel::Clustering,
+        offset_dir: None,
+    }
+}
+
+fn broadcasting(dir: std::path::PathBuf) -> Setup {
+    Setup {
+        model: MessageModel::Broadcasting,
+        offset_dir: Some(dir),
+    }
 }
 
 /// A consumer that records every message and always succeeds.
@@ -67,9 +82,9 @@ async fn recording_consumer(
     expression: &str,
     index: usize,
     sink: UnboundedSender<Seen>,
-    model: MessageModel,
-    offset_dir: Option<std::path::PathBuf>,
+    setup: Setup,
 ) -> PushConsumer {
+    let Setup { model, offset_dir } = setup;
     PushConsumer::builder()
         .namesrv_addr(namesrv)
         .group(group)
@@ -83,7 +98,7 @@ async fn recording_consumer(
         .listener_fn(move |messages, ctx| {
             let sink = sink.clone();
             async move {
-                for seen in seen_of(index, &messages, &ctx.queue) {
+                for seen in seen_of(index, &messages) {
                     let _ = sink.send(seen);
                 }
                 (ConsumeStatus::Success, ctx)
@@ -116,17 +131,8 @@ async fn a_consumer_receives_every_message_of_a_topic() {
     let namesrv = cluster.namesrv_addr();
     produce(&namesrv, "Basic", 100, None).await;
     let (tx, mut rx) = unbounded_channel();
-    let consumer = recording_consumer(
-        &namesrv,
-        "basic_group",
-        "Basic",
-        "*",
-        0,
-        tx,
-        MessageModel::Clustering,
-        None,
-    )
-    .await;
+    let consumer =
+        recording_consumer(&namesrv, "basic_group", "Basic", "*", 0, tx, clustering()).await;
     let seen = receive(&mut rx, 100).await;
     let expected: BTreeSet<String> = (0..100).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies(&seen), expected);
@@ -150,8 +156,7 @@ async fn a_clean_shutdown_and_restart_redelivers_nothing() {
         "*",
         0,
         tx.clone(),
-        MessageModel::Clustering,
-        None,
+        clustering(),
     )
     .await;
     let before = receive(&mut rx, 50).await;
@@ -169,8 +174,7 @@ async fn a_clean_shutdown_and_restart_redelivers_nothing() {
         "*",
         1,
         tx,
-        MessageModel::Clustering,
-        None,
+        clustering(),
     )
     .await;
     let after = receive(&mut rx, 30).await;
@@ -201,17 +205,8 @@ async fn tag_filtering_delivers_only_matching_tags_even_on_hash_collisions() {
     produce(&namesrv, "Tags", 20, Some("BB")).await;
     produce(&namesrv, "Tags", 20, Some("Other")).await;
     let (tx, mut rx) = unbounded_channel();
-    let consumer = recording_consumer(
-        &namesrv,
-        "tags_group",
-        "Tags",
-        "Aa",
-        0,
-        tx,
-        MessageModel::Clustering,
-        None,
-    )
-    .await;
+    let consumer =
+        recording_consumer(&namesrv, "tags_group", "Tags", "Aa", 0, tx, clustering()).await;
     let seen = receive(&mut rx, 20).await;
     assert!(seen.iter().all(|s| s.tags.as_deref() == Some("Aa")));
     assert!(
@@ -234,17 +229,7 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
     let start = |i: usize, tx: UnboundedSender<Seen>| {
         let namesrv = namesrv.clone();
         async move {
-            recording_consumer(
-                &namesrv,
-                "shared_group",
-                topic,
-                "*",
-                i,
-                tx,
-                MessageModel::Clustering,
-                None,
-            )
-            .await
+            recording_consumer(&namesrv, "shared_group", topic, "*", i, tx, clustering()).await
         }
     };
     let c0 = start(0, tx.clone()).await;
@@ -377,8 +362,7 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
                 "*",
                 i,
                 tx.clone(),
-                MessageModel::Broadcasting,
-                Some(dir.clone()),
+                broadcasting(dir.clone()),
             )
             .await,
         );
@@ -405,8 +389,7 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
         "*",
         0,
         tx,
-        MessageModel::Broadcasting,
-        Some(dirs[0].clone()),
+        broadcasting(dirs[0].clone()),
     )
     .await;
     let after = receive(&mut rx, 10).await;
@@ -467,8 +450,7 @@ async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
         "*",
         9,
         dlq_tx,
-        MessageModel::Clustering,
-        None,
+        clustering(),
     )
     .await;
     let dead = receive(&mut dlq_rx, 1).await;

@@ -85,6 +85,11 @@ impl HeldPulls {
         expired
     }
 
+    /// Whether no pull is parked (checked on every stored message).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_queue.is_empty()
+    }
+
     /// Number of parked pulls (for tests and diagnostics).
     pub(crate) fn len(&self) -> usize {
         self.by_queue.values().map(Vec::len).sum()

@@ -86,7 +86,7 @@ impl BrokerCore {
         let tags = msg.tags_code;
         // Only a parked pull needs the topic after the message is moved into the store.
         let wake_topic =
-            (self.held.len() > 0 && msg.topic != SCHEDULE_TOPIC).then(|| msg.topic.clone());
+            (!self.held.is_empty() && msg.topic != SCHEDULE_TOPIC).then(|| msg.topic.clone());
         let put = self.store.put(msg, now_ms).map_err(|e| match e {
             PutError::Record(e) => Failure::new(response_code::MESSAGE_ILLEGAL, e.to_string()),
             other => Failure::system(other.to_string()),
