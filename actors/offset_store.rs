@@ -39,7 +39,13 @@ pub enum OffsetBackend {
 /// Reads the stored offset of a queue (broker query or local file), for a newly owned queue.
 #[derive(Message)]
 #[rtype(result = "StoredOffset")]
-pub struct LoadOffset(pub MessageQueue);
+pub struct LoadOffset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// Ask the broker for "not found" rather than its "0 for a new group" answer
+    /// (`setZeroIfNotFound=false`).
+    pub exact: bool,
+}
 
 /// The in-memory offset of a queue.
 #[derive(Message)]
@@ -266,7 +272,8 @@ impl Handler<LoadOffset> for OffsetStore {
     type Result = ResponseActFuture<Self, StoredOffset>;
 
     fn handle(&mut self, msg: LoadOffset, _ctx: &mut Self::Context) -> Self::Result {
-        let mq = msg.0;
+        let mq = msg.queue;
+        let exact = msg.exact;
         if let OffsetBackend::LocalFile(_) = self.backend {
             let stored = match self.loaded.get(&mq) {
                 Some(offset) => StoredOffset::Found(*offset),
@@ -286,7 +293,7 @@ impl Handler<LoadOffset> for OffsetStore {
                     topic: mq.topic.clone(),
                     queue_id: mq.queue_id,
                     bname: Some(mq.broker_name.clone()),
-                    ..Default::default()
+                    set_zero_if_not_found: exact.then_some(false),
                 };
                 let command = RemotingCommand::request_with_header(
                     request_code::QUERY_CONSUMER_OFFSET,

@@ -24,6 +24,7 @@ use crate::consumer::flow::{
 };
 use crate::consumer::key_order::KeyOrderedQueue;
 use crate::consumer::lock::{needs_broker_lock, LockState};
+use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::orderly::OrderlyQueueState;
 use crate::consumer::process_queue::{
@@ -180,7 +181,12 @@ impl QueueActor {
         let lookup = async move {
             let stored = shared
                 .offsets
-                .send(LoadOffset(queue.clone()))
+                .send(LoadOffset {
+                    queue: queue.clone(),
+                    // Brokers answer 0 instead of "not found" for a new group on a young queue;
+                    // that would defeat a timestamp start, so ask them not to.
+                    exact: shared.config.consume_from_where == ConsumeFromWhere::Timestamp,
+                })
                 .await
                 .map_err(|e| Error::Shutdown(e.to_string()))?;
             let timestamp = shared.consume_timestamp_ms;
@@ -324,6 +330,11 @@ impl QueueActor {
                 return;
             }
         };
+        if self.shared.paused.get() && !response.messages.is_empty() {
+            // Suspended while this pull was held by the broker: fetch them again after resume.
+            self.schedule_pull(crate::consumer::flow::PAUSED_DELAY, ctx);
+            return;
+        }
         let result = PullResult {
             status: response.status,
             requested_offset: requested,
@@ -488,13 +499,20 @@ impl QueueActor {
             .filter(|(i, _)| !failed.contains(i))
             .map(|(_, m)| m.queue_offset)
             .collect();
-        let timed_out = match &self.mode {
-            Mode::Concurrent { timed_out, .. } => Some(timed_out),
-            _ => None,
-        };
+        // Messages whose consumption timed out were already sent back: their (late) outcome
+        // neither retries nor commits them again.
+        let mut timed_out_here = Vec::new();
+        if let Mode::Concurrent { timed_out, .. } = &mut self.mode {
+            for m in batch.iter() {
+                if timed_out.remove(&m.queue_offset) {
+                    timed_out_here.push(m.queue_offset);
+                }
+            }
+        }
+        done.retain(|offset| !timed_out_here.contains(offset));
         let retries: Vec<MessageExt> = batch[failed]
             .iter()
-            .filter(|m| !timed_out.is_some_and(|t| t.contains(&m.queue_offset)))
+            .filter(|m| !timed_out_here.contains(&m.queue_offset))
             .cloned()
             .collect();
         if !retries.is_empty() && !self.shared.config.is_clustering() {
@@ -562,17 +580,13 @@ impl QueueActor {
         if offsets.is_empty() {
             return;
         }
-        let Mode::Concurrent {
-            pq,
-            in_flight,
-            timed_out,
-        } = &mut self.mode
-        else {
+        // A timed-out offset stays in `timed_out` until its original call reports (see
+        // `on_consumed`), so that call's outcome cannot send the message back a second time.
+        let Mode::Concurrent { pq, in_flight, .. } = &mut self.mode else {
             return;
         };
         for offset in offsets {
             in_flight.remove(offset);
-            timed_out.remove(offset);
         }
         if let Some(offset) = pq.remove_messages(offsets, now_ms()) {
             self.commit(offset, ctx);
@@ -768,9 +782,9 @@ impl Handler<ResetQueueOffset> for QueueActor {
             offset,
             freeze: false,
         });
-        if !self.pull_in_flight {
-            self.schedule_pull(Duration::ZERO, ctx);
-        }
+        // A pull held by the broker belongs to the old epoch; start over at once.
+        self.pull_in_flight = false;
+        self.pull(ctx);
         Box::pin(
             async move { set.await.map_err(|e| Error::Shutdown(e.to_string()))? }.into_actor(self),
         )

@@ -162,7 +162,14 @@ impl QueueActor {
         let offsets = self.shared.offsets.clone();
         let queue = self.queue.clone();
         ctx.spawn(
-            async move { offsets.send(LoadOffset(queue)).await }
+            async move {
+                offsets
+                    .send(LoadOffset {
+                        queue,
+                        exact: false,
+                    })
+                    .await
+            }
                 .into_actor(self)
                 .map(|stored, act, ctx| match stored {
                     Ok(StoredOffset::Found(stored)) => {

@@ -304,7 +304,6 @@ async fn a_call_stuck_past_consume_timeout_is_redelivered_and_stops_pinning_the_
 }
 
 #[actix_rt::test]
-#[ignore = "runtime bug: a timed-out call that later fails is sent back a second time (see report)"]
 async fn a_timed_out_call_that_fails_later_does_not_cause_a_second_redelivery() {
     let cluster = cluster().await;
     let topic = "TimeoutLate";
@@ -677,7 +676,6 @@ async fn a_consumer_built_from_toml_uses_its_settings_and_bad_values_name_the_op
 }
 
 #[actix_rt::test]
-#[ignore = "runtime gap: a TOML value of the wrong form is reported as option `toml` without the key (see report)"]
 async fn a_toml_duration_that_is_not_one_is_reported_with_its_key() {
     let bad_duration = PushConsumerConfig::from_toml_str(
         "consumer_group = \"toml_group\"\nconsume_timeout = \"fortnight\"\n",
@@ -745,7 +743,6 @@ async fn a_suspended_consumer_consumes_nothing_new_until_resumed() {
 }
 
 #[actix_rt::test]
-#[ignore = "runtime bug: the pull held when suspend() is called still delivers and is consumed (see report)"]
 async fn after_suspend_returns_no_new_message_is_consumed() {
     let cluster = cluster().await;
     let topic = "SuspendStrict";
@@ -851,7 +848,6 @@ async fn consuming_from_a_timestamp_skips_what_was_stored_before_it() {
 }
 
 #[actix_rt::test]
-#[ignore = "runtime gap: on a topic still holding offset 0 the broker answers offset 0 for a new group and consume_timestamp is ignored (see report)"]
 async fn consuming_from_a_timestamp_on_a_young_topic_skips_what_was_stored_before_it() {
     let cluster = cluster().await;
     let (consumer, mut rx) =
@@ -934,7 +930,6 @@ async fn a_broker_offset_reset_makes_the_consumer_consume_again_from_there() {
 }
 
 #[actix_rt::test]
-#[ignore = "runtime bug: a reset waits for the pull the broker holds (up to 15 s) before re-consuming (see report)"]
 async fn a_broker_offset_reset_takes_effect_without_waiting_for_the_held_pull() {
     let cluster = cluster().await;
     let (topic, group) = ("ResetPrompt", "reset_prompt_group");

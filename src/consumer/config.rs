@@ -667,7 +667,7 @@ impl PushConsumerConfig {
     /// Parses a TOML document (snake_case keys) and validates it.
     pub fn from_toml_str(text: &str) -> Result<Self> {
         let cfg: PushConsumerConfig = toml::from_str(text)
-            .map_err(|e| config_error("toml", e.message(), "a valid consumer TOML document"))?;
+            .map_err(|e| config_error("toml", e.to_string(), "a valid consumer TOML document"))?;
         cfg.validate()?;
         Ok(cfg)
     }
