@@ -21,6 +21,9 @@ use crate::error::{Error, ProtocolError, Result};
 use crate::protocol::codes::response_code;
 use crate::protocol::{RemotingCodec, RemotingCommand};
 
+/// Initial capacity of a connection's read buffer.
+const READ_BUFFER_CAPACITY: usize = 512 * 1024;
+
 /// Tuning of a [`Connection`].
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
@@ -276,7 +279,13 @@ impl Connection {
                 self.generation += 1;
                 let generation = self.generation;
                 let frames =
-                    FramedRead::new(read_half, RemotingCodec::new(self.config.max_frame_len))
+                    // Pull responses run to hundreds of KiB: a roomy buffer avoids regrowing
+                    // (and copying) it for every large frame.
+                    FramedRead::with_capacity(
+                        read_half,
+                        RemotingCodec::new(self.config.max_frame_len),
+                        READ_BUFFER_CAPACITY,
+                    )
                         .map(move |item| Incoming {
                             generation,
                             item: Some(item),

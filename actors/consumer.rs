@@ -26,7 +26,7 @@ use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat, Unregister};
 use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeOrderly, ConsumeStatus,
-    FnListener, FnOrderlyListener, MessageListener, OrderlyListener, RecipientListener,
+    FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener, RecipientListener,
     RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
@@ -143,7 +143,7 @@ pub(crate) struct ConsumerShared {
     pub(crate) client: Client,
     pub(crate) subscriptions: RefCell<BTreeMap<String, Arc<PullSubscription>>>,
     pub(crate) puller: Addr<Puller>,
-    pub(crate) dispatcher: Addr<ConsumeDispatcher>,
+    pub(crate) dispatcher: ConsumeDispatcher,
     pub(crate) offsets: Addr<OffsetStore>,
     pub(crate) retry_producer: Producer,
     pub(crate) paused: Cell<bool>,
@@ -302,7 +302,7 @@ impl PushConsumerBuilder {
     /// status and the context.
     pub fn orderly_listener_fn<F, Fut>(self, f: F) -> Self
     where
-        F: Fn(Vec<MessageExt>, OrderlyContext) -> Fut + 'static,
+        F: Fn(Messages, OrderlyContext) -> Fut + 'static,
         Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
     {
         self.orderly_listener(FnOrderlyListener(f))
@@ -324,7 +324,7 @@ impl PushConsumerBuilder {
     /// context.
     pub fn listener_fn<F, Fut>(self, f: F) -> Self
     where
-        F: Fn(Vec<MessageExt>, ConsumeContext) -> Fut + 'static,
+        F: Fn(Messages, ConsumeContext) -> Fut + 'static,
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
         self.listener(FnListener(f))
@@ -410,11 +410,8 @@ impl PushConsumerBuilder {
             config.persist_consumer_offset_interval,
         )?
         .start();
-        let dispatcher = ConsumeDispatcher::new(
-            listener.clone(),
-            config.effective_consume_concurrency() as usize,
-        )
-        .start();
+        let dispatcher =
+            ConsumeDispatcher::new(listener.clone(), config.effective_consume_concurrency() as usize);
         let puller = Puller::new(client.clone()).start();
         let retry_producer = Producer::new(
             client.clone(),
@@ -671,7 +668,6 @@ impl Handler<Shutdown> for ConsumerRoot {
             .into_actor(self)
             .map(|_, act, ctx| {
                 act.shared.puller.do_send(StopActor);
-                act.shared.dispatcher.do_send(StopActor);
                 act.shared.offsets.do_send(StopActor);
                 ctx.stop();
             }),
@@ -695,7 +691,7 @@ macro_rules! stoppable {
     )*};
 }
 
-stoppable!(Puller, ConsumeDispatcher, OffsetStore, Rebalancer);
+stoppable!(Puller, OffsetStore, Rebalancer);
 
 impl Handler<ServerRequest> for ConsumerRoot {
     type Result = ResponseActFuture<Self, Option<RemotingCommand>>;

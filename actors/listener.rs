@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,18 +83,47 @@ pub trait MessageListener: 'static {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus;
 }
 
+/// A batch handed to a closure listener: shared, so handing it over copies nothing. Use it as
+/// a slice (`messages.len()`, `messages[0]`, `for m in &messages`).
+#[derive(Clone, Debug)]
+pub struct Messages(Arc<[MessageExt]>);
+
+impl std::ops::Deref for Messages {
+    type Target = [MessageExt];
+
+    fn deref(&self) -> &[MessageExt] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Messages {
+    type Item = &'a MessageExt;
+    type IntoIter = std::slice::Iter<'a, MessageExt>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl From<Arc<[MessageExt]>> for Messages {
+    fn from(batch: Arc<[MessageExt]>) -> Self {
+        Messages(batch)
+    }
+}
+
 /// A listener made of an async closure taking the batch and the context by value and giving
-/// them back with the status (closures cannot borrow across an await).
+/// the context back with the status (closures cannot borrow across an await).
 pub struct FnListener<F>(pub F);
 
 #[async_trait::async_trait(?Send)]
 impl<F, Fut> MessageListener for FnListener<F>
 where
-    F: Fn(Vec<MessageExt>, ConsumeContext) -> Fut + 'static,
+    F: Fn(Messages, ConsumeContext) -> Fut + 'static,
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
-        let (status, returned) = (self.0)(messages.to_vec(), ctx.clone()).await;
+        let batch = ctx.batch.clone().unwrap_or_else(|| messages.into());
+        let (status, returned) = (self.0)(Messages(batch), ctx.clone()).await;
         *ctx = returned;
         status
     }
@@ -214,11 +242,11 @@ pub struct FnOrderlyListener<F>(pub F);
 #[async_trait::async_trait(?Send)]
 impl<F, Fut> OrderlyListener for FnOrderlyListener<F>
 where
-    F: Fn(Vec<MessageExt>, OrderlyContext) -> Fut + 'static,
+    F: Fn(Messages, OrderlyContext) -> Fut + 'static,
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
-        let (status, returned) = (self.0)(messages.to_vec(), ctx.clone()).await;
+        let (status, returned) = (self.0)(Messages(messages.into()), ctx.clone()).await;
         *ctx = returned;
         status
     }
@@ -287,16 +315,6 @@ pub enum AnyListener {
     Orderly(Rc<dyn OrderlyListener>),
 }
 
-/// Runs one orderly batch through the listener.
-#[derive(Message)]
-#[rtype(result = "OrderlyOutcome")]
-pub struct ConsumeOrderlyBatch {
-    /// The batch, in order.
-    pub messages: Arc<[MessageExt]>,
-    /// Its context.
-    pub context: OrderlyContext,
-}
-
 /// How an orderly batch went.
 #[derive(Debug, Clone)]
 pub struct OrderlyOutcome {
@@ -310,17 +328,6 @@ pub struct OrderlyOutcome {
     pub elapsed: Duration,
 }
 
-impl<A, M> actix::dev::MessageResponse<A, M> for OrderlyOutcome
-where
-    A: Actor,
-    M: Message<Result = OrderlyOutcome>,
-{
-    fn handle(self, _ctx: &mut A::Context, tx: Option<actix::dev::OneshotSender<OrderlyOutcome>>) {
-        if let Some(tx) = tx {
-            let _ = tx.send(self);
-        }
-    }
-}
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -328,16 +335,6 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic".into())
-}
-
-/// Runs one batch through the listener.
-#[derive(Message)]
-#[rtype(result = "ConsumeOutcome")]
-pub struct Consume {
-    /// The batch (already with the user-visible topic).
-    pub messages: Arc<[MessageExt]>,
-    /// Its queue.
-    pub queue: MessageQueue,
 }
 
 /// How a batch went.
@@ -368,24 +365,11 @@ impl ConsumeOutcome {
     }
 }
 
-impl<A, M> actix::dev::MessageResponse<A, M> for ConsumeOutcome
-where
-    A: Actor,
-    M: Message<Result = ConsumeOutcome>,
-{
-    fn handle(self, _ctx: &mut A::Context, tx: Option<actix::dev::OneshotSender<ConsumeOutcome>>) {
-        if let Some(tx) = tx {
-            let _ = tx.send(self);
-        }
-    }
-}
 
-/// How many listener calls are running and waiting (for stats and shutdown).
-#[derive(Message)]
-#[rtype(result = "(usize, usize)")]
-pub struct InFlight;
-
-/// The dispatcher actor: bounds concurrent listener calls of one consumer.
+/// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
+///
+/// Queue actors spawn the futures it returns in their own context, so a batch costs no extra
+/// actor hop; the semaphore (first come, first served) is the shared bound.
 pub struct ConsumeDispatcher {
     listener: AnyListener,
     permits: Arc<Semaphore>,
@@ -406,36 +390,30 @@ impl ConsumeDispatcher {
     }
 }
 
-impl Actor for ConsumeDispatcher {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // Every queue actor talks to the dispatcher; a roomy mailbox keeps `send` from parking
-        // them needlessly (the semaphore is the real bound).
-        ctx.set_mailbox_capacity(4096);
-    }
-}
-
-impl Handler<Consume> for ConsumeDispatcher {
-    type Result = Pin<Box<dyn Future<Output = ConsumeOutcome>>>;
-
-    fn handle(&mut self, msg: Consume, _ctx: &mut Self::Context) -> Self::Result {
-        let AnyListener::Concurrent(listener) = self.listener.clone() else {
-            tracing::error!("a concurrent batch reached an orderly listener");
-            return Box::pin(async move { ConsumeOutcome::failed(msg.queue) });
-        };
+impl ConsumeDispatcher {
+    /// Runs a concurrent batch once a permit is free; a panic becomes `ReconsumeLater`.
+    pub fn consume(
+        &self,
+        messages: Arc<[MessageExt]>,
+        queue: MessageQueue,
+    ) -> impl Future<Output = ConsumeOutcome> + 'static {
+        let listener = self.listener.clone();
         let permits = self.permits.clone();
         let waiting = self.waiting.clone();
-        Box::pin(async move {
+        async move {
+            let AnyListener::Concurrent(listener) = listener else {
+                tracing::error!("a concurrent batch reached an orderly listener");
+                return ConsumeOutcome::failed(queue);
+            };
             waiting.set(waiting.get() + 1);
             let permit = permits.acquire_owned().await;
             waiting.set(waiting.get().saturating_sub(1));
-            let mut context = ConsumeContext::new(msg.queue);
-            context.batch = Some(msg.messages.clone());
+            let mut context = ConsumeContext::new(queue);
+            context.batch = Some(messages.clone());
             let started = Instant::now();
-            let call =
-                AssertUnwindSafe(listener.consume(&msg.messages, &mut context)).catch_unwind();
-            let result = call.await;
+            let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
+                .catch_unwind()
+                .await;
             drop(permit);
             context.batch = None;
             let elapsed = started.elapsed();
@@ -448,8 +426,7 @@ impl Handler<Consume> for ConsumeDispatcher {
                     elapsed,
                 },
                 Err(panic) => {
-                    let what = panic_text(panic.as_ref());
-                    tracing::error!(queue = %context.queue, panic = %what, "listener panicked; the batch will be retried");
+                    tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "listener panicked; the batch will be retried");
                     ConsumeOutcome {
                         status: ConsumeStatus::ReconsumeLater,
                         context,
@@ -459,19 +436,19 @@ impl Handler<Consume> for ConsumeDispatcher {
                     }
                 }
             }
-        })
+        }
     }
-}
 
-impl Handler<ConsumeOrderlyBatch> for ConsumeDispatcher {
-    type Result = Pin<Box<dyn Future<Output = OrderlyOutcome>>>;
-
-    fn handle(&mut self, msg: ConsumeOrderlyBatch, _ctx: &mut Self::Context) -> Self::Result {
+    /// Runs an orderly batch once a permit is free; a panic becomes a suspend.
+    pub fn consume_orderly(
+        &self,
+        messages: Arc<[MessageExt]>,
+        mut context: OrderlyContext,
+    ) -> impl Future<Output = OrderlyOutcome> + 'static {
+        let listener = self.listener.clone();
         let permits = self.permits.clone();
         let waiting = self.waiting.clone();
-        let listener = self.listener.clone();
-        Box::pin(async move {
-            let mut context = msg.context;
+        async move {
             let AnyListener::Orderly(listener) = listener else {
                 tracing::error!("an orderly batch reached a concurrent listener");
                 return OrderlyOutcome {
@@ -485,11 +462,10 @@ impl Handler<ConsumeOrderlyBatch> for ConsumeDispatcher {
             let permit = permits.acquire_owned().await;
             waiting.set(waiting.get().saturating_sub(1));
             let started = Instant::now();
-            let result = AssertUnwindSafe(listener.consume(&msg.messages, &mut context))
+            let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
                 .catch_unwind()
                 .await;
             drop(permit);
-            let elapsed = started.elapsed();
             let panicked = result.is_err();
             if let Err(panic) = &result {
                 tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "orderly listener panicked; suspending the queue");
@@ -498,17 +474,16 @@ impl Handler<ConsumeOrderlyBatch> for ConsumeDispatcher {
                 status: OrderlyStatus::from_listener(result),
                 context,
                 panicked,
-                elapsed,
+                elapsed: started.elapsed(),
             }
-        })
+        }
     }
-}
 
-impl Handler<InFlight> for ConsumeDispatcher {
-    type Result = MessageResult<InFlight>;
-
-    fn handle(&mut self, _msg: InFlight, _ctx: &mut Self::Context) -> Self::Result {
-        let running = self.limit - self.permits.available_permits();
-        MessageResult((running, self.waiting.get()))
+    /// Listener calls running now and waiting for a permit.
+    pub fn in_flight(&self) -> (usize, usize) {
+        (
+            self.limit - self.permits.available_permits(),
+            self.waiting.get(),
+        )
     }
 }

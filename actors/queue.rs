@@ -15,16 +15,16 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::actors::consumer::{now_ms, ConsumerShared};
-use crate::actors::listener::{Consume, ConsumeOutcome, ConsumeStatus};
+use crate::actors::listener::{ConsumeOutcome, ConsumeStatus};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::{Pull, PullResponse};
+use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::flow::{
     decide_pull, on_pull_result, pull_error_delay, pull_request_flags, NextPull, OffsetUpdate,
     PullDecision, PullGate, PullResult,
 };
 use crate::consumer::key_order::KeyOrderedQueue;
 use crate::consumer::lock::{needs_broker_lock, LockState};
-use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::orderly::OrderlyQueueState;
 use crate::consumer::process_queue::{
@@ -461,16 +461,11 @@ impl QueueActor {
         }
         self.unsettled += 1;
         let epoch = self.epoch;
-        let request = Consume {
-            messages: batch.clone(),
-            queue: self.queue.clone(),
-        };
-        let sent = self.shared.dispatcher.send(request);
-        ctx.spawn(sent.into_actor(self).map(move |outcome, act, ctx| {
-            let outcome = outcome.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "listener stage unavailable; the batch will be retried");
-                ConsumeOutcome::failed(act.queue.clone())
-            });
+        let consumed = self
+            .shared
+            .dispatcher
+            .consume(batch.clone(), self.queue.clone());
+        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             act.on_consumed(batch, epoch, outcome, ctx);
         }));
     }

@@ -10,7 +10,7 @@ use actix::prelude::*;
 
 use crate::actors::client::call_ok;
 use crate::actors::consumer::{now_ms, ConsumerShared};
-use crate::actors::listener::{ConsumeOrderlyBatch, OrderlyOutcome};
+use crate::actors::listener::OrderlyOutcome;
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Mode, QueueActor};
 use crate::consumer::key_order::ordering_key;
@@ -170,27 +170,27 @@ impl QueueActor {
                     })
                     .await
             }
-                .into_actor(self)
-                .map(|stored, act, ctx| match stored {
-                    Ok(StoredOffset::Found(stored)) => {
-                        let ours = act.committed.unwrap_or(stored);
-                        let offset = stored.max(ours);
-                        if act.next_offset != Some(offset) {
-                            act.discard_cache();
-                            act.next_offset = Some(offset);
-                        }
-                        act.offset_fixed = true;
-                        act.pull(ctx);
+            .into_actor(self)
+            .map(|stored, act, ctx| match stored {
+                Ok(StoredOffset::Found(stored)) => {
+                    let ours = act.committed.unwrap_or(stored);
+                    let offset = stored.max(ours);
+                    if act.next_offset != Some(offset) {
+                        act.discard_cache();
+                        act.next_offset = Some(offset);
                     }
-                    Ok(StoredOffset::NotFound) => {
-                        act.offset_fixed = true;
-                        act.pull(ctx);
-                    }
-                    _ => {
-                        let retry = act.shared.config.pull_delay_on_error;
-                        act.schedule_pull(retry, ctx);
-                    }
-                }),
+                    act.offset_fixed = true;
+                    act.pull(ctx);
+                }
+                Ok(StoredOffset::NotFound) => {
+                    act.offset_fixed = true;
+                    act.pull(ctx);
+                }
+                _ => {
+                    let retry = act.shared.config.pull_delay_on_error;
+                    act.schedule_pull(retry, ctx);
+                }
+            }),
         );
     }
 
@@ -283,20 +283,8 @@ impl QueueActor {
         self.unsettled += 1;
         let epoch = self.epoch;
         let context = OrderlyContext::new(self.queue.clone(), &self.shared.config);
-        let sent = self.shared.dispatcher.send(ConsumeOrderlyBatch {
-            messages: batch.clone(),
-            context: context.clone(),
-        });
-        ctx.spawn(sent.into_actor(self).map(move |outcome, act, ctx| {
-            let outcome = outcome.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "listener stage unavailable; suspending the queue");
-                OrderlyOutcome {
-                    status: OrderlyStatus::SuspendCurrentQueueAMoment,
-                    context,
-                    panicked: false,
-                    elapsed: Duration::ZERO,
-                }
-            });
+        let consumed = self.shared.dispatcher.consume_orderly(batch.clone(), context);
+        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             if epoch == act.epoch {
                 match &act.mode {
                     Mode::Orderly { .. } => act.on_orderly_batch(&batch, outcome, ctx),

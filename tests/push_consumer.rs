@@ -313,7 +313,7 @@ async fn consumer_with<F>(
 ) -> PushConsumer
 where
     F: Fn(
-            Vec<MessageExt>,
+            rocketmq_actor::actors::listener::Messages,
             rocketmq_actor::actors::listener::ConsumeContext,
         ) -> std::pin::Pin<
             Box<

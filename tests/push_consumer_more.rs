@@ -175,7 +175,11 @@ fn builder(
 /// A listener that reports (body, reconsume times) of every message and succeeds.
 fn recording(
     tx: UnboundedSender<(String, i32)>,
-) -> impl Fn(Vec<MessageExt>, ConsumeContext) -> Ready<(ConsumeStatus, ConsumeContext)> + 'static {
+) -> impl Fn(
+    rocketmq_actor::actors::listener::Messages,
+    ConsumeContext,
+) -> Ready<(ConsumeStatus, ConsumeContext)>
+       + 'static {
     move |messages, ctx| {
         for m in &messages {
             let _ = tx.send((text(m), m.reconsume_times));
