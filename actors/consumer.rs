@@ -45,7 +45,7 @@ use crate::filter::TagExpression;
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::protocol::body::{
     encode_json, CMResult, ConsumeMessageDirectlyResult, ConsumeStatus as WireConsumeStatus,
-    ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody, SubscriptionData,
+    ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::ConsumerSendMsgBackRequestHeader;
@@ -410,8 +410,10 @@ impl PushConsumerBuilder {
             config.persist_consumer_offset_interval,
         )?
         .start();
-        let dispatcher =
-            ConsumeDispatcher::new(listener.clone(), config.effective_consume_concurrency() as usize);
+        let dispatcher = ConsumeDispatcher::new(
+            listener.clone(),
+            config.effective_consume_concurrency() as usize,
+        );
         let puller = Puller::new(client.clone()).start();
         let retry_producer = Producer::new(
             client.clone(),
@@ -795,15 +797,7 @@ impl ConsumerRoot {
             );
             properties.insert("PROP_CLIENT_VERSION".into(), "V5_3_3".into());
             for (topic, sub) in shared.subscriptions.borrow().iter() {
-                info.subscription_set.push(SubscriptionData {
-                    class_filter_mode: false,
-                    topic: topic.clone(),
-                    sub_string: sub.expression.sub_string().to_owned(),
-                    tags_set: sub.expression.tags().to_vec(),
-                    code_set: sub.expression.codes().to_vec(),
-                    sub_version: sub.sub_version,
-                    expression_type: "TAG".into(),
-                });
+                info.subscription_set.push(sub.to_wire(topic));
                 info.status_table.insert(
                     topic.clone(),
                     WireConsumeStatus {

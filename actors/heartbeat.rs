@@ -13,9 +13,7 @@ use crate::actors::consumer::ConsumerShared;
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::error::Result;
 use crate::protocol::body;
-use crate::protocol::body::{
-    encode_json, ConsumeType, ConsumerData, HeartbeatData, ProducerData, SubscriptionData,
-};
+use crate::protocol::body::{encode_json, ConsumeType, ConsumerData, HeartbeatData, ProducerData};
 use crate::protocol::codes::request_code;
 use crate::protocol::header::{HeartbeatRequestHeader, UnregisterClientRequestHeader};
 use crate::protocol::RemotingCommand;
@@ -58,15 +56,7 @@ fn heartbeat_data(shared: &ConsumerShared) -> HeartbeatData {
         .subscriptions
         .borrow()
         .iter()
-        .map(|(topic, sub)| SubscriptionData {
-            class_filter_mode: false,
-            topic: topic.clone(),
-            sub_string: sub.expression.sub_string().to_owned(),
-            tags_set: sub.expression.tags().to_vec(),
-            code_set: sub.expression.codes().to_vec(),
-            sub_version: sub.sub_version,
-            expression_type: "TAG".into(),
-        })
+        .map(|(topic, sub)| sub.to_wire(topic))
         .collect();
     HeartbeatData {
         client_id: shared.client.client_id().to_owned(),

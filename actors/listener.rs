@@ -328,7 +328,6 @@ pub struct OrderlyOutcome {
     pub elapsed: Duration,
 }
 
-
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
@@ -364,7 +363,6 @@ impl ConsumeOutcome {
         }
     }
 }
-
 
 /// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
 ///

@@ -30,6 +30,21 @@ pub struct PullSubscription {
     pub sub_version: i64,
 }
 
+impl PullSubscription {
+    /// The subscription as heartbeats and running-info replies describe it.
+    pub fn to_wire(&self, topic: &str) -> crate::protocol::body::SubscriptionData {
+        crate::protocol::body::SubscriptionData {
+            class_filter_mode: false,
+            topic: topic.to_owned(),
+            sub_string: self.expression.sub_string().to_owned(),
+            tags_set: self.expression.tags().to_vec(),
+            code_set: self.expression.codes().to_vec(),
+            sub_version: self.sub_version,
+            expression_type: "TAG".into(),
+        }
+    }
+}
+
 /// Pull one batch of a queue.
 #[derive(Message)]
 #[rtype(result = "Result<PullResponse>")]

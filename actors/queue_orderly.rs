@@ -283,7 +283,10 @@ impl QueueActor {
         self.unsettled += 1;
         let epoch = self.epoch;
         let context = OrderlyContext::new(self.queue.clone(), &self.shared.config);
-        let consumed = self.shared.dispatcher.consume_orderly(batch.clone(), context);
+        let consumed = self
+            .shared
+            .dispatcher
+            .consume_orderly(batch.clone(), context);
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             if epoch == act.epoch {
                 match &act.mode {

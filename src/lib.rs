@@ -8,6 +8,34 @@
 //! - a deterministic, sans-I/O core (`protocol`, `message`, `filter`, `route`, `consumer`, `broker`)
 //!   made of pure functions and state machines, tested without sockets or actix;
 //! - thin actix actors (`actors`) that own state, do the I/O and turn messages into core calls.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use rocketmq_actor::{ConsumeStatus, PushConsumer};
+//!
+//! #[actix_rt::main]
+//! async fn main() -> rocketmq_actor::Result<()> {
+//!     let consumer = PushConsumer::builder()
+//!         .namesrv_addr("127.0.0.1:9876")
+//!         .group("billing")
+//!         .subscribe("Orders", "TagA || TagB")
+//!         .listener_fn(|messages, ctx| async move {
+//!             for m in &messages {
+//!                 println!("{} {:?}", m.msg_id(), m.body());
+//!             }
+//!             (ConsumeStatus::Success, ctx)
+//!         })
+//!         .start()
+//!         .await?;
+//!     tokio::signal::ctrl_c().await?;
+//!     consumer.shutdown().await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Without a RocketMQ cluster at hand, [`actors::broker::EmbeddedCluster`] starts a name server
+//! and brokers on loopback ports in the same process.
 
 pub mod error;
 pub mod filter;
@@ -24,5 +52,11 @@ pub mod consumer;
 #[path = "../actors/mod.rs"]
 pub mod actors;
 
+pub use actors::broker::{EmbeddedCluster, EmbeddedConfig};
+pub use actors::client::{Client, ClientConfig};
+pub use actors::consumer::PushConsumer;
+pub use actors::listener::{ConsumeContext, ConsumeStatus};
+pub use actors::producer::{Producer, ProducerConfig, SendResult};
+pub use consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
 pub use error::{Error, ProtocolError, Result};
 pub use message::{Message, MessageExt, MessageQueue};
