@@ -40,8 +40,8 @@ pub struct ConsumeContext {
     /// Delay level of the retry: `0` lets the broker choose (3 + reconsume times), `-1` sends
     /// the messages to the dead-letter queue at once, `1..=18` picks a level.
     pub delay_level: i32,
-    /// The batch itself, so an actor listener receives it without a copy.
-    batch: Option<Arc<[MessageExt]>>,
+    /// The batch itself, so a closure or actor listener receives it without a copy.
+    batch: Option<Messages>,
 }
 
 impl ConsumeContext {
@@ -85,14 +85,41 @@ pub trait MessageListener: 'static {
 
 /// A batch handed to a closure listener: shared, so handing it over copies nothing. Use it as
 /// a slice (`messages.len()`, `messages[0]`, `for m in &messages`).
-#[derive(Clone, Debug)]
-pub struct Messages(Arc<[MessageExt]>);
+#[derive(Clone)]
+pub struct Messages {
+    /// Every message of one pull; the batch is `shared[start..end]`, so the messages of a pull
+    /// are stored once however many listener calls they are split into (and a `Vec`, so the
+    /// decoded pull is shared as it is, without copying it into a slice allocation).
+    shared: Arc<Vec<MessageExt>>,
+    start: usize,
+    end: usize,
+}
+
+impl Messages {
+    /// The messages `range` of `shared` (clamped to its length).
+    pub(crate) fn slice(shared: Arc<Vec<MessageExt>>, range: std::ops::Range<usize>) -> Self {
+        let end = range.end.min(shared.len());
+        let start = range.start.min(end);
+        Messages { shared, start, end }
+    }
+
+    /// The batch as a shared slice of its own.
+    fn to_shared(&self) -> Arc<[MessageExt]> {
+        Arc::from(&**self)
+    }
+}
 
 impl std::ops::Deref for Messages {
     type Target = [MessageExt];
 
     fn deref(&self) -> &[MessageExt] {
-        &self.0
+        self.shared.get(self.start..self.end).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Messages").field(&&**self).finish()
     }
 }
 
@@ -101,13 +128,18 @@ impl<'a> IntoIterator for &'a Messages {
     type IntoIter = std::slice::Iter<'a, MessageExt>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.iter()
     }
 }
 
 impl From<Arc<[MessageExt]>> for Messages {
     fn from(batch: Arc<[MessageExt]>) -> Self {
-        Messages(batch)
+        let end = batch.len();
+        Messages {
+            shared: Arc::new(batch.to_vec()),
+            start: 0,
+            end,
+        }
     }
 }
 
@@ -122,8 +154,25 @@ where
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
-        let batch = ctx.batch.clone().unwrap_or_else(|| messages.into());
-        let (status, returned) = (self.0)(Messages(batch), ctx.clone()).await;
+        let batch = ctx
+            .batch
+            .clone()
+            .unwrap_or_else(|| Messages::slice(Arc::new(messages.to_vec()), 0..messages.len()));
+        // The closure owns the context until it gives it back: lend it instead of cloning it
+        // (a clone copies the queue's strings on every call). Should the closure panic, the
+        // stand-in left here still carries the settings the listener started with.
+        let stand_in = ConsumeContext {
+            queue: MessageQueue {
+                topic: String::new(),
+                broker_name: String::new(),
+                queue_id: ctx.queue.queue_id,
+            },
+            ack_index: ctx.ack_index,
+            delay_level: ctx.delay_level,
+            batch: None,
+        };
+        let lent = std::mem::replace(ctx, stand_in);
+        let (status, returned) = (self.0)(batch, lent).await;
         *ctx = returned;
         status
     }
@@ -191,8 +240,8 @@ impl MessageListener for RecipientListener {
         let request = ConsumeMessages {
             messages: ctx
                 .batch
-                .clone()
-                .unwrap_or_else(|| messages.to_vec().into()),
+                .as_ref()
+                .map_or_else(|| messages.to_vec().into(), Messages::to_shared),
             queue: ctx.queue.clone(),
         };
         match self.0.send(request).await {
@@ -246,7 +295,8 @@ where
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
-        let (status, returned) = (self.0)(Messages(messages.into()), ctx.clone()).await;
+        let batch = Messages::slice(Arc::new(messages.to_vec()), 0..messages.len());
+        let (status, returned) = (self.0)(batch, ctx.clone()).await;
         *ctx = returned;
         status
     }
@@ -364,6 +414,84 @@ impl ConsumeOutcome {
     }
 }
 
+/// A listener call that did not finish at once (see [`ConsumeDispatcher::consume_now`]).
+pub(crate) type PendingConsume = std::pin::Pin<Box<dyn Future<Output = ConsumeOutcome>>>;
+
+/// Counts how often a future was polled.
+struct CountPolls<F> {
+    inner: F,
+    polls: u32,
+}
+
+impl<F: Future + Unpin> Future for CountPolls<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.polls = self.polls.saturating_add(1);
+        std::pin::Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+/// One concurrent listener call holding `permit`, from `started` on. With `untimed_if_at_once`
+/// a listener that finishes on its first poll is not timed (see
+/// [`ConsumeDispatcher::consume_now`]).
+async fn run_concurrent(
+    listener: Rc<dyn MessageListener>,
+    messages: Messages,
+    mut context: ConsumeContext,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+    untimed_if_at_once: bool,
+) -> ConsumeOutcome {
+    context.batch = Some(messages.clone());
+    let mut call = CountPolls {
+        inner: listener.consume(&messages, &mut context),
+        polls: 0,
+    };
+    let result = AssertUnwindSafe(&mut call).catch_unwind().await;
+    let at_once = call.polls <= 1;
+    drop(call);
+    drop(permit);
+    context.batch = None;
+    let elapsed = if untimed_if_at_once && at_once {
+        Duration::ZERO
+    } else {
+        started.elapsed()
+    };
+    match result {
+        Ok(status) => ConsumeOutcome {
+            status,
+            context,
+            panicked: false,
+            started,
+            elapsed,
+        },
+        Err(panic) => {
+            // A closure listener that panicked kept the context it was lent: name the queue
+            // from the messages then.
+            let queue = if context.queue.topic.is_empty() {
+                messages.first().map_or_else(
+                    || context.queue.clone(),
+                    |m| MessageQueue::new(m.topic(), &m.broker_name, m.queue_id),
+                )
+            } else {
+                context.queue.clone()
+            };
+            tracing::error!(queue = %queue, panic = %panic_text(panic.as_ref()), "listener panicked; the batch will be retried");
+            ConsumeOutcome {
+                status: ConsumeStatus::ReconsumeLater,
+                context,
+                panicked: true,
+                started,
+                elapsed,
+            }
+        }
+    }
+}
+
 /// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
 ///
 /// Queue actors spawn the futures it returns in their own context, so a batch costs no extra
@@ -395,45 +523,74 @@ impl ConsumeDispatcher {
         messages: Arc<[MessageExt]>,
         queue: MessageQueue,
     ) -> impl Future<Output = ConsumeOutcome> + 'static {
+        self.consume_batch(messages.into(), ConsumeContext::new(queue))
+    }
+
+    /// Runs a concurrent batch (`context` fresh from [`ConsumeContext::new`]) once a permit is
+    /// free; a panic becomes `ReconsumeLater`.
+    pub(crate) fn consume_batch(
+        &self,
+        messages: Messages,
+        context: ConsumeContext,
+    ) -> impl Future<Output = ConsumeOutcome> + 'static {
         let listener = self.listener.clone();
         let permits = self.permits.clone();
         let waiting = self.waiting.clone();
         async move {
             let AnyListener::Concurrent(listener) = listener else {
                 tracing::error!("a concurrent batch reached an orderly listener");
-                return ConsumeOutcome::failed(queue);
+                return ConsumeOutcome::failed(context.queue);
             };
             waiting.set(waiting.get() + 1);
             let permit = permits.acquire_owned().await;
             waiting.set(waiting.get().saturating_sub(1));
-            let mut context = ConsumeContext::new(queue);
-            context.batch = Some(messages.clone());
-            let started = Instant::now();
-            let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
-                .catch_unwind()
-                .await;
-            drop(permit);
-            context.batch = None;
-            let elapsed = started.elapsed();
-            match result {
-                Ok(status) => ConsumeOutcome {
-                    status,
-                    context,
-                    panicked: false,
-                    started,
-                    elapsed,
-                },
-                Err(panic) => {
-                    tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "listener panicked; the batch will be retried");
-                    ConsumeOutcome {
-                        status: ConsumeStatus::ReconsumeLater,
-                        context,
-                        panicked: true,
-                        started,
-                        elapsed,
-                    }
-                }
-            }
+            run_concurrent(
+                listener,
+                messages,
+                context,
+                permit.ok(),
+                Instant::now(),
+                false,
+            )
+            .await
+        }
+    }
+
+    /// Runs a concurrent batch at once when a permit is free and the listener finishes without
+    /// waiting — the common case, which then costs no task of its own. Otherwise returns the
+    /// call (already started, if it got a permit) for the caller to spawn and poll to the end.
+    ///
+    /// A call finished at once is not timed: its `elapsed` is zero and `started` is
+    /// `run_started`, for the caller that times a whole run of such calls with two clock reads
+    /// instead of two per call. Calls returned pending time themselves.
+    pub(crate) fn consume_now(
+        &self,
+        messages: Messages,
+        context: ConsumeContext,
+        run_started: Instant,
+    ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
+        let AnyListener::Concurrent(listener) = &self.listener else {
+            return Err(Box::pin(self.consume_batch(messages, context)));
+        };
+        // A free permit means nobody waits for one (released permits go to waiters first), so
+        // taking it here keeps the first-come-first-served order.
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Err(Box::pin(self.consume_batch(messages, context)));
+        };
+        let mut call: PendingConsume = Box::pin(run_concurrent(
+            listener.clone(),
+            messages,
+            context,
+            Some(permit),
+            run_started,
+            true,
+        ));
+        // A pending call goes to the caller's actor context, which polls newly spawned futures
+        // before it sleeps: that poll registers the real waker, so the no-op one is harmless.
+        let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+        match call.as_mut().poll(&mut poll_context) {
+            std::task::Poll::Ready(outcome) => Ok(outcome),
+            std::task::Poll::Pending => Err(call),
         }
     }
 

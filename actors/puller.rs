@@ -197,19 +197,18 @@ async fn pull_once(addr: &str, conn: &Addr<Connection>, msg: Pull) -> Result<Pul
     let mut received = 0;
     if status == PullStatus::Found {
         let body = response.body.unwrap_or_default();
-        let decoded = decode_messages(body)?;
-        received = decoded.len();
+        // Filtered and completed in place: the decoded records are never moved again.
+        messages = decode_messages(body)?;
+        received = messages.len();
         let expression = &msg.subscription.expression;
-        messages.reserve(decoded.len());
-        for mut message in decoded {
-            if !expression.is_all() && !expression.matches_tags(message.tags()) {
-                continue;
-            }
+        if !expression.is_all() {
+            messages.retain(|message| expression.matches_tags(message.tags()));
+        }
+        for message in &mut messages {
             if let Some(delta) = reply.offset_delta {
                 message.queue_offset += delta;
             }
             message.broker_name.clone_from(&msg.queue.broker_name);
-            messages.push(message);
         }
     }
     Ok(PullResponse {

@@ -6,7 +6,7 @@
 //! offset store. Everything about one queue happens in this actor's mailbox, so no state is
 //! shared between queues and no lock is needed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::actors::consumer::{now_ms, ConsumerShared};
-use crate::actors::listener::{ConsumeOutcome, ConsumeStatus};
+use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::{Pull, PullResponse};
 use crate::consumer::config::ConsumeFromWhere;
@@ -36,12 +36,21 @@ use crate::consumer::retry::{
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 
-/// What the process queue keeps per cached message: the messages themselves travel with their
-/// batch to the listener, so the cache holds only what flow control and offsets need.
-#[derive(Debug, Clone, Copy)]
+/// What the process queue keeps per cached message: what flow control and offsets need, and
+/// where the message itself is — in the pull it came with (shared with its listener calls),
+/// for consume-timeout send-backs.
+#[derive(Debug, Clone)]
 pub struct CachedEntry {
     offset: i64,
     body_len: usize,
+    batch: Arc<Vec<MessageExt>>,
+    index: usize,
+}
+
+impl CachedEntry {
+    fn message(&self) -> Option<&MessageExt> {
+        self.batch.get(self.index)
+    }
 }
 
 impl CachedMessage for CachedEntry {
@@ -53,6 +62,10 @@ impl CachedMessage for CachedEntry {
         self.body_len
     }
 }
+
+/// How many spare copies of its queue a queue actor keeps (about the listener calls it has
+/// running at once).
+const MAX_SPARE_QUEUES: usize = 64;
 
 /// Stop consuming the queue: stop pulling, let the batches in flight finish (bounded by the
 /// consumer's `shutdown_await`), persist the offset, stop the actor. Resolves when done.
@@ -83,10 +96,8 @@ pub struct ResetQueueOffset(pub i64);
 pub(crate) enum Mode {
     /// Every batch goes to the listener at once; the cache keeps offsets and sizes only.
     Concurrent {
-        /// Offsets and body sizes of unfinished messages.
+        /// Unfinished messages: offsets, body sizes and where each message is.
         pq: ProcessQueue<CachedEntry>,
-        /// Messages of unsettled batches, by offset, for consume-timeout send-backs.
-        in_flight: HashMap<i64, Arc<[MessageExt]>>,
         /// Offsets already sent back because their consumption timed out.
         timed_out: HashSet<i64>,
     },
@@ -132,6 +143,9 @@ pub struct QueueActor {
     pub(crate) dropping: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
     offset_flush_scheduled: bool,
+    /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
+    /// owns one in its context; this saves allocating its strings each time).
+    spare_queues: Vec<MessageQueue>,
 }
 
 impl QueueActor {
@@ -150,7 +164,6 @@ impl QueueActor {
         } else {
             Mode::Concurrent {
                 pq: ProcessQueue::new(now),
-                in_flight: HashMap::new(),
                 timed_out: HashSet::new(),
             }
         };
@@ -172,6 +185,7 @@ impl QueueActor {
             dropping: false,
             drain_waiters: Vec::new(),
             offset_flush_scheduled: false,
+            spare_queues: Vec::new(),
         }
     }
 
@@ -386,13 +400,8 @@ impl QueueActor {
     pub(crate) fn discard_cache(&mut self) {
         self.epoch += 1;
         match &mut self.mode {
-            Mode::Concurrent {
-                pq,
-                in_flight,
-                timed_out,
-            } => {
+            Mode::Concurrent { pq, timed_out } => {
                 pq.clear();
-                in_flight.clear();
                 timed_out.clear();
             }
             Mode::Orderly { pq, state } => {
@@ -437,90 +446,136 @@ impl QueueActor {
                 return;
             }
         };
-        pq.put_messages(messages.iter().map(|m| CachedEntry {
+        let now = now_ms();
+        let batch = Arc::new(messages);
+        pq.put_messages(batch.iter().enumerate().map(|(index, m)| CachedEntry {
             offset: m.queue_offset,
             body_len: m.body().len(),
+            batch: batch.clone(),
+            index,
         }));
         let batch_size = self.shared.config.consume_message_batch_max_size.max(1) as usize;
-        let mut messages = messages.into_iter().peekable();
-        while messages.peek().is_some() {
-            let batch: Arc<[MessageExt]> = messages.by_ref().take(batch_size).collect();
-            self.dispatch(batch, ctx);
-        }
+        self.dispatch(batch, batch_size, now, ctx);
     }
 
-    fn dispatch(&mut self, batch: Arc<[MessageExt]>, ctx: &mut Context<Self>) {
-        let Mode::Concurrent { pq, in_flight, .. } = &mut self.mode else {
+    /// Hands `messages` to the listener in calls of at most `batch_size`. Calls that finish at
+    /// once (the usual case) are settled right here, after the last one ran; the others run
+    /// as tasks of this actor and settle when they end.
+    fn dispatch(
+        &mut self,
+        messages: Arc<Vec<MessageExt>>,
+        batch_size: usize,
+        now: i64,
+        ctx: &mut Context<Self>,
+    ) {
+        let Mode::Concurrent { pq, .. } = &mut self.mode else {
             return;
         };
-        let now = now_ms();
-        let offsets: Vec<i64> = batch.iter().map(|m| m.queue_offset).collect();
-        pq.mark_consume_started(&offsets, now);
-        for offset in &offsets {
-            in_flight.insert(*offset, batch.clone());
-        }
-        self.unsettled += 1;
+        pq.mark_offsets_consume_started(messages.iter().map(|m| m.queue_offset), now);
         let epoch = self.epoch;
-        let consumed = self
-            .shared
-            .dispatcher
-            .consume(batch.clone(), self.queue.clone());
-        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
-            act.on_consumed(batch, epoch, outcome, ctx);
-        }));
+        let mut finished = Vec::new();
+        // Calls that finish at once are timed together (two clock reads, not two per call).
+        let run_started = std::time::Instant::now();
+        let mut start = 0;
+        while start < messages.len() {
+            let end = start.saturating_add(batch_size.max(1)).min(messages.len());
+            let batch = Messages::slice(messages.clone(), start..end);
+            start = end;
+            self.unsettled += 1;
+            let queue = self
+                .spare_queues
+                .pop()
+                .unwrap_or_else(|| self.queue.clone());
+            let call = self.shared.dispatcher.consume_now(
+                batch.clone(),
+                ConsumeContext::new(queue),
+                run_started,
+            );
+            match call {
+                Ok(outcome) => finished.push((batch, outcome)),
+                Err(pending) => {
+                    ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
+                        move |outcome, act, ctx| {
+                            act.on_consumed(batch, epoch, outcome, now_ms(), ctx);
+                        },
+                    ));
+                }
+            }
+        }
+        if finished.is_empty() {
+            return;
+        }
+        // Each call is credited an equal share of the run (the stats keep a mean anyway).
+        let share = run_started.elapsed() / u32::try_from(finished.len()).unwrap_or(u32::MAX);
+        for (batch, mut outcome) in finished {
+            outcome.elapsed = share;
+            self.on_consumed(batch, epoch, outcome, now, ctx);
+        }
     }
 
     fn on_consumed(
         &mut self,
-        batch: Arc<[MessageExt]>,
+        batch: Messages,
         epoch: u64,
         outcome: ConsumeOutcome,
+        now: i64,
         ctx: &mut Context<Self>,
     ) {
-        let success = outcome.status == ConsumeStatus::Success;
-        let failed = failed_range(success, outcome.context.ack_index, batch.len());
-        self.shared.stats.record_consumed(
-            batch.len() - failed.len(),
-            failed.len(),
-            outcome.elapsed,
-        );
+        let ConsumeOutcome {
+            status,
+            context,
+            elapsed,
+            ..
+        } = outcome;
+        let success = status == ConsumeStatus::Success;
+        let failed = failed_range(success, context.ack_index, batch.len());
+        self.shared
+            .stats
+            .record_consumed(batch.len() - failed.len(), failed.len(), elapsed);
+        if context.queue == self.queue && self.spare_queues.len() < MAX_SPARE_QUEUES {
+            self.spare_queues.push(context.queue);
+        }
         if epoch != self.epoch {
             self.settle(ctx);
             return;
         }
-        let mut done: Vec<i64> = batch
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !failed.contains(i))
-            .map(|(_, m)| m.queue_offset)
-            .collect();
         // Messages whose consumption timed out were already sent back: their (late) outcome
         // neither retries nor commits them again.
         let mut timed_out_here = Vec::new();
         if let Mode::Concurrent { timed_out, .. } = &mut self.mode {
-            for m in batch.iter() {
-                if timed_out.remove(&m.queue_offset) {
-                    timed_out_here.push(m.queue_offset);
+            if !timed_out.is_empty() {
+                for m in batch.iter() {
+                    if timed_out.remove(&m.queue_offset) {
+                        timed_out_here.push(m.queue_offset);
+                    }
                 }
             }
         }
-        done.retain(|offset| !timed_out_here.contains(offset));
-        let retries: Vec<MessageExt> = batch[failed]
+        let retries: Vec<MessageExt> = batch
+            .get(failed.clone())
+            .unwrap_or_default()
             .iter()
             .filter(|m| !timed_out_here.contains(&m.queue_offset))
             .cloned()
             .collect();
-        if !retries.is_empty() && !self.shared.config.is_clustering() {
+        let broadcast_failures = !retries.is_empty() && !self.shared.config.is_clustering();
+        if broadcast_failures {
             // Broadcasting has no retry topic: the failure is only logged (as Java does).
             for message in &retries {
                 tracing::warn!(queue = %self.queue, offset = message.queue_offset, msg_id = %message.msg_id(), "broadcast consumption failed; message dropped");
             }
-            done.extend(retries.iter().map(|m| m.queue_offset));
-        } else if !retries.is_empty() {
-            self.unsettled += 1;
-            self.send_back(retries, outcome.context.delay_level, epoch, ctx);
         }
-        self.remove_done(&done, ctx);
+        if !retries.is_empty() && !broadcast_failures {
+            self.unsettled += 1;
+            self.send_back(retries, context.delay_level, epoch, ctx);
+        }
+        let done = batch
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| broadcast_failures || !failed.contains(i))
+            .map(|(_, m)| m.queue_offset)
+            .filter(|offset| !timed_out_here.contains(offset));
+        self.remove_done(done, now, ctx);
         self.settle(ctx);
     }
 
@@ -546,9 +601,8 @@ impl QueueActor {
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             if epoch == act.epoch {
                 let (sent, kept): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, ok)| *ok);
-                let sent: Vec<i64> = sent.iter().map(|(m, _)| m.queue_offset).collect();
                 act.shared.stats.record_sent_back(sent.len());
-                act.remove_done(&sent, ctx);
+                act.remove_done(sent.iter().map(|(m, _)| m.queue_offset), now_ms(), ctx);
                 if !kept.is_empty() && !act.dropping {
                     let again: Vec<MessageExt> = kept
                         .into_iter()
@@ -561,7 +615,18 @@ impl QueueActor {
                     act.unsettled += 1;
                     ctx.run_later(LOCAL_RECONSUME_DELAY, move |act, ctx| {
                         if epoch == act.epoch && !act.dropping {
-                            act.dispatch(again.into(), ctx);
+                            let again = Arc::new(again);
+                            // The cache now points at the copies with the new counts.
+                            if let Mode::Concurrent { pq, .. } = &mut act.mode {
+                                for (index, message) in again.iter().enumerate() {
+                                    if let Some(entry) = pq.get_mut(message.queue_offset) {
+                                        entry.batch = again.clone();
+                                        entry.index = index;
+                                    }
+                                }
+                            }
+                            let whole = again.len();
+                            act.dispatch(again, whole, now_ms(), ctx);
                         }
                         act.settle(ctx);
                     });
@@ -571,19 +636,22 @@ impl QueueActor {
         }));
     }
 
-    fn remove_done(&mut self, offsets: &[i64], ctx: &mut Context<Self>) {
-        if offsets.is_empty() {
+    fn remove_done(
+        &mut self,
+        offsets: impl IntoIterator<Item = i64>,
+        now: i64,
+        ctx: &mut Context<Self>,
+    ) {
+        let mut offsets = offsets.into_iter().peekable();
+        if offsets.peek().is_none() {
             return;
         }
         // A timed-out offset stays in `timed_out` until its original call reports (see
         // `on_consumed`), so that call's outcome cannot send the message back a second time.
-        let Mode::Concurrent { pq, in_flight, .. } = &mut self.mode else {
+        let Mode::Concurrent { pq, .. } = &mut self.mode else {
             return;
         };
-        for offset in offsets {
-            in_flight.remove(offset);
-        }
-        if let Some(offset) = pq.remove_messages(offsets, now_ms()) {
+        if let Some(offset) = pq.remove_offsets(offsets, now) {
             self.commit(offset, ctx);
         }
         // Space in the cache may unblock a flow-controlled pull loop right away.
@@ -671,22 +739,14 @@ impl QueueActor {
         if !self.shared.config.is_clustering() || self.dropping {
             return;
         }
-        let Mode::Concurrent {
-            pq,
-            in_flight,
-            timed_out,
-        } = &mut self.mode
-        else {
+        let Mode::Concurrent { pq, timed_out } = &mut self.mode else {
             return;
         };
         let expired = pq.expired_messages(now_ms(), self.shared.config.consume_timeout, 16);
         let expired: Vec<MessageExt> = expired
             .into_iter()
             .filter(|offset| !timed_out.contains(offset))
-            .filter_map(|offset| {
-                let batch = in_flight.get(&offset)?;
-                batch.iter().find(|m| m.queue_offset == offset).cloned()
-            })
+            .filter_map(|offset| pq.get(offset)?.message().cloned())
             .collect();
         if expired.is_empty() {
             return;

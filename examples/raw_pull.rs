@@ -3,15 +3,25 @@
 //!
 //! ```text
 //! cargo run --release --example raw_pull -- --namesrv 127.0.0.1:9876 --topic T \
-//!     --expect 100000 [--size 128] [--tag TagA] [--key-space 100]
+//!     --expect 100000 [--size 128] [--tag TagA] [--key-space 100] [--timeout 60]
 //! ```
 //!
 //! Every queue is pulled concurrently from offset 0 with FLAG_SUBSCRIPTION (so no heartbeat is
-//! needed), 32 messages per call, until the broker answers PULL_NOT_FOUND. It prints one JSON line
-//! and exits non-zero if anything is missing, duplicated or different. Its rate is also the
-//! "raw pull loop" baseline the push consumer is compared with.
+//! needed), `--batch` messages per call (32, the push consumer's default), on one connection
+//! per broker. It prints one JSON line and exits non-zero if anything is missing, duplicated or
+//! different. Its rate is also the "raw pull loop" baseline the push consumer is compared with:
+//! `msgs_per_sec` counts from the first message received to the last, as `rocketmq-actor
+//! consume` does.
+//!
+//! A queue's first PULL_NOT_FOUND does not end it: a broker acknowledges a send once the message
+//! is in its commit log and dispatches it to the consume queue afterwards, so right after a
+//! `produce` a queue may not show all its messages yet. Queues long-poll (the broker answers as
+//! soon as a message is dispatched) until `--expect` messages were read in total, or until
+//! `--timeout`.
 
+use std::cell::Cell;
 use std::collections::HashSet;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -20,6 +30,7 @@ use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
 use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::route::TopicRoute;
 use rocketmq_actor::MessageQueue;
 
 #[derive(Parser)]
@@ -39,7 +50,16 @@ struct Args {
     key_space: Option<u64>,
     #[arg(long, default_value = "raw_pull_check")]
     group: String,
+    /// Messages per PULL_MESSAGE.
+    #[arg(long, default_value_t = 32)]
+    batch: i32,
+    /// Give up (and report what is missing) after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
 }
+
+/// How long a pull waits on the broker for a message while messages are still expected.
+const LONG_POLL: Duration = Duration::from_millis(1000);
 
 #[derive(Default)]
 struct Tally {
@@ -47,31 +67,65 @@ struct Tally {
     bad_body: u64,
     bad_tag: u64,
     bad_key: u64,
+    /// PULL_OFFSET_MOVED answers: the broker skipped messages that were expected.
+    offset_moved: u64,
     indexes: Vec<u64>,
 }
 
-async fn pull_queue(client: Client, args: &Args, queue: MessageQueue) -> Result<Tally, String> {
-    let route = client
-        .route(&queue.topic)
-        .await
-        .map_err(|e| e.to_string())?;
+/// What every queue loop shares (all of them run on one thread).
+struct Progress {
+    /// Messages read so far, all queues together.
+    total: Cell<u64>,
+    /// When the first and the latest message arrived.
+    first: Cell<Option<Instant>>,
+    last: Cell<Option<Instant>>,
+    deadline: Instant,
+}
+
+impl Progress {
+    fn record(&self, count: usize) {
+        let now = Instant::now();
+        if self.first.get().is_none() {
+            self.first.set(Some(now));
+        }
+        self.last.set(Some(now));
+        self.total.set(self.total.get() + count as u64);
+    }
+}
+
+async fn pull_queue(
+    client: Client,
+    route: &TopicRoute,
+    args: &Args,
+    queue: MessageQueue,
+    progress: Rc<Progress>,
+) -> Result<Tally, String> {
     let addr = route
         .pull_addr(&queue.broker_name, 0)
-        .ok_or("no broker address")?
+        .ok_or_else(|| format!("no address for {}", queue.broker_name))?
         .to_owned();
     let conn = client.connection(&addr).await.map_err(|e| e.to_string())?;
     let mut tally = Tally::default();
     let mut offset = 0i64;
     loop {
+        let waiting = progress.total.get() < args.expect;
+        let (sys_flag, suspend) = if waiting {
+            (
+                pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND,
+                LONG_POLL,
+            )
+        } else {
+            (pull_sys_flag::SUBSCRIPTION, Duration::ZERO)
+        };
         let header = PullMessageRequestHeader {
             consumer_group: args.group.clone(),
             topic: queue.topic.clone(),
             queue_id: queue.queue_id,
             queue_offset: offset,
-            max_msg_nums: 32,
-            sys_flag: pull_sys_flag::SUBSCRIPTION,
+            max_msg_nums: args.batch,
+            sys_flag,
             commit_offset: 0,
-            suspend_timeout_millis: 0,
+            suspend_timeout_millis: suspend.as_millis() as i64,
             subscription: Some("*".into()),
             sub_version: 0,
             expression_type: Some("TAG".into()),
@@ -79,31 +133,42 @@ async fn pull_queue(client: Client, args: &Args, queue: MessageQueue) -> Result<
             bname: Some(queue.broker_name.clone()),
         };
         let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
-        let response = call(&conn, command, Duration::from_secs(10))
+        let response = call(&conn, command, suspend + Duration::from_secs(10))
             .await
-            .map_err(|e| e.to_string())?;
-        let reply: PullMessageResponseHeader =
-            response.decode_header().map_err(|e| e.to_string())?;
+            .map_err(|e| format!("{queue}: {e}"))?;
+        let reply: PullMessageResponseHeader = response
+            .decode_header()
+            .map_err(|e| format!("{queue}: {e}"))?;
         match response.code {
             response_code::SUCCESS => {
                 let messages = decode_messages(response.body.clone().unwrap_or_default())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| format!("{queue}: {e}"))?;
+                progress.record(messages.len());
                 for message in &messages {
                     tally.count += 1;
                     check(args, message, &mut tally);
                 }
             }
-            response_code::PULL_NOT_FOUND => return Ok(tally),
-            response_code::PULL_RETRY_IMMEDIATELY | response_code::PULL_OFFSET_MOVED => {}
+            response_code::PULL_NOT_FOUND => {
+                if !waiting || Instant::now() >= progress.deadline {
+                    return Ok(tally);
+                }
+                // Long-polled and still nothing: more may yet be dispatched; ask again.
+            }
+            response_code::PULL_RETRY_IMMEDIATELY => {}
+            response_code::PULL_OFFSET_MOVED => tally.offset_moved += 1,
             code => {
                 return Err(format!(
-                    "{queue}: pull answered {code} {}",
+                    "{queue}: pull at {offset} answered {code} {}",
                     response.remark.unwrap_or_default()
                 ))
             }
         }
-        if reply.next_begin_offset <= offset && response.code != response_code::SUCCESS {
-            return Ok(tally);
+        if reply.next_begin_offset < offset {
+            return Err(format!(
+                "{queue}: the broker moved the offset back from {offset} to {}",
+                reply.next_begin_offset
+            ));
         }
         offset = reply.next_begin_offset;
     }
@@ -141,12 +206,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     actix::System::new().block_on(async move {
         let client = Client::start(ClientConfig::new(&args.namesrv))?;
+        // One route look-up serves every queue.
         let route = client.route(&args.topic).await?;
         let started = Instant::now();
+        let progress = Rc::new(Progress {
+            total: Cell::new(0),
+            first: Cell::new(None),
+            last: Cell::new(None),
+            deadline: started + Duration::from_secs(args.timeout),
+        });
         let pulls = route
             .consume_queues
             .iter()
-            .map(|q| pull_queue(client.clone(), &args, q.clone()));
+            .map(|q| pull_queue(client.clone(), &route, &args, q.clone(), progress.clone()));
         let mut total = Tally::default();
         for result in futures::future::join_all(pulls).await {
             let tally = result?;
@@ -154,24 +226,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             total.bad_body += tally.bad_body;
             total.bad_tag += tally.bad_tag;
             total.bad_key += tally.bad_key;
+            total.offset_moved += tally.offset_moved;
             total.indexes.extend(tally.indexes);
         }
-        let seconds = started.elapsed().as_secs_f64().max(f64::EPSILON);
+        let wall = started.elapsed().as_secs_f64();
+        let seconds = match (progress.first.get(), progress.last.get()) {
+            (Some(first), Some(last)) => (last - first).as_secs_f64(),
+            _ => 0.0,
+        };
         let distinct: HashSet<u64> = total.indexes.iter().copied().collect();
         let missing = (0..args.expect).filter(|i| !distinct.contains(i)).count();
         let duplicates = total.indexes.len() - distinct.len();
+        let rate = if seconds > 0.0 {
+            (total.count as f64 / seconds).round()
+        } else {
+            0.0
+        };
         println!(
             "{}",
             serde_json::json!({
                 "count": total.count,
                 "queues": route.consume_queues.len(),
                 "seconds": (seconds * 1000.0).round() / 1000.0,
-                "msgs_per_sec": (total.count as f64 / seconds).round(),
+                "wall_seconds": (wall * 1000.0).round() / 1000.0,
+                "msgs_per_sec": rate,
                 "missing": missing,
                 "duplicates": duplicates,
                 "bad_body": total.bad_body,
                 "bad_tag": total.bad_tag,
                 "bad_key": total.bad_key,
+                "offset_moved": total.offset_moved,
             })
         );
         client.shutdown().await;
@@ -180,6 +264,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             && total.bad_body == 0
             && total.bad_tag == 0
             && total.bad_key == 0
+            && total.offset_moved == 0
             && total.count == args.expect;
         if clean {
             Ok(())

@@ -5,8 +5,11 @@
 #   scripts/real-cluster.sh start   # installs the binaries when missing, starts, waits until ready
 #   scripts/real-cluster.sh stop    # stops the processes by pid and removes the data
 #
-# On success `start` prints `ROCKETMQ_NAMESRV=127.0.0.1:<port>`. Ports can be moved with
-# RMQ_BASE_PORT (name server; brokers use +1035 and +1045, health ports 18080+).
+# On success `start` prints `ROCKETMQ_NAMESRV=127.0.0.1:<port>` as its last line. Several clusters
+# can run side by side, each with its own RMQ_CLUSTER_DIR (data, logs, pid files) and
+# RMQ_BASE_PORT (the name server's port, default 9876; broker-a listens on +1035, broker-b on
+# +1045, each also on its port -2 and +1; health endpoints on +8204..+8206). `stop` only stops
+# the cluster of its RMQ_CLUSTER_DIR.
 set -euo pipefail
 
 VERSION=1.0.0
@@ -41,6 +44,14 @@ start() {
   install_if_missing rocketmq-namesrv rocketmq-namesrv-rust
   install_if_missing rocketmq-broker rocketmq-broker-rust
   stop >/dev/null 2>&1 || true
+  # Another cluster on these ports would answer in place of this one.
+  local used
+  for used in "$NS_PORT" $((NS_PORT + 1035)) $((NS_PORT + 1045)) $((NS_PORT + 8204)) $((NS_PORT + 8205)) $((NS_PORT + 8206)); do
+    if port_open "$used"; then
+      echo "port $used is already in use; pick other ports with RMQ_BASE_PORT" >&2
+      return 1
+    fi
+  done
   mkdir -p "$DIR/ns"
   cat >"$DIR/ns.toml" <<TOML
 rocketmqHome = "$DIR/ns"
@@ -49,14 +60,14 @@ configStorePath = "$DIR/ns/namesrv.properties"
 listenPort = $NS_PORT
 bindAddress = "127.0.0.1"
 TOML
-  ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR=127.0.0.1:18081 \
+  ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$((NS_PORT + 8205))" \
     nohup rocketmq-namesrv-rust -c "$DIR/ns.toml" >"$DIR/namesrv.log" 2>&1 &
   echo $! >"$DIR/namesrv.pid"
   wait_until "name server on port $NS_PORT" 120 port_open "$NS_PORT"
 
   local i=0
   for name in "${BROKERS[@]}"; do
-    local port=$((NS_PORT + 1035 + i * 10)) health=$((18080 + i * 2))
+    local port=$((NS_PORT + 1035 + i * 10)) health=$((NS_PORT + 8204 + i * 2))
     mkdir -p "$DIR/$name/broker" "$DIR/$name/store"
     cat >"$DIR/$name.toml" <<TOML
 [broker]

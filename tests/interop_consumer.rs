@@ -30,6 +30,7 @@ use rocketmq_actor::actors::consumer::{PushConsumer, PushConsumerBuilder};
 use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
 use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
+use rocketmq_actor::consumer::offset::decode_local_offsets;
 use rocketmq_actor::consumer::retry::retry_topic;
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyContext, OrderlyStatus};
 use rocketmq_actor::protocol::body::{
@@ -696,13 +697,51 @@ async fn receive_per_consumer(
     per_consumer
 }
 
+/// The offsets in the local offset file of `group` under `dir` (empty until it is written).
+fn local_offsets(dir: &Path, group: &str) -> BTreeMap<MessageQueue, i64> {
+    let Some(file) = walk(dir).into_iter().find(|f| {
+        f.to_string_lossy().contains(group) && f.extension().is_some_and(|e| e == "json")
+    }) else {
+        return BTreeMap::new();
+    };
+    std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|text| decode_local_offsets(&text).ok())
+        .unwrap_or_default()
+}
+
+/// The queues of `ends` whose offset in the file is below their end, described.
+fn file_behind(dir: &Path, group: &str, ends: &BTreeMap<MessageQueue, i64>) -> Vec<String> {
+    let offsets = local_offsets(dir, group);
+    ends.iter()
+        .filter(|(queue, end)| offsets.get(*queue).is_none_or(|o| o < *end))
+        .map(|(queue, end)| format!("{queue}: {:?} < {end}", offsets.get(queue)))
+        .collect()
+}
+
+/// Waits until the offset file of `group` under `dir` has reached the end of every queue.
+async fn await_file_to_end(dir: &Path, group: &str, ends: &BTreeMap<MessageQueue, i64>) {
+    eventually(
+        "the offset file to reach the end of every queue",
+        || async {
+            let behind = file_behind(dir, group, ends);
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                Err(behind.join(", "))
+            }
+        },
+    )
+    .await
+}
+
 #[actix_rt::test]
 async fn broadcasting_consumers_each_see_every_message_and_resume_from_their_offset_file() {
     let Some(namesrv) = namesrv() else { return };
     let fx = Fixture::new(namesrv, "Broadcast").await;
     const FIRST: usize = 100;
     const SECOND: usize = 50;
-    fx.send_numbered(0..FIRST).await;
+    let mut sent = fx.send_numbered(0..FIRST).await;
     let group = unique("broadcast_group");
     let dirs = [
         temp_dir("broadcast_offsets_a"),
@@ -736,21 +775,28 @@ async fn broadcasting_consumers_each_see_every_message_and_resume_from_their_off
         assert_eq!(owned, fx.route.consume_queues.iter().cloned().collect());
     }
 
-    // A clean shutdown writes a's offsets to its file; messages sent while it is down are
-    // what it consumes after the restart — and nothing it consumed before.
+    // A clean shutdown leaves a's offsets in its file; messages sent while it is down are what
+    // it consumes after the restart — and nothing it consumed before.
     a.shutdown().await;
-    let files: Vec<PathBuf> = walk(&dirs[0]);
+    let behind = file_behind(&dirs[0], &group, &queue_ends(&sent));
     assert!(
-        files.iter().any(|f| f.to_string_lossy().contains(&group)),
-        "an offset file for the group under {:?}: {files:?}",
-        dirs[0]
+        behind.is_empty(),
+        "offsets in a's file after shutdown: {behind:?}"
     );
-    fx.send_numbered(FIRST..FIRST + SECOND).await;
+    sent.extend(fx.send_numbered(FIRST..FIRST + SECOND).await);
     let a = broadcasting(&fx, &group, &dirs[0], 2, tx.clone())
         .start()
         .await
         .expect("consumer a restarts");
     let second = receive_per_consumer(&mut rx, &[1, 2], &numbered(FIRST..FIRST + SECOND)).await;
+    // Once both files reached the end of every queue, every delivery has been made.
+    let ends = queue_ends(&sent);
+    await_file_to_end(&dirs[0], &group, &ends).await;
+    await_file_to_end(&dirs[1], &group, &ends).await;
+    let mut second = second;
+    for s in std::iter::from_fn(|| rx.try_recv().ok()) {
+        second.entry(s.consumer).or_default().push(s.body);
+    }
     assert_eq!(
         second[&2].iter().cloned().collect::<BTreeSet<_>>(),
         numbered(FIRST..FIRST + SECOND),
@@ -761,6 +807,10 @@ async fn broadcasting_consumers_each_see_every_message_and_resume_from_their_off
         second[&1].len(),
         SECOND,
         "the other consumer goes on unaffected"
+    );
+    assert!(
+        !second.contains_key(&0),
+        "the stopped consumer consumed nothing"
     );
     a.shutdown().await;
     b.shutdown().await;

@@ -24,7 +24,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +103,126 @@ struct Entry<M> {
     consume_started_ms: Option<i64>,
 }
 
+/// Values by queue offset, in offset order: a map with the operations the process queue
+/// needs, kept as a sorted deque. Pulled messages arrive in increasing offsets and finish
+/// roughly in that order, so inserts append at the back and removals take from the front —
+/// no allocation and no rebalancing per message, unlike a tree.
+struct OffsetMap<V> {
+    entries: VecDeque<(i64, V)>,
+}
+
+impl<V> Default for OffsetMap<V> {
+    fn default() -> Self {
+        OffsetMap {
+            entries: VecDeque::new(),
+        }
+    }
+}
+
+impl<V> OffsetMap<V> {
+    /// Where `offset` is (`Ok`) or would go (`Err`).
+    #[inline]
+    fn position(&self, offset: i64) -> Result<usize, usize> {
+        match self.entries.back() {
+            None => return Err(0),
+            Some((last, _)) if *last < offset => return Err(self.entries.len()),
+            _ => {}
+        }
+        if let Some((first, _)) = self.entries.front() {
+            // Offsets are usually contiguous: then the entry sits at `offset - first`.
+            let guess = usize::try_from(offset.wrapping_sub(*first)).ok();
+            if let Some((at, (found, _))) =
+                guess.and_then(|at| self.entries.get(at).map(|entry| (at, entry)))
+            {
+                if *found == offset {
+                    return Ok(at);
+                }
+            }
+        }
+        self.entries.binary_search_by_key(&offset, |(o, _)| *o)
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn contains_key(&self, offset: &i64) -> bool {
+        self.position(*offset).is_ok()
+    }
+
+    fn get(&self, offset: &i64) -> Option<&V> {
+        let at = self.position(*offset).ok()?;
+        self.entries.get(at).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, offset: &i64) -> Option<&mut V> {
+        let at = self.position(*offset).ok()?;
+        self.entries.get_mut(at).map(|(_, v)| v)
+    }
+
+    /// Inserts or replaces; returns the replaced value.
+    fn insert(&mut self, offset: i64, value: V) -> Option<V> {
+        match self.position(offset) {
+            Ok(at) => self
+                .entries
+                .get_mut(at)
+                .map(|slot| std::mem::replace(&mut slot.1, value)),
+            Err(at) if at == self.entries.len() => {
+                self.entries.push_back((offset, value));
+                None
+            }
+            Err(at) => {
+                self.entries.insert(at, (offset, value));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, offset: &i64) -> Option<V> {
+        let at = self.position(*offset).ok()?;
+        self.entries.remove(at).map(|(_, v)| v)
+    }
+
+    fn pop_first(&mut self) -> Option<(i64, V)> {
+        self.entries.pop_front()
+    }
+
+    fn first_key(&self) -> Option<i64> {
+        self.entries.front().map(|(o, _)| *o)
+    }
+
+    fn last_key(&self) -> Option<i64> {
+        self.entries.back().map(|(o, _)| *o)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = i64> + '_ {
+        self.entries.iter().map(|(o, _)| *o)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.entries.iter().map(|(_, v)| v)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (i64, &V)> + '_ {
+        self.entries.iter().map(|(o, v)| (*o, v))
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Inserts every pair of `other` (replacing equal offsets).
+    fn extend(&mut self, other: OffsetMap<V>) {
+        for (offset, value) in other.entries {
+            self.insert(offset, value);
+        }
+    }
+}
+
 /// The numbers flow control looks at (see [`super::flow`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
@@ -155,9 +275,9 @@ pub struct ProcessQueueSnapshot {
 pub struct ProcessQueue<M> {
     /// Messages not yet consumed, by queue offset (Java `msgTreeMap`). In concurrent mode this
     /// includes messages being consumed.
-    waiting: BTreeMap<i64, Entry<M>>,
+    waiting: OffsetMap<Entry<M>>,
     /// Orderly: the batch taken for consumption and not yet committed.
-    consuming: BTreeMap<i64, Entry<M>>,
+    consuming: OffsetMap<Entry<M>>,
     body_bytes: u64,
     highest_offset_put: Option<i64>,
     dispatching: bool,
@@ -188,8 +308,8 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// Java, so a fresh queue is neither idle nor lock-expired).
     pub fn new(now_ms: i64) -> Self {
         ProcessQueue {
-            waiting: BTreeMap::new(),
-            consuming: BTreeMap::new(),
+            waiting: OffsetMap::default(),
+            consuming: OffsetMap::default(),
             body_bytes: 0,
             highest_offset_put: None,
             dispatching: false,
@@ -242,17 +362,26 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// The result can be lower than an offset committed earlier (after an offset reset); the
     /// offset table's increase-only update takes care of that.
     pub fn remove_messages(&mut self, offsets: &[i64], now_ms: i64) -> Option<i64> {
+        self.remove_offsets(offsets.iter().copied(), now_ms)
+    }
+
+    /// [`ProcessQueue::remove_messages`] for offsets from an iterator.
+    pub fn remove_offsets(
+        &mut self,
+        offsets: impl IntoIterator<Item = i64>,
+        now_ms: i64,
+    ) -> Option<i64> {
         self.last_consume_ms = now_ms;
         if self.waiting.is_empty() {
             return None;
         }
         for offset in offsets {
-            if let Some(entry) = self.waiting.remove(offset) {
+            if let Some(entry) = self.waiting.remove(&offset) {
                 self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
             }
         }
-        match self.waiting.keys().next() {
-            Some(first) => Some(*first),
+        match self.waiting.first_key() {
+            Some(first) => Some(first),
             None => self.highest_offset_put.map(|h| h + 1),
         }
     }
@@ -274,12 +403,12 @@ impl<M: CachedMessage> ProcessQueue<M> {
 
     /// Lowest waiting offset.
     pub fn min_cached_offset(&self) -> Option<i64> {
-        self.waiting.keys().next().copied()
+        self.waiting.first_key()
     }
 
     /// Highest waiting offset.
     pub fn max_cached_offset(&self) -> Option<i64> {
-        self.waiting.keys().next_back().copied()
+        self.waiting.last_key()
     }
 
     /// Highest minus lowest waiting offset, 0 when empty (Java `getMaxSpan`).
@@ -314,6 +443,11 @@ impl<M: CachedMessage> ProcessQueue<M> {
         self.waiting.get(&offset).map(|e| &e.message)
     }
 
+    /// The waiting message at `offset`, to update it in place.
+    pub fn get_mut(&mut self, offset: i64) -> Option<&mut M> {
+        self.waiting.get_mut(&offset).map(|e| &mut e.message)
+    }
+
     /// The waiting messages in offset order.
     pub fn waiting_messages(&self) -> impl Iterator<Item = &M> {
         self.waiting.values().map(|e| &e.message)
@@ -324,6 +458,19 @@ impl<M: CachedMessage> ProcessQueue<M> {
     pub fn mark_consume_started(&mut self, offsets: &[i64], now_ms: i64) {
         for offset in offsets {
             if let Some(entry) = self.waiting.get_mut(offset) {
+                entry.consume_started_ms = Some(now_ms);
+            }
+        }
+    }
+
+    /// [`ProcessQueue::mark_consume_started`] for offsets from an iterator.
+    pub fn mark_offsets_consume_started(
+        &mut self,
+        offsets: impl IntoIterator<Item = i64>,
+        now_ms: i64,
+    ) {
+        for offset in offsets {
+            if let Some(entry) = self.waiting.get_mut(&offset) {
                 entry.consume_started_ms = Some(now_ms);
             }
         }
@@ -348,7 +495,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
                 e.consume_started_ms
                     .is_some_and(|started| now_ms.saturating_sub(started) > timeout_ms)
             })
-            .map(|(offset, _)| *offset)
+            .map(|(offset, _)| offset)
             .collect()
     }
 
@@ -377,7 +524,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// Orderly: the batch was consumed; forgets it and returns the new consume offset (one past
     /// the batch's highest offset), `None` if no batch was taken.
     pub fn commit(&mut self) -> Option<i64> {
-        let last = self.consuming.keys().next_back().copied()?;
+        let last = self.consuming.last_key()?;
         let released: u64 = self.consuming.values().map(|e| e.body_len).sum();
         self.body_bytes = self.body_bytes.saturating_sub(released);
         self.consuming.clear();
@@ -408,7 +555,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// Orderly: offsets of the messages taken for consumption and not yet committed, in
     /// order (with auto-commit off they can span several listener calls).
     pub fn consuming_offsets(&self) -> Vec<i64> {
-        self.consuming.keys().copied().collect()
+        self.consuming.keys().collect()
     }
 
     /// Orderly: the message at `offset` in the batch being consumed.
@@ -498,8 +645,8 @@ impl<M: CachedMessage> ProcessQueue<M> {
             cached_msg_max_offset: self.max_cached_offset().unwrap_or(0),
             cached_msg_count: count(self.waiting.len()),
             cached_msg_size_in_mib: i64::try_from(self.cached_size_mib()).unwrap_or(i64::MAX),
-            transaction_msg_min_offset: self.consuming.keys().next().copied().unwrap_or(0),
-            transaction_msg_max_offset: self.consuming.keys().next_back().copied().unwrap_or(0),
+            transaction_msg_min_offset: self.consuming.first_key().unwrap_or(0),
+            transaction_msg_max_offset: self.consuming.last_key().unwrap_or(0),
             transaction_msg_count: count(self.consuming.len()),
             locked: self.locked,
             try_unlock_times: i64::try_from(self.try_unlock_times).unwrap_or(i64::MAX),
@@ -515,7 +662,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     #[derive(Debug, Clone, PartialEq)]
     struct Msg {
@@ -724,6 +871,38 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// The deque-backed offset map behaves like an ordered map for any operation order.
+        #[test]
+        fn offset_map_matches_an_ordered_map(
+            ops in proptest::collection::vec((0u8..4, 0i64..40), 1..120)
+        ) {
+            let mut map = OffsetMap::default();
+            let mut model = BTreeMap::new();
+            for (i, (kind, offset)) in ops.into_iter().enumerate() {
+                match kind {
+                    0 => prop_assert_eq!(map.insert(offset, i), model.insert(offset, i)),
+                    1 => prop_assert_eq!(map.remove(&offset), model.remove(&offset)),
+                    2 => prop_assert_eq!(map.pop_first(), model.pop_first()),
+                    _ => {
+                        if let Some(value) = map.get_mut(&offset) {
+                            *value += 1000;
+                        }
+                        if let Some(value) = model.get_mut(&offset) {
+                            *value += 1000;
+                        }
+                    }
+                }
+                prop_assert_eq!(map.get(&offset), model.get(&offset));
+                prop_assert_eq!(map.contains_key(&offset), model.contains_key(&offset));
+                prop_assert_eq!(map.first_key(), model.keys().next().copied());
+                prop_assert_eq!(map.last_key(), model.keys().next_back().copied());
+                prop_assert_eq!(map.len(), model.len());
+                let pairs: Vec<(i64, usize)> = map.iter().map(|(o, v)| (o, *v)).collect();
+                let expected: Vec<(i64, usize)> = model.iter().map(|(o, v)| (*o, *v)).collect();
+                prop_assert_eq!(pairs, expected);
+            }
+        }
 
         #[test]
         fn concurrent_cache_matches_a_model(ops in proptest::collection::vec(op(), 1..40)) {
