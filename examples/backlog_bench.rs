@@ -49,7 +49,10 @@ fn main() {
             .expect("embedded broker starts");
         let namesrv = cluster.namesrv_addr();
         let topic = "Backlog";
-        cluster.create_topic(topic, args.queues).await.expect("topic");
+        cluster
+            .create_topic(topic, args.queues)
+            .await
+            .expect("topic");
         let producer = Producer::new(
             Client::start(ClientConfig::new(&namesrv)).expect("client"),
             ProducerConfig::default(),
@@ -69,7 +72,10 @@ fn main() {
             batches.push(async move { producer.send_batch(batch).await });
             sent += n;
             if batches.len() >= 16 {
-                futures::StreamExt::next(&mut batches).await.unwrap().expect("batch sent");
+                futures::StreamExt::next(&mut batches)
+                    .await
+                    .unwrap()
+                    .expect("batch sent");
             }
         }
         while let Some(result) = futures::StreamExt::next(&mut batches).await {
