@@ -7,12 +7,17 @@
 //! parked by the broker) are polled in bounded loops. Every await that could hang has a timeout
 //! that fails the test instead.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
+use common::{
+    client, fast_retry_config, mq, now_ms, producer_on, send_numbered, start_cluster, BROKER,
+};
 use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::actors::client::{call, Client, ClientConfig};
 use rocketmq_actor::actors::connection::{
@@ -36,13 +41,11 @@ use rocketmq_actor::protocol::header::{
     SendMessageRequestHeader, UnlockBatchMqRequestHeader, UpdateConsumerOffsetRequestHeader,
 };
 use rocketmq_actor::protocol::RemotingCommand;
-use rocketmq_actor::{Error, Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Error, Message, MessageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-/// The only broker of a standalone cluster.
-const BROKER: &str = "broker-a";
 /// Upper bound of any single wait; reaching it fails the test.
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -56,20 +59,9 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
-async fn cluster_with(config: EmbeddedConfig) -> EmbeddedCluster {
-    EmbeddedCluster::start(config).await.unwrap()
-}
-
+/// A standalone cluster with the real (unscaled) delay table.
 async fn cluster() -> EmbeddedCluster {
-    cluster_with(EmbeddedConfig::ephemeral()).await
-}
-
-fn client(cluster: &EmbeddedCluster) -> Client {
-    Client::start(ClientConfig::new(cluster.namesrv_addr())).unwrap()
-}
-
-fn producer(client: &Client) -> Producer {
-    Producer::new(client.clone(), ProducerConfig::default())
+    start_cluster(EmbeddedConfig::ephemeral()).await
 }
 
 fn broker_addr(cluster: &EmbeddedCluster) -> String {
@@ -84,17 +76,6 @@ async fn broker_conn(client: &Client, cluster: &EmbeddedCluster) -> Addr<Connect
 async fn rpc(conn: &Addr<Connection>, command: RemotingCommand) -> RemotingCommand {
     within("a response", call(conn, command, PATIENCE))
         .await
-        .unwrap()
-}
-
-fn mq(topic: &str, queue_id: i32) -> MessageQueue {
-    MessageQueue::new(topic, BROKER, queue_id)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
         .unwrap()
 }
 
@@ -308,7 +289,7 @@ async fn is_closed_by_peer(raw: &mut TcpStream) -> bool {
 
 #[actix_rt::test]
 async fn a_producer_creates_a_new_topic_through_the_tbw102_route() {
-    let cluster = cluster_with(EmbeddedConfig {
+    let cluster = start_cluster(EmbeddedConfig {
         queues: 6,
         ..EmbeddedConfig::ephemeral()
     })
@@ -354,7 +335,7 @@ async fn sends_batches_and_keyed_sends_come_back_from_raw_pulls() {
     let cluster = cluster().await;
     cluster.create_topic("Orders", 4).await.unwrap();
     let client = client(&cluster);
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     let mut expected: BTreeMap<String, (Vec<u8>, Option<String>, SendResult)> = BTreeMap::new();
     for i in 0..4 {
         let body = format!("single-{i}");
@@ -454,7 +435,7 @@ async fn every_pull_status_a_consumer_can_meet() {
         status(5, "*").await,
         (21, "NO_MESSAGE_IN_QUEUE".into(), Some(0))
     );
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     for _ in 0..2 {
         producer
             .send_to_queue(
@@ -538,7 +519,7 @@ async fn a_held_pull_wakes_on_a_send_to_its_queue_and_not_to_another() {
     until_held(&cluster, 1).await;
 
     let sender = client(&cluster);
-    let producer = producer(&sender);
+    let producer = producer_on(&sender);
     producer
         .send_to_queue(Message::new("Waking", "elsewhere"), &mq("Waking", 1))
         .await
@@ -763,10 +744,9 @@ async fn queue_locks_are_exclusive_between_two_clients() {
 #[actix_rt::test]
 async fn failed_messages_are_retried_then_dead_lettered_on_a_scaled_delay_table() {
     // A thousand times faster than the real table: level 3 (the first retry) is 10 ms.
-    let cluster = cluster_with(EmbeddedConfig {
-        delay_scale: 0.001,
+    let cluster = start_cluster(EmbeddedConfig {
         max_reconsume_times: 2,
-        ..EmbeddedConfig::ephemeral()
+        ..fast_retry_config(1)
     })
     .await;
     cluster.create_topic("Work", 1).await.unwrap();
@@ -774,7 +754,7 @@ async fn failed_messages_are_retried_then_dead_lettered_on_a_scaled_delay_table(
     let conn = broker_conn(&client, &cluster).await;
     // Above 4 KiB the producer zlib-compresses the body; the copies must keep it intact.
     let body = incompressible(2_000, 7).repeat(3);
-    let original = producer(&client)
+    let original = producer_on(&client)
         .send(Message::new("Work", body.clone()).with_tags("TagA"))
         .await
         .unwrap();
@@ -856,13 +836,7 @@ async fn resetting_offsets_pushes_the_new_offsets_to_the_client() {
     )
     .await;
     heartbeat(&conn, &client, "replayers", "Replay").await;
-    let producer = producer(&client);
-    for i in 0..3 {
-        producer
-            .send(Message::new("Replay", format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer_on(&client), "Replay", 0..3).await;
     let commit = RemotingCommand::request_with_header(
         request_code::UPDATE_CONSUMER_OFFSET,
         &UpdateConsumerOffsetRequestHeader {
@@ -964,7 +938,7 @@ async fn broker_calls_reach_a_client_handler_and_its_answer_comes_back() {
     assert_eq!(info.properties["PROP_CLIENT_VERSION"], "V5_1_4");
     next_request(&mut running_calls, "the forwarded running-info call").await;
 
-    let producer = producer(&admin);
+    let producer = producer_on(&admin);
     let sent = producer
         .send(Message::new("Direct", "consume me now"))
         .await
@@ -991,7 +965,7 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
     let cluster = cluster().await;
     cluster.create_topic("Faulty", 1).await.unwrap();
     let client = client(&cluster);
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     let queue = mq("Faulty", 0);
     producer
         .send_to_queue(Message::new("Faulty", "before"), &queue)
@@ -1099,9 +1073,9 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
         data_dir: Some(dir.clone()),
         ..EmbeddedConfig::ephemeral()
     };
-    let first_run = cluster_with(config.clone()).await;
+    let first_run = start_cluster(config.clone()).await;
     let client = client(&first_run);
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     for i in 0..3 {
         producer
             .send_to_queue(
@@ -1127,7 +1101,7 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
     client.shutdown().await;
     first_run.shutdown().await;
 
-    let second_run = cluster_with(config).await;
+    let second_run = start_cluster(config).await;
     assert_eq!(
         second_run
             .committed_offset(BROKER, "durable-group", "Durable", 0)
@@ -1143,7 +1117,7 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
         vec!["d0", "d1", "d2"]
     );
     assert!(kept.iter().all(|m| m.tags() == Some("Kept")));
-    let next = self::producer(&client)
+    let next = producer_on(&client)
         .send_to_queue(Message::new("Durable", "d3"), &mq("Durable", 0))
         .await
         .unwrap();
@@ -1156,7 +1130,7 @@ async fn a_cluster_with_a_data_directory_keeps_messages_and_offsets_across_a_res
 async fn malformed_frames_close_only_their_own_connection() {
     let cluster = cluster().await;
     let client = client(&cluster);
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     producer
         .send(Message::new("Sturdy", "before"))
         .await
@@ -1257,14 +1231,14 @@ async fn malformed_requests_get_the_codes_a_real_broker_sends() {
 
 #[actix_rt::test]
 async fn a_client_that_stops_reading_is_dropped_instead_of_growing_the_broker() {
-    let cluster = cluster_with(EmbeddedConfig {
+    let cluster = start_cluster(EmbeddedConfig {
         max_outbound_bytes: 512 * 1024,
         ..EmbeddedConfig::ephemeral()
     })
     .await;
     cluster.create_topic("Heavy", 1).await.unwrap();
     let client = client(&cluster);
-    let producer = producer(&client);
+    let producer = producer_on(&client);
     for i in 0..4 {
         producer
             .send_to_queue(
@@ -1319,7 +1293,7 @@ async fn a_hundred_concurrent_connections_each_send_and_pull() {
         let client = client.clone();
         async move {
             let queue = mq("Crowd", i as i32);
-            let producer = producer(&client);
+            let producer = producer_on(&client);
             let sends = (0..PER_CLIENT).map(|n| {
                 producer.send_to_queue(Message::new("Crowd", format!("c{i}-m{n}")), &queue)
             });

@@ -12,9 +12,11 @@
 //! ```
 //!
 //! Each test uses fresh topic and group names (time-stamped), so runs do not see each other's
-//! messages, offsets or locks. Topics are created up front on both brokers: a real broker tells
-//! the name server about a topic asynchronously, and a consumer only sees the queues the name
-//! server routes.
+//! messages, offsets or locks. Topics are created up front (UPDATE_AND_CREATE_TOPIC on both
+//! brokers, then a bounded wait for the name server's route) so that every test spans both
+//! brokers; auto-creation by a first send would put the topic on whichever broker it reached.
+//!
+//! Set `RUST_LOG=rocketmq_actor=debug` to see the consumer runtime's tracing.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,36 +1,27 @@
 //! Orderly and key-ordered consumption end to end on the embedded broker.
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{Client, ClientConfig};
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
-use rocketmq_actor::consumer::{
-    ConsumeFromWhere, OrderlyContext, OrderlyStatus, PushConsumerConfig,
+use common::{
+    client, cluster_with_topic, fast_retry_cluster, from_first_offset, producer, receive,
+    receive_within, recording, text, BROKER,
 };
+use rocketmq_actor::actors::broker::EmbeddedCluster;
+use rocketmq_actor::actors::consumer::PushConsumer;
+use rocketmq_actor::actors::listener::Messages;
+use rocketmq_actor::actors::producer::Producer;
+use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
-async fn cluster(brokers: usize) -> EmbeddedCluster {
-    EmbeddedCluster::start(EmbeddedConfig {
-        brokers,
-        delay_scale: 0.001,
-        ..EmbeddedConfig::ephemeral()
-    })
-    .await
-    .expect("embedded cluster starts")
-}
-
-fn producer(namesrv: &str) -> Producer {
-    Producer::new(
-        Client::start(ClientConfig::new(namesrv)).unwrap(),
-        ProducerConfig::default(),
-    )
-}
+/// How long the high-volume tests here wait for the next delivery: thousands of messages go
+/// through queue locks and rebalances on a shared machine.
+const BULK_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Sends messages `start..start + count`, message i with key `k{i % keys}` and body
 /// "k{key}:{seq}". Messages of one key are sent one after the other (concurrent sends give no
@@ -52,9 +43,22 @@ async fn produce_keyed(producer: &Producer, topic: &str, start: usize, count: us
 }
 
 fn key_and_seq(message: &MessageExt) -> (String, usize) {
-    let body = String::from_utf8_lossy(message.body()).into_owned();
+    let body = text(message);
     let (key, seq) = body.split_once(':').expect("key:seq body");
     (key.to_owned(), seq.parse().expect("sequence number"))
+}
+
+/// A one-broker cluster whose `topic` has `queues` queues holding messages `0..count` of
+/// [`produce_keyed`] over `keys` keys, and the address of its name server.
+async fn cluster_with_keyed(
+    topic: &str,
+    queues: i32,
+    count: usize,
+    keys: usize,
+) -> (EmbeddedCluster, String) {
+    let (cluster, namesrv) = cluster_with_topic(topic, queues).await;
+    produce_keyed(&producer(&cluster), topic, 0, count, keys).await;
+    (cluster, namesrv)
 }
 
 /// Shared observations of every consumer in the test.
@@ -95,48 +99,42 @@ async fn orderly_consumer(
     progress: UnboundedSender<()>,
     configure: impl FnOnce(&mut PushConsumerConfig),
 ) -> PushConsumer {
-    PushConsumer::builder()
-        .namesrv_addr(namesrv)
-        .group(group)
-        .subscribe(topic, "*")
+    from_first_offset(namesrv, group, topic, "*")
         .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
             c.consume_message_batch_max_size = 8;
             c.persist_consumer_offset_interval = Duration::from_millis(100);
             configure(c);
         })
-        .orderly_listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, ctx: OrderlyContext| {
-                let observed = observed.clone();
-                let progress = progress.clone();
-                async move {
-                    let queue = ctx.queue.clone();
-                    {
-                        let mut o = observed.borrow_mut();
-                        let running = o.active.entry(queue.clone()).or_default();
-                        *running += 1;
-                        if *running > 1 {
-                            o.overlap_violations += 1;
-                        }
+        .orderly_listener_fn(move |messages: Messages, ctx: OrderlyContext| {
+            let observed = observed.clone();
+            let progress = progress.clone();
+            async move {
+                let queue = ctx.queue.clone();
+                {
+                    let mut o = observed.borrow_mut();
+                    let running = o.active.entry(queue.clone()).or_default();
+                    *running += 1;
+                    if *running > 1 {
+                        o.overlap_violations += 1;
                     }
-                    // Give other consumers' calls a chance to interleave with this one.
-                    tokio::task::yield_now().await;
-                    {
-                        let mut o = observed.borrow_mut();
-                        for m in &messages {
-                            o.record(m);
-                        }
-                        if let Some(running) = o.active.get_mut(&queue) {
-                            *running -= 1;
-                        }
-                    }
-                    for _ in &messages {
-                        let _ = progress.send(());
-                    }
-                    (OrderlyStatus::Success, ctx)
                 }
-            },
-        )
+                // Give other consumers' calls a chance to interleave with this one.
+                tokio::task::yield_now().await;
+                {
+                    let mut o = observed.borrow_mut();
+                    for m in &messages {
+                        o.record(m);
+                    }
+                    if let Some(running) = o.active.get_mut(&queue) {
+                        *running -= 1;
+                    }
+                }
+                for _ in &messages {
+                    let _ = progress.send(());
+                }
+                (OrderlyStatus::Success, ctx)
+            }
+        })
         .start()
         .await
         .expect("consumer starts")
@@ -146,10 +144,10 @@ async fn orderly_consumer(
 async fn order_holds_per_queue_while_consumers_join_and_leave() {
     const TOTAL: usize = 100_000;
     const KEYS: usize = 1000;
-    let cluster = cluster(2).await;
+    let cluster = fast_retry_cluster(2).await;
     let namesrv = cluster.namesrv_addr();
     let topic = "OrderedChurn";
-    let producer = producer(&namesrv);
+    let producer = producer(&cluster);
     produce_keyed(&producer, topic, 0, TOTAL / 2, KEYS).await;
     let observed = Rc::new(RefCell::new(Observed::default()));
     let (tx, mut rx) = unbounded_channel();
@@ -160,37 +158,21 @@ async fn order_holds_per_queue_while_consumers_join_and_leave() {
             orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await,
         );
     }
-    let mut received = 0usize;
-    async fn wait_for(
-        rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
-        received: &mut usize,
-        target: usize,
-    ) {
-        while *received < target {
-            tokio::time::timeout(Duration::from_secs(60), rx.recv())
-                .await
-                .expect("consumption progresses")
-                .unwrap();
-            *received += 1;
-        }
-    }
     // Members come and go while the second half is produced.
-    wait_for(&mut rx, &mut received, 10_000).await;
+    receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(0).shutdown().await;
     produce_keyed(&producer, topic, TOTAL / 2, TOTAL / 4, KEYS).await;
     consumers
         .push(orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await);
-    let target = received + 10_000;
-    wait_for(&mut rx, &mut received, target).await;
+    receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(1).shutdown().await;
     consumers
         .push(orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await);
     produce_keyed(&producer, topic, TOTAL * 3 / 4, TOTAL / 4, KEYS).await;
-    let target = received + 10_000;
-    wait_for(&mut rx, &mut received, target).await;
+    receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(0).shutdown().await;
     while observed.borrow().distinct.len() < TOTAL {
-        tokio::time::timeout(Duration::from_secs(60), rx.recv())
+        tokio::time::timeout(BULK_PATIENCE, rx.recv())
             .await
             .unwrap_or_else(|_| {
                 panic!("stalled at {} of {TOTAL}", observed.borrow().distinct.len())
@@ -217,44 +199,26 @@ async fn order_holds_per_queue_while_consumers_join_and_leave() {
 
 #[actix_rt::test]
 async fn a_suspended_batch_is_consumed_again_before_anything_after_it() {
-    let cluster = cluster(1).await;
-    cluster.create_topic("Suspend", 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
-    produce_keyed(&producer, "Suspend", 0, 10, 1).await;
+    let (cluster, namesrv) = cluster_with_keyed("Suspend", 1, 10, 1).await;
     let (tx, mut rx) = unbounded_channel::<(usize, i32)>();
-    let consumer = PushConsumer::builder()
-        .namesrv_addr(&namesrv)
-        .group("suspend_group")
-        .subscribe("Suspend", "*")
-        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
-        .orderly_listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, mut ctx: OrderlyContext| {
-                let tx = tx.clone();
-                async move {
-                    let (_, seq) = key_and_seq(&messages[0]);
-                    if seq == 3 && messages[0].reconsume_times < 2 {
-                        ctx.suspend_time = Duration::from_millis(20);
-                        let _ = tx.send((seq, messages[0].reconsume_times));
-                        return (OrderlyStatus::SuspendCurrentQueueAMoment, ctx);
-                    }
+    let consumer = from_first_offset(&namesrv, "suspend_group", "Suspend", "*")
+        .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
+            let tx = tx.clone();
+            async move {
+                let (_, seq) = key_and_seq(&messages[0]);
+                if seq == 3 && messages[0].reconsume_times < 2 {
+                    ctx.suspend_time = Duration::from_millis(20);
                     let _ = tx.send((seq, messages[0].reconsume_times));
-                    (OrderlyStatus::Success, ctx)
+                    return (OrderlyStatus::SuspendCurrentQueueAMoment, ctx);
                 }
-            },
-        )
+                let _ = tx.send((seq, messages[0].reconsume_times));
+                (OrderlyStatus::Success, ctx)
+            }
+        })
         .start()
         .await
         .unwrap();
-    let mut order = Vec::new();
-    for _ in 0..12 {
-        order.push(
-            tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                .await
-                .expect("delivery")
-                .unwrap(),
-        );
-    }
+    let order = receive(&mut rx, 12).await;
     let expected: Vec<(usize, i32)> = (0..3)
         .map(|s| (s, 0))
         .chain([(3, 0), (3, 1), (3, 2)])
@@ -267,51 +231,33 @@ async fn a_suspended_batch_is_consumed_again_before_anything_after_it() {
 
 #[actix_rt::test]
 async fn rollback_without_auto_commit_replays_since_the_last_commit() {
-    let cluster = cluster(1).await;
-    cluster.create_topic("Rollback", 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
-    produce_keyed(&producer, "Rollback", 0, 6, 1).await;
+    let (cluster, namesrv) = cluster_with_keyed("Rollback", 1, 6, 1).await;
     let (tx, mut rx) = unbounded_channel::<usize>();
     let rolled_back = Rc::new(RefCell::new(false));
-    let consumer = PushConsumer::builder()
-        .namesrv_addr(&namesrv)
-        .group("rollback_group")
-        .subscribe("Rollback", "*")
-        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
-        .orderly_listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, mut ctx: OrderlyContext| {
-                let tx = tx.clone();
-                let rolled_back = rolled_back.clone();
-                async move {
-                    ctx.auto_commit = false;
-                    ctx.suspend_time = Duration::from_millis(20);
-                    let (_, seq) = key_and_seq(&messages[0]);
-                    let _ = tx.send(seq);
-                    let status = match seq {
-                        1 | 3 | 5 => OrderlyStatus::Commit,
-                        2 if !*rolled_back.borrow() => {
-                            *rolled_back.borrow_mut() = true;
-                            OrderlyStatus::Rollback
-                        }
-                        _ => OrderlyStatus::Success,
-                    };
-                    (status, ctx)
-                }
-            },
-        )
+    let consumer = from_first_offset(&namesrv, "rollback_group", "Rollback", "*")
+        .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
+            let tx = tx.clone();
+            let rolled_back = rolled_back.clone();
+            async move {
+                ctx.auto_commit = false;
+                ctx.suspend_time = Duration::from_millis(20);
+                let (_, seq) = key_and_seq(&messages[0]);
+                let _ = tx.send(seq);
+                let status = match seq {
+                    1 | 3 | 5 => OrderlyStatus::Commit,
+                    2 if !*rolled_back.borrow() => {
+                        *rolled_back.borrow_mut() = true;
+                        OrderlyStatus::Rollback
+                    }
+                    _ => OrderlyStatus::Success,
+                };
+                (status, ctx)
+            }
+        })
         .start()
         .await
         .unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..7 {
-        seen.push(
-            tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                .await
-                .expect("delivery")
-                .unwrap(),
-        );
-    }
+    let seen = receive(&mut rx, 7).await;
     // 0,1 committed; 2 rolled back → replayed from 2 (the last commit was after 1).
     assert_eq!(seen, vec![0, 1, 2, 2, 3, 4, 5]);
     consumer.shutdown().await;
@@ -320,79 +266,39 @@ async fn rollback_without_auto_commit_replays_since_the_last_commit() {
 
 #[actix_rt::test]
 async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_queue_moves_on() {
-    let cluster = cluster(1).await;
-    cluster.create_topic("Poison", 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
-    produce_keyed(&producer, "Poison", 0, 5, 1).await;
+    let (cluster, namesrv) = cluster_with_keyed("Poison", 1, 5, 1).await;
     let (tx, mut rx) = unbounded_channel::<(usize, i32)>();
-    let consumer = PushConsumer::builder()
-        .namesrv_addr(&namesrv)
-        .group("poison_group")
-        .subscribe("Poison", "*")
-        .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
-            c.max_reconsume_times = Some(2);
-        })
-        .orderly_listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, mut ctx: OrderlyContext| {
-                let tx = tx.clone();
-                async move {
-                    ctx.suspend_time = Duration::from_millis(10);
-                    let (_, seq) = key_and_seq(&messages[0]);
-                    let _ = tx.send((seq, messages[0].reconsume_times));
-                    if seq == 1 {
-                        panic!("poison message");
-                    }
-                    (OrderlyStatus::Success, ctx)
+    let consumer = from_first_offset(&namesrv, "poison_group", "Poison", "*")
+        .configure(|c| c.max_reconsume_times = Some(2))
+        .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
+            let tx = tx.clone();
+            async move {
+                ctx.suspend_time = Duration::from_millis(10);
+                let (_, seq) = key_and_seq(&messages[0]);
+                let _ = tx.send((seq, messages[0].reconsume_times));
+                if seq == 1 {
+                    panic!("poison message");
                 }
-            },
-        )
+                (OrderlyStatus::Success, ctx)
+            }
+        })
         .start()
         .await
         .unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..7 {
-        seen.push(
-            tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                .await
-                .expect("delivery")
-                .unwrap(),
-        );
-    }
+    let seen = receive(&mut rx, 7).await;
     assert_eq!(
         seen,
         vec![(0, 0), (1, 0), (1, 1), (1, 2), (2, 0), (3, 0), (4, 0)],
         "a panic counts as a suspend; at the maximum the message leaves the queue"
     );
     let (dlq_tx, mut dlq_rx) = unbounded_channel();
-    let dlq = PushConsumer::builder()
-        .namesrv_addr(&namesrv)
-        .group("poison_dlq_reader")
-        .subscribe("%DLQ%poison_group", "*")
-        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
-        .listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, ctx| {
-                let dlq_tx = dlq_tx.clone();
-                async move {
-                    for m in &messages {
-                        let _ = dlq_tx.send(String::from_utf8_lossy(m.body()).into_owned());
-                    }
-                    (
-                        rocketmq_actor::actors::listener::ConsumeStatus::Success,
-                        ctx,
-                    )
-                }
-            },
-        )
+    let dlq = from_first_offset(&namesrv, "poison_dlq_reader", "%DLQ%poison_group", "*")
+        .listener_fn(recording(dlq_tx))
         .start()
         .await
         .unwrap();
-    let dead = tokio::time::timeout(Duration::from_secs(30), dlq_rx.recv())
-        .await
-        .expect("the poison message is in the DLQ")
-        .unwrap();
-    assert_eq!(dead, "k0:1");
+    let (dead, _) = receive(&mut dlq_rx, 1).await.remove(0);
+    assert_eq!(dead, "k0:1", "the poison message is in the DLQ");
     consumer.shutdown().await;
     dlq.shutdown().await;
     cluster.shutdown().await;
@@ -400,13 +306,9 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_and_the_queue_moves_on()
 
 #[actix_rt::test]
 async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
-    let cluster = cluster(1).await;
-    cluster.create_topic("Keyed", 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
     const KEYS: usize = 50;
     const TOTAL: usize = 2000;
-    produce_keyed(&producer, "Keyed", 0, TOTAL, KEYS).await;
+    let (cluster, namesrv) = cluster_with_keyed("Keyed", 1, TOTAL, KEYS).await;
     let observed = Rc::new(RefCell::new(Observed::default()));
     let in_flight_keys = Rc::new(RefCell::new((
         HashMap::<String, usize>::new(),
@@ -415,48 +317,35 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
     )));
     let (tx, mut rx) = unbounded_channel::<()>();
     let (o, f) = (observed.clone(), in_flight_keys.clone());
-    let consumer = PushConsumer::builder()
-        .namesrv_addr(&namesrv)
-        .group("keyed_group")
-        .subscribe("Keyed", "*")
-        .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
-            c.consume_concurrency_max = Some(16);
-        })
+    let consumer = from_first_offset(&namesrv, "keyed_group", "Keyed", "*")
+        .configure(|c| c.consume_concurrency_max = Some(16))
         .key_ordered(true)
-        .orderly_listener_fn(
-            move |messages: rocketmq_actor::actors::listener::Messages, ctx: OrderlyContext| {
-                let (o, f, tx) = (o.clone(), f.clone(), tx.clone());
-                async move {
-                    let (key, _) = key_and_seq(&messages[0]);
-                    {
-                        let mut f = f.borrow_mut();
-                        let same_key = f.0.entry(key.clone()).or_default();
-                        *same_key += 1;
-                        if *same_key > 1 {
-                            f.2 += 1; // two calls of one key at once
-                        }
-                        f.1 = f.1.max(f.0.values().filter(|n| **n > 0).count());
+        .orderly_listener_fn(move |messages: Messages, ctx: OrderlyContext| {
+            let (o, f, tx) = (o.clone(), f.clone(), tx.clone());
+            async move {
+                let (key, _) = key_and_seq(&messages[0]);
+                {
+                    let mut f = f.borrow_mut();
+                    let same_key = f.0.entry(key.clone()).or_default();
+                    *same_key += 1;
+                    if *same_key > 1 {
+                        f.2 += 1; // two calls of one key at once
                     }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    o.borrow_mut().record(&messages[0]);
-                    if let Some(n) = f.borrow_mut().0.get_mut(&key) {
-                        *n -= 1;
-                    }
-                    let _ = tx.send(());
-                    (OrderlyStatus::Success, ctx)
+                    f.1 = f.1.max(f.0.values().filter(|n| **n > 0).count());
                 }
-            },
-        )
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                o.borrow_mut().record(&messages[0]);
+                if let Some(n) = f.borrow_mut().0.get_mut(&key) {
+                    *n -= 1;
+                }
+                let _ = tx.send(());
+                (OrderlyStatus::Success, ctx)
+            }
+        })
         .start()
         .await
         .unwrap();
-    for _ in 0..TOTAL {
-        tokio::time::timeout(Duration::from_secs(60), rx.recv())
-            .await
-            .expect("delivery")
-            .unwrap();
-    }
+    receive_within(&mut rx, TOTAL, BULK_PATIENCE).await;
     {
         let o = observed.borrow();
         let f = in_flight_keys.borrow();
@@ -481,24 +370,16 @@ async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
     };
     use rocketmq_actor::protocol::codes::request_code;
     use rocketmq_actor::protocol::RemotingCommand;
-    let cluster = cluster(1).await;
-    cluster.create_topic("Locked", 2).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
-    produce_keyed(&producer, "Locked", 0, 10, 2).await;
+    let (cluster, namesrv) = cluster_with_keyed("Locked", 2, 10, 2).await;
     let observed = Rc::new(RefCell::new(Observed::default()));
     let (tx, mut rx) = unbounded_channel();
     let consumer = orderly_consumer(&namesrv, "locked_group", "Locked", observed, tx, |_| {}).await;
-    for _ in 0..10 {
-        tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .unwrap();
-    }
+    receive(&mut rx, 10).await;
     let queues = consumer.owned_queues().await;
     assert!(queues.iter().filter(|q| q.topic == "Locked").count() == 2);
-    let intruder = Client::start(ClientConfig::new(&namesrv)).unwrap();
+    let intruder = client(&cluster);
     let route = intruder.route("Locked").await.unwrap();
-    let addr = route.master_addr("broker-a").unwrap().to_owned();
+    let addr = route.master_addr(BROKER).unwrap().to_owned();
     let conn = intruder.connection(&addr).await.unwrap();
     let body = LockBatchRequestBody {
         consumer_group: "locked_group".into(),

@@ -1,16 +1,19 @@
 //! The push consumer end to end, on the embedded broker, through the public API.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{Client, ClientConfig};
+use common::{
+    assert_quiet, cluster_with_topic, fast_retry_cluster, from_first_offset, producer, receive,
+    send_numbered, send_numbered_tagged, text,
+};
 use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::ConsumeStatus;
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
-use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel};
-use rocketmq_actor::{Message, MessageExt, MessageQueue};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
+use rocketmq_actor::consumer::{MessageModel, PushConsumerConfig};
+use rocketmq_actor::{MessageExt, MessageQueue};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 /// What a listener saw.
 #[derive(Debug, Clone)]
@@ -20,35 +23,12 @@ struct Seen {
     tags: Option<String>,
 }
 
-async fn cluster(brokers: usize) -> EmbeddedCluster {
-    EmbeddedCluster::start(EmbeddedConfig {
-        brokers,
-        delay_scale: 0.001,
-        ..EmbeddedConfig::ephemeral()
-    })
-    .await
-    .expect("embedded cluster starts")
-}
-
-async fn produce(namesrv: &str, topic: &str, count: usize, tag: Option<&str>) -> Producer {
-    let client = Client::start(ClientConfig::new(namesrv)).unwrap();
-    let producer = Producer::new(client, ProducerConfig::default());
-    for i in 0..count {
-        let mut message = Message::new(topic, format!("m{i}"));
-        if let Some(tag) = tag {
-            message = message.with_tags(tag);
-        }
-        producer.send(message).await.expect("send succeeds");
-    }
-    producer
-}
-
 fn seen_of(consumer: usize, messages: &[MessageExt]) -> Vec<Seen> {
     messages
         .iter()
         .map(|m| Seen {
             consumer,
-            body: String::from_utf8_lossy(m.body()).into_owned(),
+            body: text(m),
             tags: m.tags().map(str::to_owned),
         })
         .collect()
@@ -85,12 +65,8 @@ async fn recording_consumer(
     setup: Setup,
 ) -> PushConsumer {
     let Setup { model, offset_dir } = setup;
-    PushConsumer::builder()
-        .namesrv_addr(namesrv)
-        .group(group)
-        .subscribe(topic, expression)
+    from_first_offset(namesrv, group, topic, expression)
         .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
             c.message_model = model;
             c.offset_store_dir = offset_dir;
             c.persist_consumer_offset_interval = Duration::from_millis(200);
@@ -109,27 +85,15 @@ async fn recording_consumer(
         .expect("consumer starts")
 }
 
-async fn receive(rx: &mut UnboundedReceiver<Seen>, count: usize) -> Vec<Seen> {
-    let mut seen = Vec::with_capacity(count);
-    while seen.len() < count {
-        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
-            Ok(Some(s)) => seen.push(s),
-            Ok(None) => break,
-            Err(_) => panic!("only {} of {count} messages arrived", seen.len()),
-        }
-    }
-    seen
-}
-
 fn bodies(seen: &[Seen]) -> BTreeSet<String> {
     seen.iter().map(|s| s.body.clone()).collect()
 }
 
 #[actix_rt::test]
 async fn a_consumer_receives_every_message_of_a_topic() {
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
-    produce(&namesrv, "Basic", 100, None).await;
+    send_numbered(&producer(&cluster), "Basic", 0..100).await;
     let (tx, mut rx) = unbounded_channel();
     let consumer =
         recording_consumer(&namesrv, "basic_group", "Basic", "*", 0, tx, clustering()).await;
@@ -145,9 +109,10 @@ async fn a_consumer_receives_every_message_of_a_topic() {
 
 #[actix_rt::test]
 async fn a_clean_shutdown_and_restart_redelivers_nothing() {
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
-    let producer = produce(&namesrv, "Restart", 50, None).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, "Restart", 0..50).await;
     let (tx, mut rx) = unbounded_channel();
     let first = recording_consumer(
         &namesrv,
@@ -161,12 +126,7 @@ async fn a_clean_shutdown_and_restart_redelivers_nothing() {
     .await;
     let before = receive(&mut rx, 50).await;
     first.shutdown().await;
-    for i in 50..80 {
-        producer
-            .send(Message::new("Restart", format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer, "Restart", 50..80).await;
     let second = recording_consumer(
         &namesrv,
         "restart_group",
@@ -186,45 +146,37 @@ async fn a_clean_shutdown_and_restart_redelivers_nothing() {
     );
     assert_eq!(before.len() + after.len(), 80);
     // Nothing else arrives: every message was delivered exactly once.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), rx.recv())
-            .await
-            .is_err(),
-        "a duplicate arrived"
-    );
+    assert_quiet(&mut rx, "a duplicate arrived").await;
     second.shutdown().await;
     cluster.shutdown().await;
 }
 
 #[actix_rt::test]
 async fn tag_filtering_delivers_only_matching_tags_even_on_hash_collisions() {
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
     // "Aa" and "BB" have the same Java hash code: the broker cannot tell them apart.
-    produce(&namesrv, "Tags", 20, Some("Aa")).await;
-    produce(&namesrv, "Tags", 20, Some("BB")).await;
-    produce(&namesrv, "Tags", 20, Some("Other")).await;
+    let producer = producer(&cluster);
+    send_numbered_tagged(&producer, "Tags", 0..20, "Aa").await;
+    send_numbered_tagged(&producer, "Tags", 0..20, "BB").await;
+    send_numbered_tagged(&producer, "Tags", 0..20, "Other").await;
     let (tx, mut rx) = unbounded_channel();
     let consumer =
         recording_consumer(&namesrv, "tags_group", "Tags", "Aa", 0, tx, clustering()).await;
     let seen = receive(&mut rx, 20).await;
     assert!(seen.iter().all(|s| s.tags.as_deref() == Some("Aa")));
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), rx.recv())
-            .await
-            .is_err(),
-        "a message with another tag was delivered"
-    );
+    assert_quiet(&mut rx, "a message with another tag was delivered").await;
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
 
 #[actix_rt::test]
 async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_go() {
-    let cluster = cluster(2).await;
+    let cluster = fast_retry_cluster(2).await;
     let namesrv = cluster.namesrv_addr();
     let topic = "Shared";
-    let producer = produce(&namesrv, topic, 300, None).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, topic, 0..300).await;
     let (tx, mut rx) = unbounded_channel();
     let start = |i: usize, tx: UnboundedSender<Seen>| {
         let namesrv = namesrv.clone();
@@ -236,20 +188,10 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
     let c1 = start(1, tx.clone()).await;
     let mut seen = receive(&mut rx, 100).await;
     let c2 = start(2, tx.clone()).await;
-    for i in 300..600 {
-        producer
-            .send(Message::new(topic, format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer, topic, 300..600).await;
     seen.extend(receive(&mut rx, 200).await);
     c1.shutdown().await;
-    for i in 600..900 {
-        producer
-            .send(Message::new(topic, format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer, topic, 600..900).await;
     let c3 = start(3, tx.clone()).await;
     // Everything arrives (at-least-once across rebalances: duplicates are allowed, loss is not).
     let expected: BTreeSet<String> = (0..900).map(|i| format!("m{i}")).collect();
@@ -303,37 +245,21 @@ async fn three_consumers_share_two_brokers_without_loss_while_members_come_and_g
     cluster.shutdown().await;
 }
 
-/// Starts a consumer whose listener is the given closure over (delivery, message).
-async fn consumer_with<F>(
+/// Starts a consumer of every tag of `topic` from the first offset, configured by `configure`,
+/// whose listener is the given closure.
+async fn consumer_with<F, Fut>(
     namesrv: &str,
     group: &str,
     topic: &str,
-    configure: impl FnOnce(&mut rocketmq_actor::consumer::PushConsumerConfig),
+    configure: impl FnOnce(&mut PushConsumerConfig),
     listener: F,
 ) -> PushConsumer
 where
-    F: Fn(
-            rocketmq_actor::actors::listener::Messages,
-            rocketmq_actor::actors::listener::ConsumeContext,
-        ) -> std::pin::Pin<
-            Box<
-                dyn std::future::Future<
-                    Output = (
-                        ConsumeStatus,
-                        rocketmq_actor::actors::listener::ConsumeContext,
-                    ),
-                >,
-            >,
-        > + 'static,
+    F: Fn(Messages, ConsumeContext) -> Fut + 'static,
+    Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
-    PushConsumer::builder()
-        .namesrv_addr(namesrv)
-        .group(group)
-        .subscribe(topic, "*")
-        .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
-            configure(c);
-        })
+    from_first_offset(namesrv, group, topic, "*")
+        .configure(configure)
         .listener_fn(listener)
         .start()
         .await
@@ -342,9 +268,10 @@ where
 
 #[actix_rt::test]
 async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local_file() {
-    let cluster = cluster(2).await;
+    let cluster = fast_retry_cluster(2).await;
     let namesrv = cluster.namesrv_addr();
-    let producer = produce(&namesrv, "Broadcast", 40, None).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, "Broadcast", 0..40).await;
     let dirs: Vec<std::path::PathBuf> = (0..2)
         .map(|i| std::env::temp_dir().join(format!("rmq-actor-bcast-{}-{i}", std::process::id())))
         .collect();
@@ -376,12 +303,7 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
     for c in consumers {
         c.shutdown().await;
     }
-    for i in 40..50 {
-        producer
-            .send(Message::new("Broadcast", format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    send_numbered(&producer, "Broadcast", 40..50).await;
     let restarted = recording_consumer(
         &namesrv,
         "bcast_group",
@@ -399,9 +321,7 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
         expected,
         "resumed from the offsets in the local file"
     );
-    assert!(tokio::time::timeout(Duration::from_millis(500), rx.recv())
-        .await
-        .is_err());
+    assert_quiet(&mut rx, "a message consumed before the restart came again").await;
     restarted.shutdown().await;
     cluster.shutdown().await;
     for dir in &dirs {
@@ -411,9 +331,9 @@ async fn broadcasting_delivers_everything_to_everyone_and_resumes_from_the_local
 
 #[actix_rt::test]
 async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
-    produce(&namesrv, "Retry", 1, None).await;
+    send_numbered(&producer(&cluster), "Retry", 0..1).await;
     let (tx, mut rx) = unbounded_channel::<i32>();
     let failing = consumer_with(
         &namesrv,
@@ -422,24 +342,17 @@ async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
         |c| c.max_reconsume_times = Some(2),
         move |messages, ctx| {
             let tx = tx.clone();
-            Box::pin(async move {
+            async move {
                 for m in &messages {
                     assert_eq!(m.topic(), "Retry", "the listener sees the original topic");
                     let _ = tx.send(m.reconsume_times);
                 }
                 (ConsumeStatus::ReconsumeLater, ctx)
-            })
+            }
         },
     )
     .await;
-    let mut deliveries = Vec::new();
-    for _ in 0..3 {
-        let times = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .expect("a redelivery arrives")
-            .unwrap();
-        deliveries.push(times);
-    }
+    let deliveries = receive(&mut rx, 3).await;
     assert_eq!(deliveries, vec![0, 1, 2]);
     // After max reconsume times the broker moves it to %DLQ%retry_group.
     let (dlq_tx, mut dlq_rx) = unbounded_channel();
@@ -455,12 +368,7 @@ async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
     .await;
     let dead = receive(&mut dlq_rx, 1).await;
     assert_eq!(dead[0].body, "m0");
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), rx.recv())
-            .await
-            .is_err(),
-        "no fourth delivery"
-    );
+    assert_quiet(&mut rx, "no fourth delivery").await;
     failing.shutdown().await;
     dlq_reader.shutdown().await;
     cluster.shutdown().await;
@@ -468,10 +376,8 @@ async fn failed_messages_are_retried_then_land_in_the_dead_letter_queue() {
 
 #[actix_rt::test]
 async fn ack_index_retries_only_the_unacknowledged_part_of_a_batch() {
-    let cluster = cluster(1).await;
-    cluster.create_topic("Ack", 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    produce(&namesrv, "Ack", 4, None).await;
+    let (cluster, namesrv) = cluster_with_topic("Ack", 1).await;
+    send_numbered(&producer(&cluster), "Ack", 0..4).await;
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
     let consumer = consumer_with(
         &namesrv,
@@ -480,48 +386,35 @@ async fn ack_index_retries_only_the_unacknowledged_part_of_a_batch() {
         |c| c.consume_message_batch_max_size = 4,
         move |messages, mut ctx| {
             let tx = tx.clone();
-            Box::pin(async move {
+            async move {
                 for m in &messages {
-                    let _ = tx.send((
-                        String::from_utf8_lossy(m.body()).into_owned(),
-                        m.reconsume_times,
-                    ));
+                    let _ = tx.send((text(m), m.reconsume_times));
                 }
                 if messages.len() == 4 {
                     ctx.ack_index = Some(1); // m0 and m1 done, m2 and m3 to retry
                 }
                 (ConsumeStatus::Success, ctx)
-            })
+            }
         },
     )
     .await;
-    let mut seen = Vec::new();
-    for _ in 0..6 {
-        seen.push(
-            tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                .await
-                .expect("delivery")
-                .unwrap(),
-        );
-    }
+    let seen = receive(&mut rx, 6).await;
     let retried: BTreeSet<String> = seen
         .iter()
         .filter(|(_, times)| *times == 1)
         .map(|(b, _)| b.clone())
         .collect();
     assert_eq!(retried, ["m2".to_string(), "m3".to_string()].into());
-    assert!(tokio::time::timeout(Duration::from_millis(300), rx.recv())
-        .await
-        .is_err());
+    assert_quiet(&mut rx, "an acknowledged message came back").await;
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
 
 #[actix_rt::test]
 async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() {
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
-    produce(&namesrv, "Panic", 3, None).await;
+    send_numbered(&producer(&cluster), "Panic", 0..3).await;
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
     let consumer = consumer_with(
         &namesrv,
@@ -530,27 +423,20 @@ async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() 
         |_| {},
         move |messages, ctx| {
             let tx = tx.clone();
-            Box::pin(async move {
+            async move {
                 for m in &messages {
-                    let body = String::from_utf8_lossy(m.body()).into_owned();
+                    let body = text(m);
                     if body == "m1" && m.reconsume_times == 0 {
                         panic!("listener bug on first delivery of m1");
                     }
                     let _ = tx.send((body, m.reconsume_times));
                 }
                 (ConsumeStatus::Success, ctx)
-            })
+            }
         },
     )
     .await;
-    let mut seen = BTreeMap::new();
-    for _ in 0..3 {
-        let (body, times) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .expect("delivery")
-            .unwrap();
-        seen.insert(body, times);
-    }
+    let seen: BTreeMap<String, i32> = receive(&mut rx, 3).await.into_iter().collect();
     assert_eq!(seen.get("m1"), Some(&1), "m1 came back after the panic");
     assert_eq!(seen.len(), 3);
     consumer.shutdown().await;
@@ -561,9 +447,9 @@ async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() 
 async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let cluster = cluster(1).await;
+    let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();
-    produce(&namesrv, "Bound", 40, None).await;
+    send_numbered(&producer(&cluster), "Bound", 0..40).await;
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let (tx, mut rx) = unbounded_channel::<()>();
@@ -575,22 +461,18 @@ async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
         |c| c.consume_concurrency_max = Some(3),
         move |_messages, ctx| {
             let (r, p, tx) = (r.clone(), p.clone(), tx.clone());
-            Box::pin(async move {
+            async move {
                 let now = r.fetch_add(1, Ordering::SeqCst) + 1;
                 p.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 r.fetch_sub(1, Ordering::SeqCst);
                 let _ = tx.send(());
                 (ConsumeStatus::Success, ctx)
-            })
+            }
         },
     )
     .await;
-    for _ in 0..40 {
-        tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .expect("delivery");
-    }
+    receive(&mut rx, 40).await;
     assert_eq!(
         peak.load(Ordering::SeqCst),
         3,

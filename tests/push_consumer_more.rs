@@ -3,20 +3,23 @@
 //! suspend/resume, consuming from a timestamp, broker-driven offset resets and the admin calls a
 //! broker makes into a consumer (running info, consume directly).
 
+mod common;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::{Future, Ready};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{Client, ClientConfig};
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::{
-    ConsumeContext, ConsumeMessages, ConsumeReply, ConsumeStatus,
+use common::{
+    assert_quiet, await_committed, body_of, cluster_with_topic, eventually, fast_retry_cluster,
+    from_first_offset, mq, now_ms, producer, receive, recording, send_numbered, text, BROKER,
+    QUIET,
 };
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult};
+use rocketmq_actor::actors::broker::EmbeddedCluster;
+use rocketmq_actor::actors::consumer::PushConsumer;
+use rocketmq_actor::actors::listener::{ConsumeMessages, ConsumeReply, ConsumeStatus};
+use rocketmq_actor::actors::producer::Producer;
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
 use rocketmq_actor::consumer::flow::BROKER_SUSPEND_MAX_TIME;
 use rocketmq_actor::consumer::{ConsumeFromWhere, PushConsumerConfig};
@@ -24,62 +27,9 @@ use rocketmq_actor::protocol::body::{
     decode_json, CMResult, ConsumeMessageDirectlyResult, ConsumerRunningInfo,
 };
 use rocketmq_actor::protocol::response_code;
-use rocketmq_actor::{Error, Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Error, Message, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
-
-/// The only broker of a one-broker embedded cluster.
-const BROKER: &str = "broker-a";
-
-/// How long a test waits for something that should happen before calling it lost.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// How long a test watches for something that must not happen. Absence can only be observed
-/// over time; this is kept short.
-const QUIET: Duration = Duration::from_millis(500);
-
-async fn cluster() -> EmbeddedCluster {
-    EmbeddedCluster::start(EmbeddedConfig {
-        brokers: 1,
-        // Retry delay levels a thousand times shorter: level 3 (10 s) becomes 10 ms.
-        delay_scale: 0.001,
-        ..EmbeddedConfig::ephemeral()
-    })
-    .await
-    .expect("embedded cluster starts")
-}
-
-fn producer(namesrv: &str) -> Producer {
-    let client = Client::start(ClientConfig::new(namesrv)).expect("client starts");
-    Producer::new(client, ProducerConfig::default())
-}
-
-fn body_of(i: usize) -> String {
-    format!("m{i}")
-}
-
-fn text(message: &MessageExt) -> String {
-    String::from_utf8_lossy(message.body()).into_owned()
-}
-
-/// Sends `m{i}` for every `i` of `range`, one at a time (so a one-queue topic stores them in
-/// that order).
-async fn send_numbered(
-    producer: &Producer,
-    topic: &str,
-    range: std::ops::Range<usize>,
-) -> Vec<SendResult> {
-    let mut results = Vec::with_capacity(range.len());
-    for i in range {
-        results.push(
-            producer
-                .send(Message::new(topic, body_of(i)))
-                .await
-                .expect("send succeeds"),
-        );
-    }
-    results
-}
 
 /// Sends `m0..m{count}` in batches of 100.
 async fn send_backlog(producer: &Producer, topic: &str, count: usize) {
@@ -97,95 +47,15 @@ async fn send_backlog(producer: &Producer, topic: &str, count: usize) {
     }
 }
 
-/// Polls `probe` until it yields a value; panics after [`PATIENCE`].
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Receives exactly `count` items, panicking if they do not come within [`PATIENCE`].
-async fn receive<T>(rx: &mut UnboundedReceiver<T>, count: usize) -> Vec<T> {
-    let mut items = Vec::with_capacity(count);
-    while items.len() < count {
-        match tokio::time::timeout(PATIENCE, rx.recv()).await {
-            Ok(Some(item)) => items.push(item),
-            Ok(None) => panic!("the listener went away after {} of {count}", items.len()),
-            Err(_) => panic!("only {} of {count} deliveries arrived", items.len()),
-        }
-    }
-    items
-}
-
-/// Asserts that nothing arrives for [`QUIET`].
-async fn assert_quiet<T: std::fmt::Debug>(rx: &mut UnboundedReceiver<T>, context: &str) {
-    if let Ok(Some(item)) = tokio::time::timeout(QUIET, rx.recv()).await {
-        panic!("{context}: unexpected delivery {item:?}");
-    }
-}
-
-/// The offset the broker holds for `group` on queue `queue_id` of `topic` once it equals
-/// `expected` (the consumer persists every 100 ms in these tests).
-async fn await_committed(cluster: &EmbeddedCluster, group: &str, topic: &str, expected: i64) {
-    let mut last = None;
-    let reached = tokio::time::timeout(PATIENCE, async {
-        loop {
-            last = cluster
-                .committed_offset(BROKER, group, topic, 0)
-                .await
-                .expect("broker answers");
-            if last == Some(expected) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(
-        reached.is_ok(),
-        "the committed offset of {topic}/0 stayed at {last:?}, expected {expected}"
-    );
-}
-
-/// A builder with what every test here shares: first offset, offsets persisted every 100 ms.
+/// A builder with what every test here shares: every tag, first offset, offsets persisted every
+/// 100 ms (so [`await_committed`] sees them soon).
 fn builder(
     namesrv: &str,
     group: &str,
     topic: &str,
 ) -> rocketmq_actor::actors::consumer::PushConsumerBuilder {
-    PushConsumer::builder()
-        .namesrv_addr(namesrv)
-        .group(group)
-        .subscribe(topic, "*")
-        .configure(|c| {
-            c.consume_from_where = ConsumeFromWhere::FirstOffset;
-            c.persist_consumer_offset_interval = Duration::from_millis(100);
-        })
-}
-
-/// A listener that reports (body, reconsume times) of every message and succeeds.
-fn recording(
-    tx: UnboundedSender<(String, i32)>,
-) -> impl Fn(
-    rocketmq_actor::actors::listener::Messages,
-    ConsumeContext,
-) -> Ready<(ConsumeStatus, ConsumeContext)>
-       + 'static {
-    move |messages, ctx| {
-        for m in &messages {
-            let _ = tx.send((text(m), m.reconsume_times));
-        }
-        std::future::ready((ConsumeStatus::Success, ctx))
-    }
+    from_first_offset(namesrv, group, topic, "*")
+        .configure(|c| c.persist_consumer_offset_interval = Duration::from_millis(100))
 }
 
 /// A gate listener calls can wait on; opening it releases every waiting and future call.
@@ -245,12 +115,10 @@ impl Drop for CancelGuard {
 
 #[actix_rt::test]
 async fn a_call_stuck_past_consume_timeout_is_redelivered_and_stops_pinning_the_offset() {
-    let cluster = cluster().await;
     let topic = "Timeout";
     let group = "timeout_group";
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    send_numbered(&producer(&namesrv), topic, 0..5).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_numbered(&producer(&cluster), topic, 0..5).await;
 
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
     let stuck = Rc::new(Cell::new(StuckCall::NotStarted));
@@ -309,12 +177,10 @@ async fn a_call_stuck_past_consume_timeout_is_redelivered_and_stops_pinning_the_
 
 #[actix_rt::test]
 async fn a_timed_out_call_that_fails_later_does_not_cause_a_second_redelivery() {
-    let cluster = cluster().await;
     let topic = "TimeoutLate";
     let group = "timeout_late_group";
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    send_numbered(&producer(&namesrv), topic, 0..1).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_numbered(&producer(&cluster), topic, 0..1).await;
 
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
     let (release, gate) = Gate::closed();
@@ -357,14 +223,12 @@ async fn a_timed_out_call_that_fails_later_does_not_cause_a_second_redelivery() 
 
 #[actix_rt::test]
 async fn pulling_stops_once_the_queue_caches_more_than_its_threshold() {
-    let cluster = cluster().await;
     let topic = "Flow";
     let group = "flow_group";
     let backlog = 10_000;
     let (threshold, batch) = (100u64, 32u64);
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    send_backlog(&producer(&namesrv), topic, backlog).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_backlog(&producer(&cluster), topic, backlog).await;
 
     let (tx, mut rx) = unbounded_channel::<String>();
     let (release, gate) = Gate::closed();
@@ -433,20 +297,18 @@ async fn reported_commit_offset(
     let info: ConsumerRunningInfo =
         decode_json(response.body.as_deref().unwrap_or_default()).expect("running info parses");
     info.mq_table
-        .get(&MessageQueue::new(topic, BROKER, 0))
+        .get(&mq(topic, 0))
         .map(|q| q.commit_offset)
         .expect("the queue is in the running info")
 }
 
 #[actix_rt::test]
 async fn a_slow_head_message_pins_the_offset_and_the_span_limit_bounds_pulling() {
-    let cluster = cluster().await;
     let topic = "Span";
     let group = "span_group";
     let (total, max_span, batch) = (300usize, 50u64, 32u64);
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    send_backlog(&producer(&namesrv), topic, total).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_backlog(&producer(&cluster), topic, total).await;
 
     let (tx, mut rx) = unbounded_channel::<String>();
     let (release_head, head_gate) = Gate::closed();
@@ -547,12 +409,10 @@ impl Handler<ConsumeMessages> for Recorder {
 
 #[actix_rt::test]
 async fn an_actor_listener_receives_every_message_and_its_ack_index_is_honoured() {
-    let cluster = cluster().await;
     let topic = "ActorListener";
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
     let count = 10;
-    send_numbered(&producer(&namesrv), topic, 0..count).await;
+    send_numbered(&producer(&cluster), topic, 0..count).await;
 
     let (tx, mut rx) = unbounded_channel();
     let batches = Rc::new(RefCell::new(Vec::new()));
@@ -591,11 +451,9 @@ async fn an_actor_listener_receives_every_message_and_its_ack_index_is_honoured(
 
 #[actix_rt::test]
 async fn a_consumer_built_from_toml_uses_its_settings_and_bad_values_name_the_option() {
-    let cluster = cluster().await;
     let topic = "TomlTopic";
-    cluster.create_topic(topic, 1).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    send_numbered(&producer(&namesrv), topic, 0..20).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_numbered(&producer(&cluster), topic, 0..20).await;
 
     let config = PushConsumerConfig::from_toml_str(
         r#"
@@ -699,7 +557,7 @@ async fn consuming_three(
 ) -> (Producer, PushConsumer, UnboundedReceiver<(String, i32)>) {
     cluster.create_topic(topic, 1).await.unwrap();
     let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
+    let producer = producer(cluster);
     send_numbered(&producer, topic, 0..3).await;
     let (tx, mut rx) = unbounded_channel();
     let consumer = builder(&namesrv, group, topic)
@@ -713,7 +571,7 @@ async fn consuming_three(
 
 #[actix_rt::test]
 async fn a_suspended_consumer_consumes_nothing_new_until_resumed() {
-    let cluster = cluster().await;
+    let cluster = fast_retry_cluster(1).await;
     let topic = "Suspend";
     let (producer, consumer, mut rx) = consuming_three(&cluster, topic, "suspend_group").await;
 
@@ -748,7 +606,7 @@ async fn a_suspended_consumer_consumes_nothing_new_until_resumed() {
 
 #[actix_rt::test]
 async fn after_suspend_returns_no_new_message_is_consumed() {
-    let cluster = cluster().await;
+    let cluster = fast_retry_cluster(1).await;
     let topic = "SuspendStrict";
     let (producer, consumer, mut rx) =
         consuming_three(&cluster, topic, "suspend_strict_group").await;
@@ -780,13 +638,6 @@ async fn wall_clock_past(epoch_ms: i64) {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 /// Stores `m0..m10` on a one-queue topic, then, from the next whole second on, `m10..m20`;
 /// with `retention`, the topic's first message (stored before `m0`) has expired. Returns the
 /// consumer started with `ConsumeFromWhere::Timestamp` at that second, and what it receives.
@@ -797,7 +648,7 @@ async fn consume_from_second_batch_time(
 ) -> (PushConsumer, UnboundedReceiver<(String, i32)>) {
     cluster.create_topic(topic, 1).await.unwrap();
     let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
+    let producer = producer(cluster);
     if retention {
         producer
             .send(Message::new(topic, "expired"))
@@ -831,11 +682,11 @@ async fn consume_from_second_batch_time(
     (consumer, rx)
 }
 
-#[actix_rt::test]
-async fn consuming_from_a_timestamp_skips_what_was_stored_before_it() {
-    let cluster = cluster().await;
-    // The usual state of a topic in service: its oldest messages have expired.
-    let (consumer, mut rx) = consume_from_second_batch_time(&cluster, "FromTimestamp", true).await;
+/// Runs [`consume_from_second_batch_time`] on a cluster of its own and checks that the consumer
+/// gets exactly the second batch.
+async fn assert_only_the_second_batch_is_consumed(topic: &str, retention: bool) {
+    let cluster = fast_retry_cluster(1).await;
+    let (consumer, mut rx) = consume_from_second_batch_time(&cluster, topic, retention).await;
     let seen: BTreeSet<String> = receive(&mut rx, 10)
         .await
         .into_iter()
@@ -852,23 +703,14 @@ async fn consuming_from_a_timestamp_skips_what_was_stored_before_it() {
 }
 
 #[actix_rt::test]
+async fn consuming_from_a_timestamp_skips_what_was_stored_before_it() {
+    // The usual state of a topic in service: its oldest messages have expired.
+    assert_only_the_second_batch_is_consumed("FromTimestamp", true).await;
+}
+
+#[actix_rt::test]
 async fn consuming_from_a_timestamp_on_a_young_topic_skips_what_was_stored_before_it() {
-    let cluster = cluster().await;
-    let (consumer, mut rx) =
-        consume_from_second_batch_time(&cluster, "YoungFromTimestamp", false).await;
-    let seen: BTreeSet<String> = receive(&mut rx, 10)
-        .await
-        .into_iter()
-        .map(|(b, _)| b)
-        .collect();
-    assert_eq!(
-        seen,
-        (10..20).map(body_of).collect(),
-        "only the second batch"
-    );
-    assert_quiet(&mut rx, "a message stored before the timestamp").await;
-    consumer.shutdown().await;
-    cluster.shutdown().await;
+    assert_only_the_second_batch_is_consumed("YoungFromTimestamp", false).await;
 }
 
 /// A consumer of `m0..m10` on a one-queue topic that has consumed (and committed) everything,
@@ -880,7 +722,7 @@ async fn consumed_ten(
 ) -> (PushConsumer, UnboundedReceiver<(String, i32)>, i64) {
     cluster.create_topic(topic, 1).await.unwrap();
     let namesrv = cluster.namesrv_addr();
-    let producer = producer(&namesrv);
+    let producer = producer(cluster);
     send_numbered(&producer, topic, 0..5).await;
     let second_half = now_ms() + 1;
     wall_clock_past(second_half).await;
@@ -904,7 +746,7 @@ async fn reset_to_m5(cluster: &EmbeddedCluster, group: &str, topic: &str, timest
         .await
         .expect("reset accepted");
     assert_eq!(
-        table.get(&MessageQueue::new(topic, BROKER, 0)),
+        table.get(&mq(topic, 0)),
         Some(&5),
         "the first message stored at or after the reset time is m5"
     );
@@ -912,7 +754,7 @@ async fn reset_to_m5(cluster: &EmbeddedCluster, group: &str, topic: &str, timest
 
 #[actix_rt::test]
 async fn a_broker_offset_reset_makes_the_consumer_consume_again_from_there() {
-    let cluster = cluster().await;
+    let cluster = fast_retry_cluster(1).await;
     let (topic, group) = ("Reset", "reset_group");
     let (consumer, mut rx, second_half) = consumed_ten(&cluster, topic, group).await;
 
@@ -935,7 +777,7 @@ async fn a_broker_offset_reset_makes_the_consumer_consume_again_from_there() {
 
 #[actix_rt::test]
 async fn a_broker_offset_reset_takes_effect_without_waiting_for_the_held_pull() {
-    let cluster = cluster().await;
+    let cluster = fast_retry_cluster(1).await;
     let (topic, group) = ("ResetPrompt", "reset_prompt_group");
     let (consumer, mut rx, second_half) = consumed_ten(&cluster, topic, group).await;
 
@@ -954,12 +796,10 @@ async fn a_broker_offset_reset_takes_effect_without_waiting_for_the_held_pull() 
 
 #[actix_rt::test]
 async fn the_broker_can_read_running_info_and_make_the_consumer_consume_one_message() {
-    let cluster = cluster().await;
     let topic = "Admin";
     let group = "admin_group";
-    cluster.create_topic(topic, 2).await.unwrap();
-    let namesrv = cluster.namesrv_addr();
-    let sent = send_numbered(&producer(&namesrv), topic, 0..10).await;
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    let sent = send_numbered(&producer(&cluster), topic, 0..10).await;
 
     let (tx, mut rx) = unbounded_channel();
     let consumer = builder(&namesrv, group, topic)
@@ -984,7 +824,7 @@ async fn the_broker_can_read_running_info_and_make_the_consumer_consume_one_mess
     let mut expected = BTreeMap::new();
     for queue_id in 0..2 {
         let end = cluster.max_offset(BROKER, topic, queue_id).await.unwrap();
-        expected.insert(MessageQueue::new(topic, BROKER, queue_id), end);
+        expected.insert(mq(topic, queue_id), end);
     }
     assert_eq!(expected.values().sum::<i64>(), 10);
     let reported: BTreeMap<MessageQueue, i64> = info
