@@ -16,7 +16,7 @@ use rocketmq_actor::actors::consumer::PushConsumer;
 use rocketmq_actor::actors::listener::Messages;
 use rocketmq_actor::actors::producer::Producer;
 use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
-use rocketmq_actor::{Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Message, MessageExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 /// How long the high-volume tests here wait for the next delivery: thousands of messages go
@@ -66,8 +66,11 @@ async fn cluster_with_keyed(
 struct Observed {
     /// Highest sequence seen per key.
     high: HashMap<String, usize>,
-    /// Calls running per queue right now.
-    active: HashMap<MessageQueue, usize>,
+    /// Calls running right now per unit of serialization: the queue, or the key in
+    /// key-ordered mode.
+    active: HashMap<String, usize>,
+    /// Key-ordered mode: calls of one queue may overlap, calls of one key may not.
+    by_key: bool,
     distinct: BTreeSet<(String, usize)>,
     order_violations: usize,
     overlap_violations: usize,
@@ -109,10 +112,14 @@ async fn orderly_consumer(
             let observed = observed.clone();
             let progress = progress.clone();
             async move {
-                let queue = ctx.queue.clone();
+                let unit = if observed.borrow().by_key {
+                    key_and_seq(&messages[0]).0
+                } else {
+                    ctx.queue.to_string()
+                };
                 {
                     let mut o = observed.borrow_mut();
-                    let running = o.active.entry(queue.clone()).or_default();
+                    let running = o.active.entry(unit.clone()).or_default();
                     *running += 1;
                     if *running > 1 {
                         o.overlap_violations += 1;
@@ -125,7 +132,7 @@ async fn orderly_consumer(
                     for m in &messages {
                         o.record(m);
                     }
-                    if let Some(running) = o.active.get_mut(&queue) {
+                    if let Some(running) = o.active.get_mut(&unit) {
                         *running -= 1;
                     }
                 }
@@ -142,32 +149,66 @@ async fn orderly_consumer(
 
 #[actix_rt::test]
 async fn order_holds_per_queue_while_consumers_join_and_leave() {
+    order_holds_while_consumers_join_and_leave(false).await;
+}
+
+#[actix_rt::test]
+async fn order_holds_per_key_while_key_ordered_consumers_join_and_leave() {
+    order_holds_while_consumers_join_and_leave(true).await;
+}
+
+/// 100,000 messages over 1,000 keys on 2 brokers × 8 queues, consumed by 3 orderly consumers
+/// while members leave and join twice: nothing is lost, no message of a key is consumed before
+/// the one before it, and no queue (or key, in key-ordered mode) ever has two calls at once.
+async fn order_holds_while_consumers_join_and_leave(by_key: bool) {
     const TOTAL: usize = 100_000;
     const KEYS: usize = 1000;
     let cluster = fast_retry_cluster(2).await;
     let namesrv = cluster.namesrv_addr();
-    let topic = "OrderedChurn";
+    let topic = if by_key {
+        "KeyOrderedChurn"
+    } else {
+        "OrderedChurn"
+    };
     let producer = producer(&cluster);
     produce_keyed(&producer, topic, 0, TOTAL / 2, KEYS).await;
-    let observed = Rc::new(RefCell::new(Observed::default()));
+    let observed = Rc::new(RefCell::new(Observed {
+        by_key,
+        ..Observed::default()
+    }));
     let (tx, mut rx) = unbounded_channel();
-    let group = "ordered_churn";
+    let group = if by_key {
+        "key_ordered_churn"
+    } else {
+        "ordered_churn"
+    };
     let mut consumers = Vec::new();
     for _ in 0..3 {
         consumers.push(
-            orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await,
+            orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |c| {
+                c.key_ordered = by_key
+            })
+            .await,
         );
     }
     // Members come and go while the second half is produced.
     receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(0).shutdown().await;
     produce_keyed(&producer, topic, TOTAL / 2, TOTAL / 4, KEYS).await;
-    consumers
-        .push(orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await);
+    consumers.push(
+        orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |c| {
+            c.key_ordered = by_key
+        })
+        .await,
+    );
     receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(1).shutdown().await;
-    consumers
-        .push(orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |_| {}).await);
+    consumers.push(
+        orderly_consumer(&namesrv, group, topic, observed.clone(), tx.clone(), |c| {
+            c.key_ordered = by_key
+        })
+        .await,
+    );
     produce_keyed(&producer, topic, TOTAL * 3 / 4, TOTAL / 4, KEYS).await;
     receive_within(&mut rx, 10_000, BULK_PATIENCE).await;
     consumers.remove(0).shutdown().await;
@@ -188,7 +229,7 @@ async fn order_holds_per_queue_while_consumers_join_and_leave() {
         );
         assert_eq!(
             o.overlap_violations, 0,
-            "never two calls on one queue at once"
+            "never two calls on one queue (one key, in key-ordered mode) at once"
         );
     }
     for c in consumers {
