@@ -575,7 +575,8 @@ impl Handler<StartRebalancing> for ConsumerRoot {
 
     fn handle(&mut self, _msg: StartRebalancing, _ctx: &mut Self::Context) {
         if self.rebalancer.is_none() {
-            self.rebalancer = Some(Rebalancer::new(self.shared.clone()).start());
+            self.rebalancer =
+                Some(Rebalancer::new(self.shared.clone(), self.heartbeat.clone()).start());
         }
     }
 }

@@ -14,6 +14,7 @@ use actix::prelude::*;
 
 use crate::actors::client::call_ok;
 use crate::actors::consumer::ConsumerShared;
+use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
 use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
 use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
@@ -50,11 +51,15 @@ struct Plan {
     incomplete: bool,
     /// Queues whose pull loop stalled.
     stalled: Vec<MessageQueue>,
+    /// A broker of some topic does not list us yet (its route appeared after our last
+    /// heartbeat): heartbeat now instead of at the next 30 s tick.
+    needs_heartbeat: bool,
 }
 
 /// The rebalancer of one consumer.
 pub struct Rebalancer {
     shared: Rc<ConsumerShared>,
+    heartbeat: Addr<Heartbeat>,
     strategy: Rc<dyn AllocateStrategy>,
     queues: BTreeMap<MessageQueue, Addr<QueueActor>>,
     in_pass: bool,
@@ -63,11 +68,12 @@ pub struct Rebalancer {
 }
 
 impl Rebalancer {
-    pub(crate) fn new(shared: Rc<ConsumerShared>) -> Self {
+    pub(crate) fn new(shared: Rc<ConsumerShared>, heartbeat: Addr<Heartbeat>) -> Self {
         let strategy: Rc<dyn AllocateStrategy> =
             Rc::from(strategy_for(&shared.config.allocate_strategy));
         Rebalancer {
             shared,
+            heartbeat,
             strategy,
             queues: BTreeMap::new(),
             in_pass: false,
@@ -157,6 +163,10 @@ impl Rebalancer {
             }));
         }
         self.update_thresholds();
+        if plan.needs_heartbeat {
+            let heartbeat = self.heartbeat.send(SendHeartbeat);
+            ctx.spawn(heartbeat.into_actor(self).map(|_, _, _| ()));
+        }
         if plan.incomplete {
             ctx.run_later(self.shared.config.rebalance_retry_interval, |act, ctx| {
                 act.trigger(ctx)
@@ -184,6 +194,7 @@ async fn plan(
         seen: BTreeSet::new(),
         incomplete: false,
         stalled: Vec::new(),
+        needs_heartbeat: false,
     };
     for topic in shared.subscribed_topics() {
         match topic_target(shared, strategy, &topic).await {
@@ -194,6 +205,7 @@ async fn plan(
             Err(e) => {
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
                 plan.incomplete = true;
+                plan.needs_heartbeat |= matches!(e, Error::NotAMember(_));
             }
         }
     }
@@ -241,11 +253,7 @@ async fn topic_target(
     let client_id = shared.client.client_id();
     if !members.consumer_id_list.iter().any(|id| id == client_id) {
         // The broker has not seen our heartbeat yet: taking queues now would double-assign.
-        return Err(Error::Broker {
-            peer: addr,
-            code: 0,
-            remark: format!("{client_id} not yet among the group's members"),
-        });
+        return Err(Error::NotAMember(addr));
     }
     Ok(allocate_sorted(
         strategy,

@@ -72,6 +72,10 @@ pub enum Error {
     /// Every configured name server failed.
     #[error("no name server answered: {0}")]
     NameServerUnavailable(String),
+    /// The broker at this address does not list this client among its group's members yet
+    /// (it has not received a heartbeat from it).
+    #[error("{0} does not list this client in its group yet")]
+    NotAMember(String),
     /// A configuration value is outside its allowed range.
     #[error("invalid config `{option}` = {value}: {allowed}")]
     Config {
