@@ -21,7 +21,7 @@ use crate::consumer::flow::QueueThresholds;
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
 use crate::protocol::body::{decode_json, ConsumerListBody};
-use crate::protocol::codes::request_code;
+use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::GetConsumerListByGroupRequestHeader;
 use crate::protocol::RemotingCommand;
 
@@ -64,6 +64,9 @@ pub struct Rebalancer {
     queues: BTreeMap<MessageQueue, Addr<QueueActor>>,
     in_pass: bool,
     again: bool,
+    /// A retry of an incomplete pass is scheduled: one chain of retries, however many
+    /// incomplete passes ran.
+    retry_scheduled: bool,
     stopped: bool,
 }
 
@@ -78,6 +81,7 @@ impl Rebalancer {
             queues: BTreeMap::new(),
             in_pass: false,
             again: false,
+            retry_scheduled: false,
             stopped: false,
         }
     }
@@ -167,8 +171,10 @@ impl Rebalancer {
             let heartbeat = self.heartbeat.send(SendHeartbeat);
             ctx.spawn(heartbeat.into_actor(self).map(|_, _, _| ()));
         }
-        if plan.incomplete {
+        if plan.incomplete && !self.retry_scheduled {
+            self.retry_scheduled = true;
             ctx.run_later(self.shared.config.rebalance_retry_interval, |act, ctx| {
+                act.retry_scheduled = false;
                 act.trigger(ctx)
             });
         }
@@ -248,7 +254,14 @@ async fn topic_target(
     };
     let command =
         RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);
-    let response = call_ok(&conn, &addr, command, shared.client.request_timeout()).await?;
+    let response = match call_ok(&conn, &addr, command, shared.client.request_timeout()).await {
+        // Brokers answer SYSTEM_ERROR ("no consumer for this group") while they know no member.
+        Err(Error::Broker {
+            code: response_code::SYSTEM_ERROR,
+            ..
+        }) => return Err(Error::NotAMember(addr)),
+        other => other?,
+    };
     let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
     let client_id = shared.client.client_id();
     if !members.consumer_id_list.iter().any(|id| id == client_id) {

@@ -1327,7 +1327,6 @@ async fn a_consumer_started_before_its_topic_exists_consumes_once_it_is_created(
 /// A rebalance pass that cannot see a topic is retried after `rebalance_retry_interval` (1 s),
 /// so a new topic should be consumed within seconds — not after the next 30 s heartbeat.
 #[actix_rt::test]
-#[ignore = "runtime gap: a consumer heartbeats only brokers of topics routed at the time, so a topic created later waits for the 30 s heartbeat (see interop report)"]
 async fn a_topic_created_after_the_consumer_started_is_consumed_within_seconds() {
     let Some(namesrv) = namesrv() else { return };
     let took = consume_a_topic_created_after_the_consumer(&namesrv).await;
