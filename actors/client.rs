@@ -507,7 +507,12 @@ impl Client {
 
 /// Offset look-ups on the master of a queue's broker, shared by every consumer kind.
 impl Client {
-    async fn queue_master(&self, queue: &MessageQueue) -> Result<(String, Addr<Connection>)> {
+    /// The address and connection of the master of `queue`'s broker, where offsets, sends-back
+    /// and locks go.
+    pub async fn master_connection(
+        &self,
+        queue: &MessageQueue,
+    ) -> Result<(String, Addr<Connection>)> {
         let route = self.route(&queue.topic).await?;
         let addr = route
             .master_addr(&queue.broker_name)
@@ -520,7 +525,7 @@ impl Client {
     }
 
     async fn offset_call(&self, queue: &MessageQueue, command: RemotingCommand) -> Result<i64> {
-        let (addr, conn) = self.queue_master(queue).await?;
+        let (addr, conn) = self.master_connection(queue).await?;
         let response = call_ok(&conn, &addr, command, self.request_timeout).await?;
         Ok(response.decode_header::<OffsetResponseHeader>()?.offset)
     }

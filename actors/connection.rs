@@ -19,6 +19,7 @@ use tokio_util::codec::{BytesCodec, FramedRead};
 
 use crate::error::{Error, ProtocolError, Result};
 use crate::protocol::codes::response_code;
+use crate::protocol::command::RequestFrame;
 use crate::protocol::{RemotingCodec, RemotingCommand};
 
 /// Initial capacity of a connection's read buffer.
@@ -60,6 +61,22 @@ pub struct Request {
     /// How long to wait for the response.
     pub timeout: Duration,
 }
+
+/// Sends a request already encoded by the caller (the producer's fast path); the connection
+/// only fills in the opaque and answers through `reply`. Use [`call_encoded`], which also
+/// applies the timeout: keeping the wait out of the actor saves a boxed future and a second
+/// channel per request.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EncodedRequest {
+    /// The request frame; its opaque is assigned here.
+    pub frame: RequestFrame,
+    /// Receives the response, or the error that ended the connection.
+    pub reply: oneshot::Sender<Result<RemotingCommand>>,
+}
+
+/// Pending-table size that first triggers a sweep of abandoned encoded requests.
+const ABANDONED_SWEEP_MIN: usize = 1024;
 
 /// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
 /// writing (or fails if the connection cannot be established).
@@ -187,6 +204,8 @@ pub struct Connection {
     fallback_handler: Option<Recipient<ServerRequest>>,
     subscribers: Vec<Recipient<ConnectionEvent>>,
     backoff: Duration,
+    /// Pending-table size at which the next sweep of abandoned requests runs.
+    sweep_at: usize,
 }
 
 impl Connection {
@@ -209,6 +228,7 @@ impl Connection {
             handlers: HashMap::new(),
             fallback_handler: None,
             subscribers: Vec::new(),
+            sweep_at: ABANDONED_SWEEP_MIN,
         }
     }
 
@@ -505,6 +525,63 @@ impl Handler<Request> for Connection {
     }
 }
 
+impl Handler<EncodedRequest> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, msg: EncodedRequest, ctx: &mut Self::Context) {
+        let EncodedRequest { mut frame, reply } = msg;
+        if reply.is_closed() {
+            return; // the caller gave up while the request sat in the mailbox
+        }
+        let code = frame.code();
+        let opaque = self.allocate_opaque();
+        frame.set_opaque(opaque);
+        self.pending.insert(opaque, Pending { code, reply });
+        if self.pending.len() >= self.sweep_at {
+            // A timed-out encoded request leaves its entry behind (its caller waited outside
+            // the actor); the doubling threshold keeps these sweeps amortised O(1).
+            self.pending.retain(|_, pending| !pending.reply.is_closed());
+            self.sweep_at = (self.pending.len() * 2).max(ABANDONED_SWEEP_MIN);
+        }
+        self.write_frame(frame.into_bytes(), ctx);
+    }
+}
+
+/// Sends `frame` on `conn` and waits up to `timeout` for the response (any response code).
+///
+/// The request is queued with `try_send`, which respects the mailbox capacity; only when the
+/// mailbox is full does the caller wait for room (`send`), so a flood of sends is slowed down
+/// instead of piling up without bound. A stopped connection reads as closed.
+pub async fn call_encoded(
+    conn: &Addr<Connection>,
+    peer: &str,
+    frame: RequestFrame,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    let code = frame.code();
+    let (reply, response) = oneshot::channel();
+    match conn.try_send(EncodedRequest { frame, reply }) {
+        Ok(()) => {}
+        Err(actix::dev::SendError::Full(request)) => {
+            if conn.send(request).await.is_err() {
+                return Err(Error::ConnectionClosed(peer.to_owned()));
+            }
+        }
+        Err(actix::dev::SendError::Closed(_)) => {
+            return Err(Error::ConnectionClosed(peer.to_owned()))
+        }
+    }
+    match tokio::time::timeout(timeout, response).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
+        Err(_) => Err(Error::Timeout {
+            peer: peer.to_owned(),
+            code,
+            timeout,
+        }),
+    }
+}
+
 impl Handler<Oneway> for Connection {
     type Result = Result<()>;
 
@@ -562,5 +639,76 @@ impl Handler<IsConnected> for Connection {
 
     fn handle(&mut self, _msg: IsConnected, _ctx: &mut Self::Context) -> bool {
         matches!(self.state, State::Connected { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::codes::request_code;
+    use futures::SinkExt;
+    use tokio::net::TcpListener;
+    use tokio_util::codec::Framed;
+
+    fn route_frame(topic: &str) -> RequestFrame {
+        RequestFrame::json(request_code::GET_ROUTEINFO_BY_TOPIC, b"", |ext| {
+            ext.str("topic", topic)
+        })
+        .unwrap()
+    }
+
+    #[actix_rt::test]
+    async fn encoded_requests_get_their_own_responses_a_timeout_or_a_closed_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (timed_out_tx, timed_out_rx) = oneshot::channel::<()>();
+        let server = actix_rt::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut server = Framed::new(socket, RemotingCodec::default());
+            let ignored = server.next().await.unwrap().unwrap();
+            let answered = server.next().await.unwrap().unwrap();
+            assert_ne!(ignored.opaque, answered.opaque);
+            let topic = answered.ext("topic").map(str::to_owned);
+            let response = RemotingCommand::response_to(&answered, response_code::SUCCESS, topic);
+            server.send(response).await.unwrap();
+            // Answer the ignored request only after its caller gave up: it must be dropped.
+            timed_out_rx.await.unwrap();
+            let late = RemotingCommand::response_to(&ignored, response_code::SUCCESS, None);
+            server.send(late).await.unwrap();
+            let last = server.next().await.unwrap().unwrap();
+            assert_eq!(last.ext("topic"), Some("T2"));
+            // Hang up without answering: the pending request fails as closed.
+        });
+        let conn = Connection::new(addr.clone()).start();
+        let slow = call_encoded(&conn, &addr, route_frame("T0"), Duration::from_millis(200));
+        let fast = call_encoded(&conn, &addr, route_frame("T1"), Duration::from_secs(10));
+        let (slow, fast) = futures::join!(slow, fast);
+        assert_eq!(fast.unwrap().remark.as_deref(), Some("T1"));
+        match slow {
+            Err(Error::Timeout { code, .. }) => {
+                assert_eq!(code, request_code::GET_ROUTEINFO_BY_TOPIC)
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        timed_out_tx.send(()).unwrap();
+        let last = call_encoded(&conn, &addr, route_frame("T2"), Duration::from_secs(10)).await;
+        assert!(
+            matches!(last, Err(Error::ConnectionClosed(ref peer)) if *peer == addr),
+            "{last:?}"
+        );
+        server.await.unwrap();
+    }
+
+    #[actix_rt::test]
+    async fn an_encoded_request_to_a_stopped_connection_fails_as_closed() {
+        let conn = Connection::new("127.0.0.1:1").start();
+        conn.send(Close).await.unwrap();
+        let result = call_encoded(
+            &conn,
+            "127.0.0.1:1",
+            route_frame("T"),
+            Duration::from_secs(5),
+        );
+        assert!(matches!(result.await, Err(Error::ConnectionClosed(_))));
     }
 }

@@ -182,12 +182,7 @@ impl ConsumerShared {
             bname: Some(queue.broker_name.clone()),
         };
         let attempt = async {
-            let route = self.client.route(&queue.topic).await?;
-            let addr = route
-                .master_addr(&queue.broker_name)
-                .ok_or_else(|| Error::TopicRouteNotFound(queue.to_string()))?
-                .to_owned();
-            let conn = self.client.connection(&addr).await?;
+            let (addr, conn) = self.client.master_connection(queue).await?;
             let command =
                 RemotingCommand::request_with_header(request_code::CONSUMER_SEND_MSG_BACK, &header);
             call_ok(&conn, &addr, command, SEND_BACK_TIMEOUT).await

@@ -285,9 +285,7 @@ impl Handler<LoadOffset> for OffsetStore {
         let group = self.group.clone();
         Box::pin(
             async move {
-                let route = client.route(&mq.topic).await.ok()?;
-                let addr = route.master_addr(&mq.broker_name)?.to_owned();
-                let conn = client.connection(&addr).await.ok()?;
+                let (_, conn) = client.master_connection(&mq).await.ok()?;
                 let header = QueryConsumerOffsetRequestHeader {
                     consumer_group: group,
                     topic: mq.topic.clone(),

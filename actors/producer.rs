@@ -5,15 +5,17 @@
 //! (pipelined on one connection per broker). Failed sends are retried on another broker.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
 use bytes::Bytes;
+use futures::future::Either;
 
-use crate::actors::client::{call, Client};
-use crate::actors::connection::Connection;
+use crate::actors::client::Client;
+use crate::actors::connection::{call_encoded, Connection};
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
@@ -21,8 +23,8 @@ use crate::message::{
     self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator,
 };
 use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
-use crate::protocol::RemotingCommand;
+use crate::protocol::command::RequestFrame;
+use crate::protocol::header::{SendMessageRequestHeaderFields, SendMessageResponseHeader};
 use crate::route::TopicRoute;
 
 /// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.
@@ -144,19 +146,20 @@ impl Producer {
     }
 
     /// Sends to a queue chosen round-robin; on failure retries on another broker.
-    pub async fn send(&self, message: Message) -> Result<SendResult> {
+    ///
+    /// (A plain function returning the future, rather than an `async fn`, so the message is
+    /// not stored twice in it: callers keep many sends in flight, each future on the heap.)
+    pub fn send(&self, message: Message) -> impl Future<Output = Result<SendResult>> + '_ {
         self.send_with_choice(message, QueueChoice::RoundRobin)
-            .await
     }
 
     /// Sends to exactly `queue` (no retry on another queue: the caller chose it).
-    pub async fn send_to_queue(
-        &self,
+    pub fn send_to_queue<'a>(
+        &'a self,
         message: Message,
-        queue: &MessageQueue,
-    ) -> Result<SendResult> {
+        queue: &'a MessageQueue,
+    ) -> impl Future<Output = Result<SendResult>> + 'a {
         self.send_with_choice(message, QueueChoice::Exact(queue))
-            .await
     }
 
     /// Sends to the queue selected by a hash of `key`, so every message with the same key lands
@@ -200,7 +203,7 @@ impl Producer {
         }
         let template = Message::new(topic, Bytes::new());
         let mut result = self
-            .send_prepared(&template, body, 0, true, QueueChoice::RoundRobin)
+            .send_prepared(&template, &body, 0, true, QueueChoice::RoundRobin)
             .await?;
         result.msg_id = ids.join(",");
         Ok(result)
@@ -232,38 +235,42 @@ impl Producer {
         id
     }
 
-    async fn send_with_choice(
-        &self,
+    fn send_with_choice<'a>(
+        &'a self,
         mut message: Message,
-        choice: QueueChoice<'_>,
-    ) -> Result<SendResult> {
-        self.validate(&message)?;
-        self.ensure_unique_id(&mut message);
-        let (body, sys_flag) = if message.body.len() > self.shared.config.compress_over {
+        choice: QueueChoice<'a>,
+    ) -> impl Future<Output = Result<SendResult>> + 'a {
+        if let Err(e) = self.validate(&message) {
+            return Either::Left(std::future::ready(Err(e)));
+        }
+        let unique_id = self.ensure_unique_id(&mut message);
+        let compressed = if message.body.len() > self.shared.config.compress_over {
             // Java's producer compresses with zlib at level 5.
-            match message::compress(CompressionType::Zlib, &message.body, 5) {
-                Ok(compressed) => (
-                    Bytes::from(compressed),
+            message::compress(CompressionType::Zlib, &message.body, 5).ok()
+        } else {
+            None
+        };
+        // The block only borrows what it captured, so each value is stored in it once.
+        Either::Right(async move {
+            let (body, sys_flag): (&[u8], i32) = match &compressed {
+                Some(compressed) => (
+                    compressed,
                     sys_flag::COMPRESSED | sys_flag::COMPRESSION_ZLIB,
                 ),
-                Err(_) => (message.body.clone(), 0),
-            }
-        } else {
-            (message.body.clone(), 0)
-        };
-        let mut result = self
-            .send_prepared(&message, body, sys_flag, false, choice)
-            .await?;
-        if let Some(id) = message.properties.get(property::UNIQ_KEY) {
-            result.msg_id = id.to_owned();
-        }
-        Ok(result)
+                None => (&message.body, 0),
+            };
+            let mut result = self
+                .send_prepared(&message, body, sys_flag, false, choice)
+                .await?;
+            result.msg_id = unique_id;
+            Ok(result)
+        })
     }
 
     async fn send_prepared(
         &self,
         message: &Message,
-        body: Bytes,
+        body: &[u8],
         sys_flag: i32,
         batch: bool,
         choice: QueueChoice<'_>,
@@ -277,25 +284,26 @@ impl Producer {
         let mut last_error = None;
         for attempt in 0..attempts {
             let route = self.publish_route(&message.topic, attempt > 0).await?;
-            let queue = match &choice {
-                QueueChoice::Exact(queue) => (*queue).clone(),
+            // Borrowed from the route (or the caller): a send copies no queue or address.
+            let queue: &MessageQueue = match &choice {
+                QueueChoice::Exact(queue) => queue,
                 QueueChoice::Hash(hash) => {
                     let queues = &route.produce_queues;
                     if queues.is_empty() {
                         return Err(Error::TopicRouteNotFound(message.topic.clone()));
                     }
-                    queues[*hash as usize % queues.len()].clone()
+                    &queues[*hash as usize % queues.len()]
                 }
                 QueueChoice::RoundRobin => self.pick_queue(&route, failed_broker.as_deref())?,
             };
-            let Some(addr) = route.master_addr(&queue.broker_name).map(str::to_owned) else {
+            let Some(addr) = route.master_addr(&queue.broker_name) else {
                 return Err(Error::TopicRouteNotFound(format!(
                     "{} (no master for {})",
                     message.topic, queue.broker_name
                 )));
             };
             match self
-                .send_once(&addr, &queue, message, body.clone(), sys_flag, batch)
+                .send_once(addr, queue, message, body, sys_flag, batch)
                 .await
             {
                 Ok(result) => return Ok(result),
@@ -310,7 +318,11 @@ impl Producer {
         Err(last_error.unwrap_or_else(|| Error::TopicRouteNotFound(message.topic.clone())))
     }
 
-    fn pick_queue(&self, route: &TopicRoute, avoid_broker: Option<&str>) -> Result<MessageQueue> {
+    fn pick_queue<'r>(
+        &self,
+        route: &'r TopicRoute,
+        avoid_broker: Option<&str>,
+    ) -> Result<&'r MessageQueue> {
         let queues = &route.produce_queues;
         if queues.is_empty() {
             return Err(Error::TopicRouteNotFound(route.topic.clone()));
@@ -320,7 +332,58 @@ impl Producer {
             .map(|i| &queues[(start + i) % queues.len()])
             .find(|q| Some(q.broker_name.as_str()) != avoid_broker)
             .unwrap_or(&queues[start % queues.len()]);
-        Ok(pick.clone())
+        Ok(pick)
+    }
+
+    /// The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) frame of `message` for `queue`, written
+    /// straight from the message's fields.
+    fn encode_send(
+        &self,
+        queue: &MessageQueue,
+        message: &Message,
+        body: &[u8],
+        sys_flag: i32,
+        batch: bool,
+    ) -> Result<RequestFrame> {
+        let config = &self.shared.config;
+        // Like Java's producer: for a retry topic the reconsume bookkeeping travels in the
+        // header, where the broker reads it to route the message to the dead-letter queue.
+        // Only then are the properties copied; otherwise their text goes out as it is.
+        let mut retry_properties;
+        let (properties, reconsume_times, max_reconsume_times) = if is_retry_topic(&message.topic) {
+            retry_properties = message.properties.clone();
+            let times = retry_properties
+                .remove(property::RECONSUME_TIME)
+                .and_then(|v| v.parse::<i32>().ok());
+            let max = retry_properties
+                .remove(property::MAX_RECONSUME_TIMES)
+                .and_then(|v| v.parse::<i32>().ok());
+            (retry_properties.wire_text(), times, max)
+        } else {
+            (message.properties.wire_text(), None, None)
+        };
+        let header = SendMessageRequestHeaderFields {
+            producer_group: &config.group,
+            topic: &message.topic,
+            default_topic: AUTO_CREATE_TOPIC_KEY,
+            default_topic_queue_nums: config.default_topic_queue_nums,
+            queue_id: queue.queue_id,
+            sys_flag,
+            born_timestamp: now_millis(),
+            flag: message.flag,
+            properties: &properties,
+            reconsume_times: reconsume_times.unwrap_or(0),
+            unit_mode: false,
+            max_reconsume_times,
+            batch,
+            bname: &queue.broker_name,
+        };
+        let code = if batch {
+            request_code::SEND_BATCH_MESSAGE
+        } else {
+            request_code::SEND_MESSAGE_V2
+        };
+        Ok(RequestFrame::json(code, body, |ext| header.write_v2(ext))?)
     }
 
     async fn send_once(
@@ -328,53 +391,15 @@ impl Producer {
         addr: &str,
         queue: &MessageQueue,
         message: &Message,
-        body: Bytes,
+        body: &[u8],
         sys_flag: i32,
         batch: bool,
     ) -> Result<SendResult> {
-        let config = &self.shared.config;
-        // Like Java's producer: for a retry topic the reconsume bookkeeping travels in the
-        // header, where the broker reads it to route the message to the dead-letter queue.
-        let mut properties = message.properties.clone();
-        let (reconsume_times, max_reconsume_times) = if is_retry_topic(&message.topic) {
-            let times = properties
-                .remove(property::RECONSUME_TIME)
-                .and_then(|v| v.parse::<i32>().ok());
-            let max = properties
-                .remove(property::MAX_RECONSUME_TIMES)
-                .and_then(|v| v.parse::<i32>().ok());
-            (times, max)
-        } else {
-            (None, None)
-        };
-        let header = SendMessageRequestHeader {
-            producer_group: config.group.clone(),
-            topic: message.topic.clone(),
-            default_topic: AUTO_CREATE_TOPIC_KEY.to_owned(),
-            default_topic_queue_nums: config.default_topic_queue_nums,
-            queue_id: queue.queue_id,
-            sys_flag,
-            born_timestamp: now_millis(),
-            flag: message.flag,
-            properties: Some(properties.to_wire()),
-            reconsume_times: Some(reconsume_times.unwrap_or(0)),
-            unit_mode: Some(false),
-            max_reconsume_times,
-            batch: Some(batch),
-            bname: Some(queue.broker_name.clone()),
-        };
-        let code = if batch {
-            request_code::SEND_BATCH_MESSAGE
-        } else {
-            request_code::SEND_MESSAGE_V2
-        };
-        let mut command = RemotingCommand::request(code);
-        let mut ext = crate::protocol::ExtFields::new();
-        header.write_v2(&mut ext);
-        command.ext_fields = Some(ext);
-        let command = command.with_body(body);
+        // Encoded before the first await so none of the encoding state lives in the future
+        // (every send's future is heap-allocated by whoever drives it; smaller is cheaper).
+        let frame = self.encode_send(queue, message, body, sys_flag, batch)?;
         let conn = self.connection(addr).await?;
-        let response = call(&conn, command, config.send_timeout).await?;
+        let response = call_encoded(&conn, addr, frame, self.shared.config.send_timeout).await?;
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
             response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
@@ -409,6 +434,11 @@ impl Producer {
         {
             return Ok(conn.clone());
         }
+        // Boxed: the client round trip would otherwise inflate every send's future.
+        Box::pin(self.open_connection(addr)).await
+    }
+
+    async fn open_connection(&self, addr: &str) -> Result<Addr<Connection>> {
         let conn = self.shared.client.connection(addr).await?;
         self.shared
             .connections
@@ -434,6 +464,15 @@ impl Producer {
                 return Ok(route.clone());
             }
         }
+        // Boxed: the name-server round trips would otherwise inflate every send's future.
+        Box::pin(self.fetch_publish_route(topic, cached.map(|(route, _)| route))).await
+    }
+
+    async fn fetch_publish_route(
+        &self,
+        topic: &str,
+        cached: Option<Arc<TopicRoute>>,
+    ) -> Result<Arc<TopicRoute>> {
         let client = &self.shared.client;
         let fetched = match client.refresh_route(topic).await {
             Ok(route) if !route.produce_queues.is_empty() => Ok(route),
@@ -455,7 +494,7 @@ impl Producer {
         let route = match (fetched, cached) {
             (Ok(route), _) => route,
             // A name server hiccup must not fail sends while a known route still works.
-            (Err(e), Some((stale, _))) => {
+            (Err(e), Some(stale)) => {
                 tracing::debug!(%topic, error = %e, "route refresh failed; using the cached route");
                 return Ok(stale);
             }

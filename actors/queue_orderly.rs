@@ -19,19 +19,23 @@ use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, BatchStep, OrderlyNext, OrderlyStep};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
 use crate::consumer::{OrderlyContext, OrderlyStatus};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::message::{MessageExt, MessageQueue};
 use crate::protocol::body::{
-    decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody,
+    decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
 };
 use crate::protocol::codes::request_code;
-use crate::protocol::header::{LockBatchMqRequestHeader, UnlockBatchMqRequestHeader};
+use crate::protocol::header::LockBatchMqRequestHeader;
 use crate::protocol::RemotingCommand;
 
-/// Asks the queue's broker for its lock (LOCK_BATCH_MQ with this one queue). `Ok(false)` means
-/// another client holds it.
-pub(crate) async fn lock_queue(shared: &ConsumerShared, queue: &MessageQueue) -> Result<bool> {
-    let (addr, conn) = master(shared, queue).await?;
+/// Sends LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for this one queue to its broker's master. The two
+/// requests carry the same header and body fields on the wire, so one builder serves both.
+async fn lock_request(
+    shared: &ConsumerShared,
+    queue: &MessageQueue,
+    code: i32,
+) -> Result<RemotingCommand> {
+    let (addr, conn) = shared.client.master_connection(queue).await?;
     let body = LockBatchRequestBody {
         consumer_group: shared.group.to_string(),
         client_id: shared.client.client_id().to_owned(),
@@ -41,42 +45,21 @@ pub(crate) async fn lock_queue(shared: &ConsumerShared, queue: &MessageQueue) ->
     let header = LockBatchMqRequestHeader {
         bname: Some(queue.broker_name.clone()),
     };
-    let command = RemotingCommand::request_with_header(request_code::LOCK_BATCH_MQ, &header)
-        .with_body(encode_json(&body));
-    let response = call_ok(&conn, &addr, command, LOCK_RPC_TIMEOUT).await?;
+    let command = RemotingCommand::request_with_header(code, &header).with_body(encode_json(&body));
+    call_ok(&conn, &addr, command, LOCK_RPC_TIMEOUT).await
+}
+
+/// Asks the queue's broker for its lock. `Ok(false)` means another client holds it.
+pub(crate) async fn lock_queue(shared: &ConsumerShared, queue: &MessageQueue) -> Result<bool> {
+    let response = lock_request(shared, queue, request_code::LOCK_BATCH_MQ).await?;
     let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap_or_default())?;
     Ok(granted.lock_ok_mq_set.contains(queue))
 }
 
-/// Releases the queue's broker lock (UNLOCK_BATCH_MQ).
+/// Releases the queue's broker lock.
 pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) -> Result<()> {
-    let (addr, conn) = master(shared, queue).await?;
-    let body = UnlockBatchRequestBody {
-        consumer_group: shared.group.to_string(),
-        client_id: shared.client.client_id().to_owned(),
-        only_this_broker: true,
-        mq_set: vec![queue.clone()],
-    };
-    let header = UnlockBatchMqRequestHeader {
-        bname: Some(queue.broker_name.clone()),
-    };
-    let command = RemotingCommand::request_with_header(request_code::UNLOCK_BATCH_MQ, &header)
-        .with_body(encode_json(&body));
-    call_ok(&conn, &addr, command, LOCK_RPC_TIMEOUT).await?;
+    lock_request(shared, queue, request_code::UNLOCK_BATCH_MQ).await?;
     Ok(())
-}
-
-async fn master(
-    shared: &ConsumerShared,
-    queue: &MessageQueue,
-) -> Result<(String, Addr<crate::actors::connection::Connection>)> {
-    let route = shared.client.route(&queue.topic).await?;
-    let addr = route
-        .master_addr(&queue.broker_name)
-        .ok_or_else(|| Error::TopicRouteNotFound(queue.to_string()))?
-        .to_owned();
-    let conn = shared.client.connection(&addr).await?;
-    Ok((addr, conn))
 }
 
 impl QueueActor {

@@ -5,6 +5,7 @@
 //! parsed into a map unless the properties are modified.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::ProtocolError;
@@ -335,17 +336,36 @@ impl Properties {
         let Some(body) = raw.strip_suffix(&[PROPERTY_SEPARATOR]) else {
             return false;
         };
-        let mut seen: Vec<&[u8]> = Vec::new();
-        for segment in body.split(|&b| b == PROPERTY_SEPARATOR) {
+        // Checked on every send: the first names live on the stack, so the usual handful of
+        // properties costs no allocation.
+        let mut first_names: [&[u8]; 16] = [&[]; 16];
+        let mut more_names: Vec<&[u8]> = Vec::new();
+        for (index, segment) in body.split(|&b| b == PROPERTY_SEPARATOR).enumerate() {
             let Some((name, _)) = split_pair(segment) else {
                 return false;
             };
-            if seen.contains(&name) {
+            let seen = first_names
+                .get(..index.min(first_names.len()))
+                .unwrap_or_default();
+            if seen.contains(&name) || more_names.contains(&name) {
                 return false;
             }
-            seen.push(name);
+            match first_names.get_mut(index) {
+                Some(slot) => *slot = name,
+                None => more_names.push(name),
+            }
         }
         true
+    }
+
+    /// [`to_wire`](Self::to_wire) without a copy when the stored text already is exactly that.
+    pub fn wire_text(&self) -> Cow<'_, str> {
+        if self.is_canonical() {
+            if let Ok(text) = std::str::from_utf8(self.raw_wire()) {
+                return Cow::Borrowed(text);
+            }
+        }
+        Cow::Owned(self.to_wire())
     }
 
     fn take_owned(&mut self) -> String {
@@ -523,6 +543,29 @@ impl fmt::Debug for Properties {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn wire_text_borrows_canonical_text_and_normalises_the_rest() {
+        let canonical = Properties::parse("A\u{1}1\u{2}B\u{1}2\u{2}");
+        assert!(matches!(
+            canonical.wire_text(),
+            Cow::Borrowed("A\u{1}1\u{2}B\u{1}2\u{2}")
+        ));
+        let repeated = Properties::parse("A\u{1}1\u{2}B\u{1}2\u{2}A\u{1}3");
+        assert_eq!(repeated.wire_text(), "B\u{1}2\u{2}A\u{1}3\u{2}");
+        // A duplicate beyond the first sixteen names is still noticed.
+        let mut many: String = (0..20).map(|i| format!("k{i}\u{1}v\u{2}")).collect();
+        assert!(matches!(
+            Properties::parse(&many).wire_text(),
+            Cow::Borrowed(_)
+        ));
+        many.push_str("k18\u{1}w\u{2}");
+        let props = Properties::parse(&many);
+        assert_eq!(props.wire_text(), props.to_wire());
+        assert_eq!(props.wire_text().matches("k18").count(), 1);
+        assert_eq!(props.get("k18"), Some("w"));
+    }
+
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;

@@ -495,6 +495,162 @@ impl RemotingCommand {
     }
 }
 
+/// Characters reserved for the opaque in a [`RequestFrame`]: `-2147483648` is the longest `i32`.
+const OPAQUE_SLOT_WIDTH: usize = 11;
+
+/// A request already encoded as a whole frame (JSON header, length prefix included) whose
+/// opaque is filled in later, by the connection that sends it.
+///
+/// Building the frame straight from borrowed fields skips the `ExtFields` map and its owned
+/// strings, which dominate the cost of a send. The opaque sits in a fixed-width slot padded
+/// with JSON whitespace, so patching it never moves the rest of the frame.
+///
+/// ```
+/// use rocketmq_actor::protocol::command::{RemotingCommand, RequestFrame};
+/// let mut frame = RequestFrame::json(105, b"", |ext| ext.str("topic", "TopicTest")).unwrap();
+/// frame.set_opaque(7);
+/// assert_eq!(frame.code(), 105);
+/// let decoded = RemotingCommand::decode(frame.into_bytes().slice(4..)).unwrap();
+/// assert_eq!((decoded.code, decoded.opaque), (105, 7));
+/// assert_eq!(decoded.ext("topic"), Some("TopicTest"));
+/// ```
+#[derive(Debug)]
+pub struct RequestFrame {
+    frame: BytesMut,
+    code: i32,
+    opaque_at: usize,
+}
+
+/// Writes the ext fields of a [`RequestFrame`] as JSON members; keys must come in ascending
+/// order to match what [`RemotingCommand::encode`] (and fastjson) emit.
+pub struct ExtWriter<'a> {
+    dst: &'a mut BytesMut,
+    first: bool,
+}
+
+impl ExtWriter<'_> {
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.dst.put_u8(b',');
+        }
+        self.first = false;
+        write_json_string(self.dst, key);
+        self.dst.put_u8(b':');
+    }
+
+    /// A string field.
+    pub fn str(&mut self, key: &str, value: &str) {
+        self.key(key);
+        write_json_string(self.dst, value);
+    }
+
+    /// An integer field, written as a JSON string like every ext value.
+    pub fn int(&mut self, key: &str, value: i64) {
+        self.key(key);
+        self.dst.put_u8(b'"');
+        write_i64(self.dst, value);
+        self.dst.put_u8(b'"');
+    }
+
+    /// A boolean field (`"true"`/`"false"`).
+    pub fn bool(&mut self, key: &str, value: bool) {
+        self.str(key, if value { "true" } else { "false" });
+    }
+}
+
+impl RequestFrame {
+    /// Encodes a JSON-header request with `code`, language JAVA, the current version, no
+    /// remark, the ext fields `write_ext` writes, and `body`; the opaque is 0 until
+    /// [`set_opaque`](Self::set_opaque).
+    pub fn json(
+        code: i32,
+        body: &[u8],
+        write_ext: impl FnOnce(&mut ExtWriter<'_>),
+    ) -> Result<Self, ProtocolError> {
+        let mut dst = BytesMut::with_capacity(8 + 512 + body.len());
+        dst.put_u64(0); // length and serType/headerLen, patched below
+        dst.put_slice(b"{\"code\":");
+        write_i64(&mut dst, i64::from(code));
+        dst.put_slice(b",\"extFields\":{");
+        write_ext(&mut ExtWriter {
+            dst: &mut dst,
+            first: true,
+        });
+        dst.put_slice(b"},\"flag\":0,\"language\":\"");
+        dst.put_slice(LanguageCode::Java.name().as_bytes());
+        dst.put_slice(b"\",\"opaque\":");
+        let opaque_at = dst.len();
+        dst.put_slice(b"0          ");
+        dst.put_slice(b",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+        write_i64(&mut dst, i64::from(RemotingCommand::CURRENT_VERSION));
+        dst.put_u8(b'}');
+        let header_len = dst.len() - 8;
+        if header_len > 0x00FF_FFFF {
+            return Err(ProtocolError::InvalidHeader(format!(
+                "header of {header_len} bytes exceeds the 24-bit length field"
+            )));
+        }
+        dst.put_slice(body);
+        let length = dst.len() - 4;
+        let length = i32::try_from(length).map_err(|_| ProtocolError::FrameTooLarge {
+            len: length + 4,
+            limit: i32::MAX as usize,
+        })?;
+        // header_len < 2^24 and serType JSON is 0, so the word is just the length.
+        let ser_and_len = header_len as u32;
+        if let Some(prefix) = dst.get_mut(..8) {
+            prefix[..4].copy_from_slice(&length.to_be_bytes());
+            prefix[4..].copy_from_slice(&ser_and_len.to_be_bytes());
+        }
+        Ok(RequestFrame {
+            frame: dst,
+            code,
+            opaque_at,
+        })
+    }
+
+    /// The request code.
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    /// Writes `opaque` into its slot (left-aligned, padded with spaces).
+    pub fn set_opaque(&mut self, opaque: i32) {
+        let mut slot = [b' '; OPAQUE_SLOT_WIDTH];
+        let mut digits = [0u8; OPAQUE_SLOT_WIDTH];
+        let mut pos = digits.len();
+        let mut magnitude = opaque.unsigned_abs();
+        loop {
+            pos -= 1;
+            // `magnitude % 10` is below 10, so the cast cannot truncate.
+            digits[pos] = b'0' + (magnitude % 10) as u8;
+            magnitude /= 10;
+            if magnitude == 0 {
+                break;
+            }
+        }
+        if opaque < 0 {
+            pos -= 1;
+            digits[pos] = b'-';
+        }
+        let text = digits.get(pos..).unwrap_or_default();
+        if let Some(prefix) = slot.get_mut(..text.len()) {
+            prefix.copy_from_slice(text);
+        }
+        if let Some(target) = self
+            .frame
+            .get_mut(self.opaque_at..self.opaque_at + OPAQUE_SLOT_WIDTH)
+        {
+            target.copy_from_slice(&slot);
+        }
+    }
+
+    /// The finished frame, ready for the socket.
+    pub fn into_bytes(self) -> Bytes {
+        self.frame.freeze()
+    }
+}
+
 fn len_i32(len: usize, field: &'static str) -> Result<i32, ProtocolError> {
     i32::try_from(len).map_err(|_| ProtocolError::InvalidField {
         field,

@@ -754,6 +754,82 @@ impl CommandHeader for SendMessageRequestHeaderV2 {
     }
 }
 
+/// A V2 send header borrowing its text from the message being sent, written straight into a
+/// [`RequestFrame`](super::command::RequestFrame) — the per-send fast path, with exactly the
+/// keys and values [`SendMessageRequestHeader::write_v2`] produces for the same fields.
+///
+/// ```
+/// use rocketmq_actor::protocol::command::{RemotingCommand, RequestFrame};
+/// use rocketmq_actor::protocol::header::{SendMessageRequestHeader, SendMessageRequestHeaderFields};
+/// let fields = SendMessageRequestHeaderFields {
+///     producer_group: "G", topic: "T", default_topic: "TBW102", default_topic_queue_nums: 8,
+///     queue_id: 1, sys_flag: 0, born_timestamp: 1, flag: 0, properties: "TAGS\u{1}a\u{2}",
+///     reconsume_times: 0, unit_mode: false, max_reconsume_times: None, batch: false,
+///     bname: "broker-a",
+/// };
+/// let frame = RequestFrame::json(310, b"body", |ext| fields.write_v2(ext)).unwrap();
+/// let command = RemotingCommand::decode(frame.into_bytes().slice(4..)).unwrap();
+/// let header = SendMessageRequestHeader::read_v2(command.ext_fields_or_empty()).unwrap();
+/// assert_eq!(header.properties.as_deref(), Some("TAGS\u{1}a\u{2}"));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SendMessageRequestHeaderFields<'a> {
+    /// Producer group (`a`).
+    pub producer_group: &'a str,
+    /// Topic (`b`).
+    pub topic: &'a str,
+    /// Auto-create template topic (`c`).
+    pub default_topic: &'a str,
+    /// Queue count for auto-created topics (`d`).
+    pub default_topic_queue_nums: i32,
+    /// Target queue (`e`).
+    pub queue_id: i32,
+    /// `MessageSysFlag` bits (`f`).
+    pub sys_flag: i32,
+    /// Born timestamp in ms (`g`).
+    pub born_timestamp: i64,
+    /// User flag (`h`).
+    pub flag: i32,
+    /// Properties wire text (`i`).
+    pub properties: &'a str,
+    /// Reconsume count (`j`).
+    pub reconsume_times: i32,
+    /// Unit mode (`k`).
+    pub unit_mode: bool,
+    /// Max reconsume times, for retry-topic sends (`l`).
+    pub max_reconsume_times: Option<i32>,
+    /// Batch body (`m`).
+    pub batch: bool,
+    /// Target broker name (`n`).
+    pub bname: &'a str,
+}
+
+impl SendMessageRequestHeaderFields<'_> {
+    /// Writes the V2 one-letter keys, in the ascending order JSON headers use.
+    pub fn write_v2(&self, ext: &mut super::command::ExtWriter<'_>) {
+        let keys = &SEND_KEYS_V2;
+        ext.str(keys.producer_group, self.producer_group);
+        ext.str(keys.topic, self.topic);
+        ext.str(keys.default_topic, self.default_topic);
+        ext.int(
+            keys.default_topic_queue_nums,
+            i64::from(self.default_topic_queue_nums),
+        );
+        ext.int(keys.queue_id, i64::from(self.queue_id));
+        ext.int(keys.sys_flag, i64::from(self.sys_flag));
+        ext.int(keys.born_timestamp, self.born_timestamp);
+        ext.int(keys.flag, i64::from(self.flag));
+        ext.str(keys.properties, self.properties);
+        ext.int(keys.reconsume_times, i64::from(self.reconsume_times));
+        ext.bool(keys.unit_mode, self.unit_mode);
+        if let Some(max) = self.max_reconsume_times {
+            ext.int(keys.max_reconsume_times, i64::from(max));
+        }
+        ext.bool(keys.batch, self.batch);
+        ext.str(keys.bname, self.bname);
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -868,6 +944,70 @@ pub(crate) mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn borrowed_send_header_frame_matches_the_ext_map_encoding() {
+        use crate::protocol::command::RequestFrame;
+        for (max, properties) in [
+            (None, "TAGS\u{1}a\"b\u{2}UNIQ_KEY\u{1}X\u{2}"),
+            (Some(16), ""),
+        ] {
+            let fields = SendMessageRequestHeaderFields {
+                producer_group: "group \\ 中",
+                topic: "%RETRY%g",
+                default_topic: "TBW102",
+                default_topic_queue_nums: 8,
+                queue_id: -3,
+                sys_flag: 1,
+                born_timestamp: -1_700_000_000_000,
+                flag: i32::MIN,
+                properties,
+                reconsume_times: 2,
+                unit_mode: false,
+                max_reconsume_times: max,
+                batch: true,
+                bname: "broker-a",
+            };
+            let owned = SendMessageRequestHeader {
+                producer_group: fields.producer_group.into(),
+                topic: fields.topic.into(),
+                default_topic: fields.default_topic.into(),
+                default_topic_queue_nums: fields.default_topic_queue_nums,
+                queue_id: fields.queue_id,
+                sys_flag: fields.sys_flag,
+                born_timestamp: fields.born_timestamp,
+                flag: fields.flag,
+                properties: Some(properties.into()),
+                reconsume_times: Some(2),
+                unit_mode: Some(false),
+                max_reconsume_times: max,
+                batch: Some(true),
+                bname: Some("broker-a".into()),
+            };
+            for opaque in [0, 1, -1, i32::MAX, i32::MIN, 123_456] {
+                let mut frame =
+                    RequestFrame::json(320, b"payload", |ext| fields.write_v2(ext)).unwrap();
+                frame.set_opaque(opaque);
+                let fast = frame.into_bytes();
+                let mut expected = RemotingCommand::request(320)
+                    .with_opaque(opaque)
+                    .with_body(bytes::Bytes::from_static(b"payload"));
+                let mut ext = ExtFields::new();
+                owned.write_v2(&mut ext);
+                expected.ext_fields = Some(ext);
+                let decoded = RemotingCommand::decode(fast.slice(4..)).unwrap();
+                assert_eq!(decoded, expected);
+                // Standard JSON, as a Java or Rust broker parses it.
+                let header_len = u32::from_be_bytes(fast[4..8].try_into().unwrap()) as usize;
+                let length = u32::from_be_bytes(fast[..4].try_into().unwrap()) as usize;
+                assert_eq!(length, fast.len() - 4);
+                let json: serde_json::Value =
+                    serde_json::from_slice(&fast[8..8 + header_len]).unwrap();
+                assert_eq!(json["opaque"], opaque);
+                assert_eq!(json["extFields"]["i"], properties);
+            }
+        }
     }
 
     #[test]
