@@ -18,16 +18,18 @@
 //!
 //! Set `RUST_LOG=rocketmq_actor=debug` to see the consumer runtime's tracing.
 
+mod interop_common;
+use interop_common::*;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::{Future, Ready};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use rocketmq_actor::actors::client::{call, Client, ClientConfig};
+use rocketmq_actor::actors::client::{call, Client};
 use rocketmq_actor::actors::consumer::{PushConsumer, PushConsumerBuilder};
 use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
 use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
@@ -36,24 +38,17 @@ use rocketmq_actor::consumer::offset::decode_local_offsets;
 use rocketmq_actor::consumer::retry::retry_topic;
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyContext, OrderlyStatus};
 use rocketmq_actor::protocol::body::{
-    decode_json, encode_json, ClusterInfo, LockBatchRequestBody, LockBatchResponseBody,
+    decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
 };
 use rocketmq_actor::protocol::codes::{request_code, response_code};
 use rocketmq_actor::protocol::header::{
     LockBatchMqRequestHeader, QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
-    UpdateTopicRequestHeader,
 };
 use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::route::TopicRoute;
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-/// The two broker names the cluster script starts.
-const BROKERS: [&str; 2] = ["broker-a", "broker-b"];
-/// Queues per broker of the topics these tests create.
-const QUEUES_PER_BROKER: i32 = 4;
-/// How long a new topic may take to appear in the name server's route.
-const ROUTE_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a test waits for something that should happen before calling it lost. Generous:
 /// a real broker takes its time (retries wait for a delay level and for the retry topic's
 /// route; rebalancing after a member leaves may wait for the 20 s rebalance timer).
@@ -63,118 +58,6 @@ const PATIENCE: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(100);
 /// How often consumers here persist offsets (the default is 5 s).
 const PERSIST_EVERY: Duration = Duration::from_millis(200);
-
-/// The name-server address, or `None` (after saying so) when the interop suite is not enabled.
-/// With `RUST_LOG` set, the runtime's tracing goes to stderr (`--nocapture` shows it).
-fn namesrv() -> Option<String> {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-    match std::env::var("ROCKETMQ_NAMESRV") {
-        Ok(addr) if !addr.trim().is_empty() => Some(addr),
-        _ => {
-            eprintln!("skipping: ROCKETMQ_NAMESRV not set");
-            None
-        }
-    }
-}
-
-/// A name no earlier run used: `prefix_<ms since epoch>_<pid>_<n>`.
-fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}_{}_{}_{n}", now_ms(), std::process::id())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
-fn start_client(namesrv: &str) -> Client {
-    Client::start(ClientConfig::new(namesrv)).expect("valid name-server address")
-}
-
-/// Master address of every broker of the cluster, by broker name.
-async fn broker_masters(client: &Client, namesrv: &str) -> BTreeMap<String, String> {
-    let response = client
-        .invoke(
-            namesrv,
-            RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO),
-        )
-        .await
-        .expect("GET_BROKER_CLUSTER_INFO");
-    let info: ClusterInfo =
-        decode_json(&response.body.unwrap_or_default()).expect("cluster info JSON");
-    let masters: BTreeMap<String, String> = info
-        .broker_addr_table
-        .values()
-        .filter_map(|b| Some((b.broker_name.clone(), b.master_addr()?.to_owned())))
-        .collect();
-    for name in BROKERS {
-        assert!(
-            masters.contains_key(name),
-            "the cluster must have a master named {name}; it has {masters:?}"
-        );
-    }
-    masters
-}
-
-/// Creates `topic` with [`QUEUES_PER_BROKER`] queues on both brokers and waits until the name
-/// server routes it to both.
-async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<TopicRoute> {
-    let masters = broker_masters(client, namesrv).await;
-    for name in BROKERS {
-        let header = UpdateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".into(),
-            read_queue_nums: QUEUES_PER_BROKER,
-            write_queue_nums: QUEUES_PER_BROKER,
-            perm: 6,
-            topic_sys_flag: Some(0),
-            ..Default::default()
-        };
-        client
-            .invoke(
-                &masters[name],
-                RemotingCommand::request_with_header(
-                    request_code::UPDATE_AND_CREATE_TOPIC,
-                    &header,
-                ),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("UPDATE_AND_CREATE_TOPIC {topic} on {name}: {e}"));
-    }
-    let deadline = Instant::now() + ROUTE_DEADLINE;
-    loop {
-        let last = match client.refresh_route(topic).await {
-            Ok(route) => {
-                let routed: BTreeSet<&str> = route
-                    .data
-                    .queue_datas
-                    .iter()
-                    .map(|q| q.broker_name.as_str())
-                    .collect();
-                if BROKERS.iter().all(|b| routed.contains(b)) {
-                    return route;
-                }
-                format!("routed to {routed:?}")
-            }
-            Err(e) => e.to_string(),
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{topic} not routed to both brokers within {ROUTE_DEADLINE:?}: {last}"
-        );
-        // The name server hears of the topic from the brokers asynchronously.
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// A client, a producer and a fresh topic on both brokers.
 struct Fixture {
@@ -357,16 +240,6 @@ where
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// The offset after the last message of each queue the sends went to.
-fn queue_ends<'a>(sent: impl IntoIterator<Item = &'a SendResult>) -> BTreeMap<MessageQueue, i64> {
-    let mut ends = BTreeMap::new();
-    for result in sent {
-        let end = ends.entry(result.queue.clone()).or_insert(0);
-        *end = (*end).max(result.queue_offset + 1);
-    }
-    ends
 }
 
 /// The offset the broker holds for `group` on `queue` (`None`: nothing committed).
