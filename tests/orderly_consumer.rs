@@ -25,7 +25,9 @@ const BULK_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Sends messages `start..start + count`, message i with key `k{i % keys}` and body
 /// "k{key}:{seq}". Messages of one key are sent one after the other (concurrent sends give no
-/// order guarantee, as with any RocketMQ client); different keys are sent concurrently.
+/// order guarantee, as with any RocketMQ client); different keys are sent concurrently. A send
+/// that times out on a loaded machine is sent again, as an ordered producer would: the copy
+/// follows its original, so it can only show up as a duplicate, never out of order.
 async fn produce_keyed(producer: &Producer, topic: &str, start: usize, count: usize, keys: usize) {
     let per_key = (0..keys).map(|k| {
         let producer = producer.clone();
@@ -33,8 +35,15 @@ async fn produce_keyed(producer: &Producer, topic: &str, start: usize, count: us
             let mut i = start + (k + keys - start % keys) % keys;
             while i < start + count {
                 let key = format!("k{}", i % keys);
-                let message = Message::new(topic, format!("{key}:{}", i / keys));
-                producer.send_with_key(message, &key).await.unwrap();
+                let body = format!("{key}:{}", i / keys);
+                let mut attempts = 0;
+                while let Err(e) = producer
+                    .send_with_key(Message::new(topic, body.clone()), &key)
+                    .await
+                {
+                    attempts += 1;
+                    assert!(attempts < 5, "sending {body} failed {attempts} times: {e}");
+                }
                 i += keys;
             }
         }
