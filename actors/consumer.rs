@@ -51,13 +51,7 @@ use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::ConsumerSendMsgBackRequestHeader;
 use crate::protocol::RemotingCommand;
 
-/// Milliseconds since the Unix epoch (the clock the core's functions take as `now_ms`).
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub(crate) use crate::actors::now_ms;
 
 /// Counters of one consumer (see [`PushConsumer::stats`]).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -16,6 +16,7 @@ use futures::future::Either;
 
 use crate::actors::client::Client;
 use crate::actors::connection::{call_encoded, Connection};
+use crate::actors::now_ms;
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
@@ -230,7 +231,7 @@ impl Producer {
         if let Some(id) = message.properties.get(property::UNIQ_KEY) {
             return id.to_owned();
         }
-        let id = self.shared.ids.next_id(now_millis());
+        let id = self.shared.ids.next_id(now_ms());
         message.properties.insert(property::UNIQ_KEY, &id);
         id
     }
@@ -369,7 +370,7 @@ impl Producer {
             default_topic_queue_nums: config.default_topic_queue_nums,
             queue_id: queue.queue_id,
             sys_flag,
-            born_timestamp: now_millis(),
+            born_timestamp: now_ms(),
             flag: message.flag,
             properties: &properties,
             reconsume_times: reconsume_times.unwrap_or(0),
@@ -547,11 +548,4 @@ fn invalid_message(why: &str) -> Error {
 
 fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
     Error::Shutdown("producer route cache poisoned by a panic".into())
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }

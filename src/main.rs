@@ -16,6 +16,7 @@ use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::actors::client::{Client, ClientConfig};
 use rocketmq_actor::actors::consumer::PushConsumer;
 use rocketmq_actor::actors::listener::ConsumeStatus;
+use rocketmq_actor::actors::now_ms;
 use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyStatus};
@@ -295,13 +296,6 @@ fn message_json(message: &MessageExt) -> serde_json::Value {
         "born_ts": message.born_timestamp,
         "body": body,
     })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {

@@ -5,6 +5,7 @@ use super::listener::{ListenerActor, StopListener};
 use super::name_server::{NameServerActor, RegisterBroker, UnregisterBroker};
 use super::persistence::DataDir;
 use super::session::{CloseSession, Outbound, SessionActor};
+use crate::actors::now_ms;
 use crate::broker::{Action, BrokerCore, ConnId};
 use crate::protocol::RemotingCommand;
 use actix::prelude::*;
@@ -12,14 +13,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Wall-clock milliseconds: the only clock read of the broker, passed into the core.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// The broker actor.
 pub struct BrokerActor {

@@ -668,7 +668,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "rocketmq-actor-embedded-{}-{}",
             std::process::id(),
-            crate::actors::broker::broker_actor::now_ms()
+            crate::actors::now_ms()
         ));
         let config = EmbeddedConfig {
             data_dir: Some(dir.clone()),

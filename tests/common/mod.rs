@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::future::{Future, Ready};
 use std::ops::Range;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::actors::client::{Client, ClientConfig};
@@ -229,8 +229,5 @@ pub fn recording(
 
 /// Milliseconds since the Unix epoch on the wall clock (the one brokers stamp messages with).
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .expect("the clock is past 1970")
+    rocketmq_actor::actors::now_ms()
 }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rocketmq_actor::actors::client::{Client, ClientConfig};
 use rocketmq_actor::actors::producer::SendResult;
@@ -26,10 +26,7 @@ pub const QUEUES_PER_BROKER: i32 = 4;
 pub const ROUTE_DEADLINE: Duration = Duration::from_secs(60);
 
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
+    rocketmq_actor::actors::now_ms()
 }
 
 pub fn start_client(namesrv: &str) -> Client {
