@@ -1,10 +1,16 @@
-//! The client instance: the one actor per process-level client that every producer and consumer
-//! shares. It owns the connections (one per remote address), the name-server list with failover
-//! and the topic route cache, refreshed every `poll_name_server_interval`.
+//! The client instance: the base layer every producer and consumer kind shares.
+//!
+//! One [`ClientInstance`] actor per client owns the connections (one per remote address), the
+//! name-server list with failover and the topic route cache, refreshed every
+//! `poll_name_server_interval`. The cache itself is shared with every [`Client`] handle behind a
+//! read-write lock, so the data path (pulls, sends, offset commits) reads routes and connections
+//! without a mailbox round trip; only a miss goes to the actor, which coalesces concurrent
+//! look-ups of one topic into one name-server request.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -13,26 +19,48 @@ use tokio::sync::oneshot;
 use crate::actors::connection::{
     self, Connection, ConnectionConfig, RegisterHandler, ServerRequest,
 };
+use crate::actors::runtime;
 use crate::error::{Error, Result};
-use crate::message::MessageQueue;
-use crate::protocol::body::{decode_json, TopicRouteData};
+use crate::identity::{default_instance_name, pick_client_ip, process_token};
+use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
+use crate::protocol::body::{
+    decode_json, encode_json, ConsumerListBody, HeartbeatData, LockBatchResponseBody,
+    TopicRouteData,
+};
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, GetRouteInfoRequestHeader,
-    OffsetResponseHeader, SearchOffsetRequestHeader,
+    GetConsumerListByGroupRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+    GetRouteInfoRequestHeader, HeartbeatRequestHeader, OffsetResponseHeader,
+    QueryConsumerOffsetResponseHeader, SearchOffsetRequestHeader, UnregisterClientRequestHeader,
+    ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
+use crate::rpc::{
+    broker_error, expect_success, lock_batch_command, query_offset_command, send_back_command,
+    update_offset_command, PullRequest, PullResult,
+};
 
 /// Settings shared by everything that uses one client instance.
+///
+/// ```
+/// use std::time::Duration;
+/// use rocketmq_actor::ClientConfig;
+/// let mut config = ClientConfig::new("127.0.0.1:9876;127.0.0.1:9877");
+/// config.request_timeout = Duration::from_secs(5);
+/// assert_ne!(config.client_ip, "");
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// Name-server addresses, `;`-separated (`127.0.0.1:9876;127.0.0.1:9877`).
     pub namesrv_addr: String,
-    /// The IP put into the client id (Java: the first non-loopback address).
+    /// The IP put into the client id and into message ids. Default: the host's first
+    /// non-loopback address (IPv4 preferred), as Java does.
     pub client_ip: String,
-    /// Instance name; the client id is `client_ip@instance_name`. Default: `pid#counter`,
-    /// unique per client instance in the process so two consumers never share an id.
+    /// Instance name; the client id is `client_ip@instance_name`. Default: `pid#token#n`, where
+    /// the token is drawn once per process start and `n` counts instances in the process, so no
+    /// two clients share an id even when pid and IP collide (containers all run as pid 1).
     pub instance_name: Option<String>,
     /// Timeout of ordinary RPCs (route look-ups, offset queries…).
     pub request_timeout: Duration,
@@ -47,7 +75,7 @@ impl ClientConfig {
     pub fn new(namesrv_addr: impl Into<String>) -> Self {
         ClientConfig {
             namesrv_addr: namesrv_addr.into(),
-            client_ip: "127.0.0.1".into(),
+            client_ip: host_ip().to_string(),
             instance_name: None,
             request_timeout: Duration::from_secs(3),
             poll_name_server_interval: Duration::from_secs(30),
@@ -56,33 +84,66 @@ impl ClientConfig {
     }
 }
 
+/// The host's address for client ids: see [`pick_client_ip`].
+pub(crate) fn host_ip() -> IpAddr {
+    let addrs: Vec<IpAddr> = if_addrs::get_if_addrs()
+        .map(|interfaces| interfaces.into_iter().map(|i| i.ip()).collect())
+        .unwrap_or_default();
+    pick_client_ip(&addrs)
+}
+
 static INSTANCE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// What the client instance shares with its handles: read on the data path, written by the
+/// actor (routes, connections) only.
+pub(crate) struct ClientShared {
+    client_id: String,
+    client_ip: IpAddr,
+    request_timeout: Duration,
+    connections: RwLock<HashMap<String, Addr<Connection>>>,
+    routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
+}
+
+impl ClientShared {
+    fn cached_connection(&self, addr: &str) -> Option<Addr<Connection>> {
+        let connections = self.connections.read().unwrap_or_else(|e| e.into_inner());
+        connections.get(addr).filter(|c| c.connected()).cloned()
+    }
+
+    fn cached_route(&self, topic: &str) -> Option<Arc<TopicRoute>> {
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        routes.get(topic).cloned()
+    }
+
+    fn set_route(&self, topic: &str, route: Option<Arc<TopicRoute>>) {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        match route {
+            Some(route) => routes.insert(topic.to_owned(), route),
+            None => routes.remove(topic),
+        };
+    }
+}
 
 /// Returns the connection actor for a remote address, creating it on first use.
 #[derive(Message)]
 #[rtype(result = "Addr<Connection>")]
-pub struct GetConnection(pub String);
+pub(crate) struct GetConnection(pub String);
 
 /// Returns the route of a topic: from the cache, or from the name servers when absent or when
 /// `refresh` is set.
 #[derive(Message)]
 #[rtype(result = "Result<Arc<TopicRoute>>")]
-pub struct GetRoute {
+pub(crate) struct GetRoute {
     /// The topic.
     pub topic: String,
     /// Skip the cache.
     pub refresh: bool,
 }
 
-/// Returns the client id.
-#[derive(Message)]
-#[rtype(result = "String")]
-pub struct GetClientId;
-
 /// Closes every connection and stops the instance.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Shutdown;
+pub(crate) struct Shutdown;
 
 /// Routes requests that brokers send to this client (NOTIFY_CONSUMER_IDS_CHANGED,
 /// RESET_CONSUMER_CLIENT_OFFSET, GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY) to the
@@ -90,7 +151,7 @@ pub struct Shutdown;
 /// consumers by client id, so two of one group would be indistinguishable.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
-pub struct RegisterConsumer {
+pub(crate) struct RegisterConsumer {
     /// The consumer group.
     pub group: String,
     /// Who answers the group's server requests.
@@ -100,17 +161,15 @@ pub struct RegisterConsumer {
 /// Removes a consumer registered with [`RegisterConsumer`].
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct UnregisterConsumer(pub String);
+pub(crate) struct UnregisterConsumer(pub String);
 
 /// The client instance actor. Use it through [`Client`].
-pub struct ClientInstance {
+pub(crate) struct ClientInstance {
     config: ClientConfig,
+    shared: Arc<ClientShared>,
     myself: Option<Addr<ClientInstance>>,
     consumers: HashMap<String, Recipient<ServerRequest>>,
-    client_id: String,
     namesrv: NameServerList,
-    connections: HashMap<String, Addr<Connection>>,
-    routes: HashMap<String, Arc<TopicRoute>>,
     refreshing: HashSet<String>,
     /// Callers waiting for a route fetch already under way, by topic: one name-server request
     /// serves them all, however many sends or queues ask at once.
@@ -119,10 +178,8 @@ pub struct ClientInstance {
 
 impl ClientInstance {
     fn connection(&mut self, addr: &str) -> Addr<Connection> {
-        if let Some(conn) = self.connections.get(addr) {
-            if conn.connected() {
-                return conn.clone();
-            }
+        if let Some(conn) = self.shared.cached_connection(addr) {
+            return conn;
         }
         let conn = Connection::with_config(addr, self.config.connection.clone()).start();
         if let Some(myself) = &self.myself {
@@ -132,7 +189,11 @@ impl ClientInstance {
                 handler: myself.clone().recipient(),
             });
         }
-        self.connections.insert(addr.to_owned(), conn.clone());
+        self.shared
+            .connections
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(addr.to_owned(), conn.clone());
         conn
     }
 
@@ -177,11 +238,10 @@ impl ClientInstance {
                     Ok(response) if response.code == response_code::TOPIC_NOT_EXIST => {
                         return Ok((addr, None));
                     }
-                    Ok(response) => failures.push(format!(
-                        "{addr}: code {} {}",
-                        response.code,
-                        response.remark.unwrap_or_default()
-                    )),
+                    Ok(response) => failures.push(
+                        broker_error(&addr, request_code::GET_ROUTEINFO_BY_TOPIC, response)
+                            .to_string(),
+                    ),
                     Err(e) => failures.push(format!("{addr}: {e}")),
                 }
             }
@@ -195,11 +255,11 @@ impl ClientInstance {
             match data {
                 Some(data) => {
                     let route = Arc::new(TopicRoute::new(topic.clone(), data));
-                    act.routes.insert(topic, route.clone());
+                    act.shared.set_route(&topic, Some(route.clone()));
                     Ok(route)
                 }
                 None => {
-                    act.routes.remove(&topic);
+                    act.shared.set_route(&topic, None);
                     Err(Error::TopicRouteNotFound(topic))
                 }
             }
@@ -207,7 +267,14 @@ impl ClientInstance {
     }
 
     fn refresh_all(&mut self, ctx: &mut Context<Self>) {
-        let topics: Vec<String> = self.routes.keys().cloned().collect();
+        let topics: Vec<String> = self
+            .shared
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
         for topic in topics {
             if !self.refreshing.insert(topic.clone()) {
                 continue;
@@ -234,7 +301,14 @@ impl Actor for ClientInstance {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        for conn in self.connections.values() {
+        let connections = std::mem::take(
+            &mut *self
+                .shared
+                .connections
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for conn in connections.values() {
             conn.do_send(connection::Close);
         }
     }
@@ -253,8 +327,8 @@ impl Handler<GetRoute> for ClientInstance {
 
     fn handle(&mut self, msg: GetRoute, _ctx: &mut Self::Context) -> Self::Result {
         if !msg.refresh {
-            if let Some(route) = self.routes.get(&msg.topic) {
-                return Box::pin(fut::ready(Ok(route.clone())));
+            if let Some(route) = self.shared.cached_route(&msg.topic) {
+                return Box::pin(fut::ready(Ok(route)));
             }
         }
         if let Some(waiters) = self.route_waiters.get_mut(&msg.topic) {
@@ -318,7 +392,7 @@ impl Handler<ServerRequest> for ClientInstance {
             .to_owned();
         let code = msg.command.code;
         let Some(consumer) = self.consumers.get(&group).cloned() else {
-            tracing::debug!(code, %group, "server request for a group this client does not consume");
+            tracing::debug!(code, %group, peer = %msg.peer, "server request for a group this client does not consume");
             let answer = RemotingCommand::response(
                 response_code::SYSTEM_ERROR,
                 Some(format!(
@@ -339,14 +413,6 @@ impl Handler<ServerRequest> for ClientInstance {
     }
 }
 
-impl Handler<GetClientId> for ClientInstance {
-    type Result = String;
-
-    fn handle(&mut self, _msg: GetClientId, _ctx: &mut Self::Context) -> String {
-        self.client_id.clone()
-    }
-}
-
 impl Handler<Shutdown> for ClientInstance {
     type Result = ();
 
@@ -363,102 +429,114 @@ fn share_error(error: &Error) -> Error {
     }
 }
 
-/// Sends `command` on `conn` and waits for the response.
-pub async fn call(
+/// Sends `command` on `conn` and waits for the response, whatever its code.
+pub(crate) async fn call(
     conn: &Addr<Connection>,
     command: RemotingCommand,
     timeout: Duration,
 ) -> Result<RemotingCommand> {
-    conn.send(connection::Request { command, timeout })
-        .await
-        .map_err(|e| Error::Shutdown(format!("connection actor: {e}")))?
+    conn.send(connection::Request { command, timeout }).await?
 }
 
-/// Like [`call`], but a response code other than SUCCESS becomes [`Error::Broker`].
-pub async fn call_ok(
-    conn: &Addr<Connection>,
-    peer: &str,
-    command: RemotingCommand,
-    timeout: Duration,
-) -> Result<RemotingCommand> {
-    let response = call(conn, command, timeout).await?;
-    if response.code == response_code::SUCCESS {
-        Ok(response)
-    } else {
-        Err(Error::Broker {
-            peer: peer.to_owned(),
-            code: response.code,
-            remark: response.remark.unwrap_or_default(),
-        })
-    }
-}
-
-/// A cheap, cloneable handle to a client instance.
+/// A cheap, cloneable, `Send + Sync` handle to a client instance: the base layer.
+///
+/// Every producer and consumer kind runs on one; give the same `Client` to several of them
+/// (`PushConsumer::builder().client(client.clone())`, `Producer::new(client.clone(), …)`) so they
+/// share connections and routes. Its typed methods are the RPCs a consumer needs, for users who
+/// want full control (the push consumer is built on exactly these).
 ///
 /// ```no_run
 /// # async fn demo() -> rocketmq_actor::Result<()> {
-/// use rocketmq_actor::actors::client::{Client, ClientConfig};
+/// use rocketmq_actor::{Client, ClientConfig};
+/// use rocketmq_actor::rpc::PullRequest;
 /// let client = Client::start(ClientConfig::new("127.0.0.1:9876"))?;
-/// let route = client.route("TopicTest").await?;
-/// println!("{} consume queues", route.consume_queues.len());
+/// for queue in client.fetch_subscribe_message_queues("TopicTest").await? {
+///     let committed = client.query_consumer_offset("my-group", &queue).await?.unwrap_or(0);
+///     let pulled = client.pull(&PullRequest::new("my-group", queue.clone(), committed)).await?;
+///     println!("{queue}: {} messages", pulled.messages.len());
+///     client.update_consumer_offset("my-group", &queue, pulled.next_begin_offset).await?;
+/// }
+/// client.shutdown().await;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct Client {
     addr: Addr<ClientInstance>,
-    client_id: Arc<str>,
-    request_timeout: Duration,
+    shared: Arc<ClientShared>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("client_id", &self.shared.client_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
-    /// Starts a client instance on the current actix arbiter. Fails on an invalid name-server
-    /// list.
+    /// Starts a client instance (on the current actix arbiter, or on the crate's background
+    /// runtime thread when called outside an actix system). Fails on an invalid name-server
+    /// list or client IP.
     pub fn start(config: ClientConfig) -> Result<Client> {
         let namesrv = NameServerList::parse(&config.namesrv_addr)?;
+        let client_ip: IpAddr = config.client_ip.parse().map_err(|_| Error::Config {
+            option: "client_ip",
+            value: config.client_ip.clone(),
+            allowed: "an IPv4 or IPv6 address".into(),
+        })?;
         let instance_name = config.instance_name.clone().unwrap_or_else(|| {
-            format!(
-                "{}#{}",
+            default_instance_name(
                 std::process::id(),
-                INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed)
+                process_token(),
+                INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed),
             )
         });
-        let client_id = format!("{}@{}", config.client_ip, instance_name);
-        let request_timeout = config.request_timeout;
+        let shared = Arc::new(ClientShared {
+            client_id: format!("{}@{}", config.client_ip, instance_name),
+            client_ip,
+            request_timeout: config.request_timeout,
+            connections: RwLock::new(HashMap::new()),
+            routes: RwLock::new(HashMap::new()),
+        });
         let instance = ClientInstance {
             config,
+            shared: shared.clone(),
             myself: None,
             consumers: HashMap::new(),
-            client_id: client_id.clone(),
             namesrv,
-            connections: HashMap::new(),
-            routes: HashMap::new(),
             refreshing: HashSet::new(),
             route_waiters: HashMap::new(),
         };
         Ok(Client {
-            addr: instance.start(),
-            client_id: client_id.into(),
-            request_timeout,
+            addr: runtime::start_actor(instance)?,
+            shared,
         })
     }
 
-    /// The client id brokers know this instance by.
+    /// The client id brokers know this instance by (`ip@instance`).
     pub fn client_id(&self) -> &str {
-        &self.client_id
+        &self.shared.client_id
+    }
+
+    /// The IP of the client id, also written into the ids of the messages this client sends.
+    pub fn client_ip(&self) -> IpAddr {
+        self.shared.client_ip
     }
 
     /// The default RPC timeout.
     pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.shared.request_timeout
     }
 
-    /// The actor behind the handle.
-    pub fn actor(&self) -> &Addr<ClientInstance> {
+    pub(crate) fn actor(&self) -> &Addr<ClientInstance> {
         &self.addr
     }
 
-    /// The route of `topic`, from the cache when present.
+    /// The route of `topic`, from the cache when present (no mailbox round trip).
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
+        if let Some(route) = self.shared.cached_route(topic) {
+            return Ok(route);
+        }
         self.get_route(topic, false).await
     }
 
@@ -467,36 +545,71 @@ impl Client {
         self.get_route(topic, true).await
     }
 
+    /// The cached route of `topic`, if any, without asking anyone.
+    pub fn cached_route(&self, topic: &str) -> Option<Arc<TopicRoute>> {
+        self.shared.cached_route(topic)
+    }
+
+    /// Puts a route the caller derived (the producer's auto-create route) into the cache, until
+    /// the next refresh replaces or removes it.
+    pub(crate) fn cache_route(&self, route: Arc<TopicRoute>) {
+        let topic = route.topic.clone();
+        self.shared.set_route(&topic, Some(route));
+    }
+
     async fn get_route(&self, topic: &str, refresh: bool) -> Result<Arc<TopicRoute>> {
         self.addr
             .send(GetRoute {
                 topic: topic.to_owned(),
                 refresh,
             })
-            .await
-            .map_err(|e| Error::Shutdown(format!("client instance: {e}")))?
+            .await?
     }
 
-    /// The connection to `addr`.
-    pub async fn connection(&self, addr: &str) -> Result<Addr<Connection>> {
-        self.addr
-            .send(GetConnection(addr.to_owned()))
-            .await
-            .map_err(|e| Error::Shutdown(format!("client instance: {e}")))
+    /// The queues consumers of `topic` read (Java `fetchSubscribeMessageQueues`), asked of the
+    /// name servers now.
+    pub async fn fetch_subscribe_message_queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
+        let route = self.refresh_route(topic).await?;
+        if route.consume_queues.is_empty() {
+            return Err(Error::TopicRouteNotFound(format!(
+                "{topic} (no readable queue)"
+            )));
+        }
+        Ok(route.consume_queues.clone())
     }
 
-    /// Sends `command` to `addr` and returns the response, failing on a non-SUCCESS code.
-    pub async fn invoke(&self, addr: &str, command: RemotingCommand) -> Result<RemotingCommand> {
+    /// The connection to `addr`: from the shared cache, or opened by the client instance.
+    pub(crate) async fn connection(&self, addr: &str) -> Result<Addr<Connection>> {
+        if let Some(conn) = self.shared.cached_connection(addr) {
+            return Ok(conn);
+        }
+        Ok(self.addr.send(GetConnection(addr.to_owned())).await?)
+    }
+
+    /// Sends `command` to `addr` and returns the response whatever its code: the escape hatch
+    /// for admin requests this layer does not type.
+    pub async fn request(
+        &self,
+        addr: &str,
+        command: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand> {
         let conn = self.connection(addr).await?;
-        call_ok(&conn, addr, command, self.request_timeout).await
+        call(&conn, command, timeout).await
     }
 
-    /// Sends `command` to `addr` one-way.
+    /// Sends `command` to `addr` and returns the response; a code other than SUCCESS is an
+    /// [`Error::Broker`].
+    pub async fn invoke(&self, addr: &str, command: RemotingCommand) -> Result<RemotingCommand> {
+        let code = command.code;
+        let response = self.request(addr, command, self.request_timeout()).await?;
+        expect_success(addr, code, response)
+    }
+
+    /// Sends `command` to `addr` one-way (no response).
     pub async fn invoke_oneway(&self, addr: &str, command: RemotingCommand) -> Result<()> {
         let conn = self.connection(addr).await?;
-        conn.send(connection::Oneway { command })
-            .await
-            .map_err(|e| Error::Shutdown(format!("connection actor: {e}")))?
+        conn.send(connection::Oneway { command }).await?
     }
 
     /// Closes every connection and stops the instance.
@@ -505,28 +618,48 @@ impl Client {
     }
 }
 
-/// Offset look-ups on the master of a queue's broker, shared by every consumer kind.
+/// The typed RPCs of the base layer.
 impl Client {
-    /// The address and connection of the master of `queue`'s broker, where offsets, sends-back
-    /// and locks go.
-    pub async fn master_connection(
-        &self,
-        queue: &MessageQueue,
-    ) -> Result<(String, Addr<Connection>)> {
+    /// The master address of `queue`'s broker, where offsets, sends-back and locks go.
+    pub async fn master_addr(&self, queue: &MessageQueue) -> Result<String> {
         let route = self.route(&queue.topic).await?;
-        let addr = route
+        route
             .master_addr(&queue.broker_name)
+            .map(str::to_owned)
             .ok_or_else(|| {
                 Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
-            })?
-            .to_owned();
-        let conn = self.connection(&addr).await?;
-        Ok((addr, conn))
+            })
+    }
+
+    /// PULL_MESSAGE: pulls from the queue's broker (the master, or the broker id the last answer
+    /// suggested), long-polling if the request says so, and re-filters by exact tag.
+    pub async fn pull(&self, request: &PullRequest) -> Result<PullResult> {
+        let queue = &request.queue;
+        let route = self.route(&queue.topic).await?;
+        let addr = route.pull_addr(&queue.broker_name, 0).ok_or_else(|| {
+            Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
+        })?;
+        let conn = self.connection(addr).await?;
+        let response = call(&conn, request.to_command(), request.timeout).await?;
+        request.read_response(addr, response)
+    }
+
+    async fn invoke_master(
+        &self,
+        queue: &MessageQueue,
+        command: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand> {
+        let addr = self.master_addr(queue).await?;
+        let code = command.code;
+        let response = self.request(&addr, command, timeout).await?;
+        expect_success(&addr, code, response)
     }
 
     async fn offset_call(&self, queue: &MessageQueue, command: RemotingCommand) -> Result<i64> {
-        let (addr, conn) = self.master_connection(queue).await?;
-        let response = call_ok(&conn, &addr, command, self.request_timeout).await?;
+        let response = self
+            .invoke_master(queue, command, self.request_timeout())
+            .await?;
         Ok(response.decode_header::<OffsetResponseHeader>()?.offset)
     }
 
@@ -566,5 +699,244 @@ impl Client {
         let command =
             RemotingCommand::request_with_header(request_code::SEARCH_OFFSET_BY_TIMESTAMP, &header);
         self.offset_call(queue, command).await
+    }
+
+    /// The store time (epoch ms) of the queue's oldest message: GET_EARLIEST_MSG_STORETIME.
+    pub async fn earliest_msg_store_time(&self, queue: &MessageQueue) -> Result<i64> {
+        let header = GetEarliestMsgStoretimeRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            bname: Some(queue.broker_name.clone()),
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::GET_EARLIEST_MSG_STORETIME, &header);
+        let response = self
+            .invoke_master(queue, command, self.request_timeout())
+            .await?;
+        Ok(response
+            .decode_header::<GetEarliestMsgStoretimeResponseHeader>()?
+            .timestamp)
+    }
+
+    /// The group's committed offset of `queue` (QUERY_CONSUMER_OFFSET): `None` when the broker
+    /// has none stored for the group.
+    pub async fn query_consumer_offset(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+    ) -> Result<Option<i64>> {
+        self.query_consumer_offset_with(group, queue, false).await
+    }
+
+    /// QUERY_CONSUMER_OFFSET; with `zero_if_not_found` the broker may answer 0 for a group
+    /// without a stored offset (its default, what Java's consumer asks for).
+    pub(crate) async fn query_consumer_offset_with(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        zero_if_not_found: bool,
+    ) -> Result<Option<i64>> {
+        let addr = self.master_addr(queue).await?;
+        let command = query_offset_command(group, queue, zero_if_not_found);
+        let response = self.request(&addr, command, self.request_timeout()).await?;
+        match response.code {
+            response_code::SUCCESS => Ok(Some(
+                response
+                    .decode_header::<QueryConsumerOffsetResponseHeader>()?
+                    .offset,
+            )),
+            response_code::QUERY_NOT_FOUND => Ok(None),
+            _ => Err(broker_error(
+                &addr,
+                request_code::QUERY_CONSUMER_OFFSET,
+                response,
+            )),
+        }
+    }
+
+    /// Stores `offset` as the group's committed offset of `queue` and waits for the broker's
+    /// answer (UPDATE_CONSUMER_OFFSET).
+    pub async fn update_consumer_offset(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<()> {
+        let command = update_offset_command(group, queue, offset);
+        self.invoke_master(queue, command, self.request_timeout())
+            .await?;
+        Ok(())
+    }
+
+    /// Like [`Client::update_consumer_offset`], one-way (as Java's periodic persist).
+    pub async fn update_consumer_offset_oneway(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<()> {
+        let addr = self.master_addr(queue).await?;
+        self.invoke_oneway(&addr, update_offset_command(group, queue, offset))
+            .await
+    }
+
+    /// The client ids of the group's members as a broker of `topic` knows them
+    /// (GET_CONSUMER_LIST_BY_GROUP to the lowest master address of the topic's route, so every
+    /// member asks the same broker).
+    pub async fn consumer_ids(&self, group: &str, topic: &str) -> Result<(String, Vec<String>)> {
+        let route = self.route(topic).await?;
+        let addr = route
+            .data
+            .broker_datas
+            .iter()
+            .filter_map(|b| b.master_addr())
+            .min()
+            .ok_or_else(|| Error::TopicRouteNotFound(topic.to_owned()))?
+            .to_owned();
+        let header = GetConsumerListByGroupRequestHeader {
+            consumer_group: group.to_owned(),
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);
+        let response = self.invoke(&addr, command).await?;
+        let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
+        Ok((addr, members.consumer_id_list))
+    }
+
+    /// HEART_BEAT to the broker at `addr`.
+    pub async fn heartbeat(&self, addr: &str, data: &HeartbeatData) -> Result<()> {
+        let command = RemotingCommand::request_with_header(
+            request_code::HEART_BEAT,
+            &HeartbeatRequestHeader {},
+        )
+        .with_body(encode_json(data));
+        self.invoke(addr, command).await?;
+        Ok(())
+    }
+
+    /// UNREGISTER_CLIENT at the broker at `addr`, for a producer group, a consumer group or both.
+    pub async fn unregister_client(
+        &self,
+        addr: &str,
+        producer_group: Option<&str>,
+        consumer_group: Option<&str>,
+    ) -> Result<()> {
+        let header = UnregisterClientRequestHeader {
+            client_id: self.client_id().to_owned(),
+            producer_group: producer_group.map(str::to_owned),
+            consumer_group: consumer_group.map(str::to_owned),
+        };
+        let command =
+            RemotingCommand::request_with_header(request_code::UNREGISTER_CLIENT, &header);
+        self.invoke(addr, command).await?;
+        Ok(())
+    }
+
+    /// LOCK_BATCH_MQ: asks the brokers for the group's locks on `queues` (one request per
+    /// broker) and returns the queues now locked by this client.
+    pub async fn lock_batch(
+        &self,
+        group: &str,
+        queues: &[MessageQueue],
+        timeout: Duration,
+    ) -> Result<Vec<MessageQueue>> {
+        let mut locked = Vec::new();
+        for (broker_queues, addr) in self.by_master(queues).await? {
+            let command = lock_batch_command(true, group, self.client_id(), &broker_queues);
+            let response = self.request(&addr, command, timeout).await?;
+            let response = expect_success(&addr, request_code::LOCK_BATCH_MQ, response)?;
+            let granted: LockBatchResponseBody =
+                decode_json(response.body.as_deref().unwrap_or_default())?;
+            locked.extend(granted.lock_ok_mq_set);
+        }
+        Ok(locked)
+    }
+
+    /// UNLOCK_BATCH_MQ: releases the group's locks on `queues` held by this client.
+    pub async fn unlock_batch(
+        &self,
+        group: &str,
+        queues: &[MessageQueue],
+        timeout: Duration,
+    ) -> Result<()> {
+        for (broker_queues, addr) in self.by_master(queues).await? {
+            let command = lock_batch_command(false, group, self.client_id(), &broker_queues);
+            let response = self.request(&addr, command, timeout).await?;
+            expect_success(&addr, request_code::UNLOCK_BATCH_MQ, response)?;
+        }
+        Ok(())
+    }
+
+    /// `queues` grouped by their broker's master address.
+    async fn by_master(&self, queues: &[MessageQueue]) -> Result<Vec<(Vec<MessageQueue>, String)>> {
+        let mut groups: Vec<(Vec<MessageQueue>, String)> = Vec::new();
+        for queue in queues {
+            let addr = self.master_addr(queue).await?;
+            match groups.iter_mut().find(|(_, a)| *a == addr) {
+                Some((group, _)) => group.push(queue.clone()),
+                None => groups.push((vec![queue.clone()], addr)),
+            }
+        }
+        Ok(groups)
+    }
+
+    /// CONSUMER_SEND_MSG_BACK: hands `message` (pulled from `queue`) back to its broker for
+    /// redelivery through the group's retry topic after `delay_level` (0 = by reconsume count),
+    /// or to the dead-letter queue once it was consumed `max_reconsume_times` times.
+    pub async fn send_message_back(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        message: &MessageExt,
+        delay_level: i32,
+        max_reconsume_times: i32,
+        timeout: Duration,
+    ) -> Result<()> {
+        let command = send_back_command(group, queue, message, delay_level, max_reconsume_times);
+        self.invoke_master(queue, command, timeout).await?;
+        Ok(())
+    }
+
+    /// VIEW_MESSAGE_BY_ID: the stored message an offset message id (`offset_msg_id` of a send
+    /// result) points to, read from the broker that stored it.
+    pub async fn view_message(&self, offset_msg_id: &str) -> Result<MessageExt> {
+        let id = decode_offset_msg_id(offset_msg_id)?;
+        let addr = id.store_host.to_string();
+        let command = RemotingCommand::request_with_header(
+            request_code::VIEW_MESSAGE_BY_ID,
+            &ViewMessageRequestHeader {
+                offset: id.commit_log_offset,
+            },
+        );
+        let response = self.invoke(&addr, command).await?;
+        decode_messages(response.body.unwrap_or_default())?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                Error::Protocol(crate::error::ProtocolError::InvalidMessage(format!(
+                    "{addr} answered VIEW_MESSAGE_BY_ID for {offset_msg_id} without a message"
+                )))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Client>();
+    }
+
+    #[test]
+    fn a_bad_client_ip_is_a_config_error() {
+        let mut config = ClientConfig::new("127.0.0.1:9876");
+        config.client_ip = "not-an-ip".into();
+        match Client::start(config) {
+            Err(Error::Config { option, .. }) => assert_eq!(option, "client_ip"),
+            other => panic!("expected a config error, got {other:?}"),
+        }
     }
 }

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_util::codec::{BytesCodec, FramedRead};
 
-use crate::error::{Error, ProtocolError, Result};
+use crate::error::{Error, ProtocolError, RequestCode, Result};
 use crate::protocol::codes::response_code;
 use crate::protocol::command::RequestFrame;
 use crate::protocol::{RemotingCodec, RemotingCommand};
@@ -25,7 +25,7 @@ use crate::protocol::{RemotingCodec, RemotingCommand};
 /// Initial capacity of a connection's read buffer.
 const READ_BUFFER_CAPACITY: usize = 512 * 1024;
 
-/// Tuning of a [`Connection`].
+/// Tuning of the client's TCP connections (one per name server or broker address).
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// How long a TCP connect may take.
@@ -179,7 +179,7 @@ impl Message for Incoming {
 
 /// One TCP connection to one remote address. See the module documentation.
 ///
-/// ```no_run
+/// ```ignore
 /// # async fn demo() -> rocketmq_actor::Result<()> {
 /// use actix::Actor;
 /// use rocketmq_actor::actors::connection::{Connection, Request};
@@ -211,6 +211,7 @@ pub struct Connection {
 impl Connection {
     /// A connection to `peer` (`host:port`) with the default configuration. Nothing is
     /// connected until the first request.
+    #[cfg(test)]
     pub fn new(peer: impl Into<String>) -> Self {
         Self::with_config(peer, ConnectionConfig::default())
     }
@@ -268,8 +269,11 @@ impl Connection {
             }
             match tokio::time::timeout(connect_timeout, TcpStream::connect(&peer)).await {
                 Ok(Ok(stream)) => Ok(stream),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("connect timed out after {connect_timeout:?}")),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connect timed out after {connect_timeout:?}"),
+                )),
             }
         };
         ctx.spawn(
@@ -279,11 +283,7 @@ impl Connection {
         );
     }
 
-    fn on_connect_result(
-        &mut self,
-        result: std::result::Result<TcpStream, String>,
-        ctx: &mut Context<Self>,
-    ) {
+    fn on_connect_result(&mut self, result: std::io::Result<TcpStream>, ctx: &mut Context<Self>) {
         let queued = match std::mem::replace(&mut self.state, State::Idle { retry_at: None }) {
             State::Connecting { queued } => queued,
             other => {
@@ -334,9 +334,10 @@ impl Connection {
                     retry_at: Some(Instant::now() + self.backoff),
                 };
                 self.backoff = (self.backoff * 2).min(self.config.backoff_max);
+                // Each waiting caller gets its own copy of the cause.
                 self.fail_pending(|peer| Error::Connect {
                     addr: peer.to_owned(),
-                    reason: reason.clone(),
+                    source: std::io::Error::new(reason.kind(), reason.to_string()),
                 });
             }
         }
@@ -516,7 +517,7 @@ impl Handler<Request> for Connection {
                         let code = act.pending.remove(&opaque).map_or(code, |p| p.code);
                         Err(Error::Timeout {
                             peer,
-                            code,
+                            code: RequestCode(code),
                             timeout,
                         })
                     }
@@ -576,7 +577,7 @@ pub async fn call_encoded(
         Ok(Err(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
         Err(_) => Err(Error::Timeout {
             peer: peer.to_owned(),
-            code,
+            code: RequestCode(code),
             timeout,
         }),
     }
@@ -686,7 +687,7 @@ mod tests {
         assert_eq!(fast.unwrap().remark.as_deref(), Some("T1"));
         match slow {
             Err(Error::Timeout { code, .. }) => {
-                assert_eq!(code, request_code::GET_ROUTEINFO_BY_TOPIC)
+                assert_eq!(code.0, request_code::GET_ROUTEINFO_BY_TOPIC)
             }
             other => panic!("expected a timeout, got {other:?}"),
         }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::client::{call_ok, Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
+use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat, Unregister};
 use crate::actors::listener::{
@@ -31,9 +31,10 @@ use crate::actors::listener::{
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
-use crate::actors::puller::{PullSubscription, Puller};
+use crate::actors::puller::Puller;
 use crate::actors::queue::{GetQueueStatus, ResetQueueOffset};
 use crate::actors::rebalancer::{DropAll, OwnedQueues, Rebalance, Rebalancer};
+use crate::actors::runtime;
 use crate::consumer::config::ConsumeMode;
 use crate::consumer::config::{validate_topic_name, MessageModel, PushConsumerConfig};
 use crate::consumer::flow::QueueThresholds;
@@ -41,15 +42,14 @@ use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
-use crate::filter::TagExpression;
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::protocol::body::{
     encode_json, CMResult, ConsumeMessageDirectlyResult, ConsumeStatus as WireConsumeStatus,
     ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody,
 };
 use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::ConsumerSendMsgBackRequestHeader;
 use crate::protocol::RemotingCommand;
+use crate::rpc::Subscription;
 
 pub(crate) use crate::actors::now_ms;
 
@@ -135,7 +135,7 @@ pub(crate) struct ConsumerShared {
     pub(crate) group: Arc<str>,
     pub(crate) config: PushConsumerConfig,
     pub(crate) client: Client,
-    pub(crate) subscriptions: RefCell<BTreeMap<String, Arc<PullSubscription>>>,
+    pub(crate) subscriptions: RefCell<BTreeMap<String, Arc<Subscription>>>,
     pub(crate) puller: Addr<Puller>,
     pub(crate) dispatcher: ConsumeDispatcher,
     pub(crate) offsets: Addr<OffsetStore>,
@@ -148,7 +148,7 @@ pub(crate) struct ConsumerShared {
 }
 
 impl ConsumerShared {
-    pub(crate) fn subscription(&self, topic: &str) -> Option<Arc<PullSubscription>> {
+    pub(crate) fn subscription(&self, topic: &str) -> Option<Arc<Subscription>> {
         self.subscriptions.borrow().get(topic).cloned()
     }
 
@@ -165,22 +165,14 @@ impl ConsumerShared {
         delay_level: i32,
     ) -> bool {
         let max_reconsume = self.config.max_reconsume_times_for_wire();
-        let header = ConsumerSendMsgBackRequestHeader {
-            offset: message.commit_log_offset,
-            group: self.group.to_string(),
+        let attempt = self.client.send_message_back(
+            &self.group,
+            queue,
+            message,
             delay_level,
-            origin_msg_id: Some(message.msg_id().into_owned()),
-            origin_topic: Some(message.topic().to_owned()),
-            unit_mode: false,
-            max_reconsume_times: Some(max_reconsume),
-            bname: Some(queue.broker_name.clone()),
-        };
-        let attempt = async {
-            let (addr, conn) = self.client.master_connection(queue).await?;
-            let command =
-                RemotingCommand::request_with_header(request_code::CONSUMER_SEND_MSG_BACK, &header);
-            call_ok(&conn, &addr, command, SEND_BACK_TIMEOUT).await
-        };
+            max_reconsume,
+            SEND_BACK_TIMEOUT,
+        );
         match attempt.await {
             Ok(_) => true,
             Err(e) => {
@@ -202,8 +194,8 @@ impl ConsumerShared {
 ///
 /// ```no_run
 /// # async fn demo() -> rocketmq_actor::Result<()> {
-/// use rocketmq_actor::actors::consumer::PushConsumer;
-/// use rocketmq_actor::actors::listener::ConsumeStatus;
+/// use rocketmq_actor::PushConsumer;
+/// use rocketmq_actor::consumer::ConsumeStatus;
 ///
 /// let consumer = PushConsumer::builder()
 ///     .namesrv_addr("127.0.0.1:9876")
@@ -225,7 +217,23 @@ pub struct PushConsumerBuilder {
     config: PushConsumerConfig,
     namesrv_addr: Option<String>,
     client: Option<Client>,
-    listener: Option<AnyListener>,
+    listener: Option<SendListener>,
+}
+
+/// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
+/// where it becomes an [`AnyListener`].
+enum SendListener {
+    Concurrent(Box<dyn MessageListener>),
+    Orderly(Box<dyn OrderlyListener>),
+}
+
+impl SendListener {
+    fn into_any(self) -> AnyListener {
+        match self {
+            SendListener::Concurrent(l) => AnyListener::Concurrent(Rc::from(l)),
+            SendListener::Orderly(l) => AnyListener::Orderly(Rc::from(l)),
+        }
+    }
 }
 
 impl PushConsumerBuilder {
@@ -274,7 +282,7 @@ impl PushConsumerBuilder {
 
     /// The listener (concurrent consumption).
     pub fn listener(mut self, listener: impl MessageListener) -> Self {
-        self.listener = Some(AnyListener::Concurrent(Rc::new(listener)));
+        self.listener = Some(SendListener::Concurrent(Box::new(listener)));
         self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }
@@ -282,7 +290,7 @@ impl PushConsumerBuilder {
     /// An orderly listener: one batch at a time per queue, in queue order (and, in clustering,
     /// only while this client holds the queue's broker lock).
     pub fn orderly_listener(mut self, listener: impl OrderlyListener) -> Self {
-        self.listener = Some(AnyListener::Orderly(Rc::new(listener)));
+        self.listener = Some(SendListener::Orderly(Box::new(listener)));
         self.config.consume_mode = ConsumeMode::Orderly;
         self
     }
@@ -291,7 +299,7 @@ impl PushConsumerBuilder {
     /// status and the context.
     pub fn orderly_listener_fn<F, Fut>(self, f: F) -> Self
     where
-        F: Fn(Messages, OrderlyContext) -> Fut + 'static,
+        F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
     {
         self.orderly_listener(FnOrderlyListener(f))
@@ -313,7 +321,7 @@ impl PushConsumerBuilder {
     /// context.
     pub fn listener_fn<F, Fut>(self, f: F) -> Self
     where
-        F: Fn(Messages, ConsumeContext) -> Fut + 'static,
+        F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
         self.listener(FnListener(f))
@@ -324,9 +332,14 @@ impl PushConsumerBuilder {
         self.listener(RecipientListener(recipient))
     }
 
-    /// Validates the configuration, starts the consumer's actors on the current arbiter, sends
-    /// the first heartbeat and the first rebalance, and returns the handle.
+    /// Validates the configuration, starts the consumer's actors (on the current arbiter inside
+    /// an actix system, else on the crate's runtime thread), sends the first heartbeat and the
+    /// first rebalance, and returns the handle.
     pub async fn start(self) -> Result<PushConsumer> {
+        runtime::run_on_actix(move || self.start_here()).await?
+    }
+
+    async fn start_here(self) -> Result<PushConsumer> {
         let config = self.config;
         config.validate()?;
         if config.subscriptions.is_empty() {
@@ -339,7 +352,7 @@ impl PushConsumerBuilder {
         for topic in config.subscriptions.keys() {
             validate_topic_name(topic)?;
         }
-        let Some(listener) = self.listener else {
+        let Some(listener) = self.listener.map(SendListener::into_any) else {
             return Err(Error::Config {
                 option: "listener",
                 value: "none".into(),
@@ -363,22 +376,10 @@ impl PushConsumerBuilder {
 
         let mut subscriptions = BTreeMap::new();
         for (topic, expression) in &config.subscriptions {
-            subscriptions.insert(
-                topic.clone(),
-                Arc::new(PullSubscription {
-                    expression: TagExpression::parse(expression),
-                    sub_version: now,
-                }),
-            );
+            subscriptions.insert(topic.clone(), Arc::new(Subscription::new(expression, now)));
         }
         if config.is_clustering() {
-            subscriptions.insert(
-                retry::retry_topic(&group),
-                Arc::new(PullSubscription {
-                    expression: TagExpression::all(),
-                    sub_version: now,
-                }),
-            );
+            subscriptions.insert(retry::retry_topic(&group), Arc::new(Subscription::all(now)));
         }
 
         let backend = match config.message_model {
@@ -447,18 +448,11 @@ impl PushConsumerBuilder {
                 group: group.to_string(),
                 handler: root.clone().recipient(),
             })
-            .await
-            .map_err(|e| Error::Shutdown(e.to_string()))??;
-        if let Err(e) = heartbeat
-            .send(SendHeartbeat)
-            .await
-            .map_err(|e| Error::Shutdown(e.to_string()))?
-        {
+            .await??;
+        if let Err(e) = heartbeat.send(SendHeartbeat).await? {
             tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
         }
-        root.send(StartRebalancing)
-            .await
-            .map_err(|e| Error::Shutdown(e.to_string()))?;
+        root.send(StartRebalancing).await?;
         Ok(PushConsumer {
             root,
             client_id: client.client_id().to_owned(),

@@ -8,15 +8,11 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 
-use crate::actors::client::call_ok;
 use crate::actors::consumer::ConsumerShared;
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::error::Result;
 use crate::protocol::body;
-use crate::protocol::body::{encode_json, ConsumeType, ConsumerData, HeartbeatData, ProducerData};
-use crate::protocol::codes::request_code;
-use crate::protocol::header::{HeartbeatRequestHeader, UnregisterClientRequestHeader};
-use crate::protocol::RemotingCommand;
+use crate::protocol::body::{ConsumeType, ConsumerData, HeartbeatData, ProducerData};
 
 /// Send a heartbeat to every broker now. Resolves with the first failure, if any (the others
 /// were still sent).
@@ -84,19 +80,10 @@ fn heartbeat_data(shared: &ConsumerShared) -> HeartbeatData {
 }
 
 async fn send_heartbeats(shared: Rc<ConsumerShared>) -> Result<()> {
-    let body = encode_json(&heartbeat_data(&shared));
+    let data = heartbeat_data(&shared);
     let mut first_error = None;
     for addr in broker_addrs(&shared).await {
-        let command = RemotingCommand::request_with_header(
-            request_code::HEART_BEAT,
-            &HeartbeatRequestHeader {},
-        )
-        .with_body(body.clone());
-        let sent = async {
-            let conn = shared.client.connection(&addr).await?;
-            call_ok(&conn, &addr, command, shared.client.request_timeout()).await
-        };
-        if let Err(e) = sent.await {
+        if let Err(e) = shared.client.heartbeat(&addr, &data).await {
             tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
             first_error.get_or_insert(e);
         }
@@ -134,20 +121,10 @@ impl Handler<Unregister> for Heartbeat {
         Box::pin(
             async move {
                 for addr in broker_addrs(&shared).await {
-                    let header = UnregisterClientRequestHeader {
-                        client_id: shared.client.client_id().to_owned(),
-                        producer_group: None,
-                        consumer_group: Some(shared.group.to_string()),
-                    };
-                    let command = RemotingCommand::request_with_header(
-                        request_code::UNREGISTER_CLIENT,
-                        &header,
-                    );
-                    let result: Result<_> = async {
-                        let conn = shared.client.connection(&addr).await?;
-                        call_ok(&conn, &addr, command, shared.client.request_timeout()).await
-                    }
-                    .await;
+                    let result = shared
+                        .client
+                        .unregister_client(&addr, None, Some(&shared.group))
+                        .await;
                     if let Err(e) = result {
                         tracing::debug!(broker = %addr, error = %e, "unregister failed");
                     }

@@ -58,11 +58,13 @@ impl ConsumeContext {
 
 /// A concurrent message listener.
 ///
-/// Listener futures run on the consumer's actix arbiter, so they need not be `Send`. Long CPU
+/// Listener futures run on the consumer's actix arbiter, so they need not be `Send`; the
+/// listener itself is `Send`, since a consumer started outside an actix system moves it to the
+/// crate's runtime thread. Long CPU
 /// work belongs on another thread (`actix_rt::task::spawn_blocking`).
 ///
 /// ```
-/// use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, MessageListener};
+/// use rocketmq_actor::consumer::{ConsumeContext, ConsumeStatus, MessageListener};
 /// use rocketmq_actor::MessageExt;
 ///
 /// struct Printer;
@@ -78,7 +80,7 @@ impl ConsumeContext {
 /// }
 /// ```
 #[async_trait::async_trait(?Send)]
-pub trait MessageListener: 'static {
+pub trait MessageListener: Send + 'static {
     /// Consumes a batch of at most `consume_message_batch_max_size` messages of one queue.
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus;
 }
@@ -150,7 +152,7 @@ pub struct FnListener<F>(pub F);
 #[async_trait::async_trait(?Send)]
 impl<F, Fut> MessageListener for FnListener<F>
 where
-    F: Fn(Messages, ConsumeContext) -> Fut + 'static,
+    F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
@@ -178,7 +180,8 @@ where
     }
 }
 
-/// The message an actor receives when it is the listener (see [`RecipientListener`]).
+/// The message an actor receives when it is the listener
+/// ([`PushConsumerBuilder::listener_actor`](crate::PushConsumerBuilder::listener_actor)).
 #[derive(Message, Clone)]
 #[rtype(result = "ConsumeReply")]
 pub struct ConsumeMessages {
@@ -262,7 +265,7 @@ impl MessageListener for RecipientListener {
 /// one queue at once.
 ///
 /// ```
-/// use rocketmq_actor::actors::listener::OrderlyListener;
+/// use rocketmq_actor::consumer::OrderlyListener;
 /// use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus};
 /// use rocketmq_actor::MessageExt;
 ///
@@ -280,7 +283,7 @@ impl MessageListener for RecipientListener {
 /// }
 /// ```
 #[async_trait::async_trait(?Send)]
-pub trait OrderlyListener: 'static {
+pub trait OrderlyListener: Send + 'static {
     /// Consumes a batch of one queue, in order.
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus;
 }
@@ -291,7 +294,7 @@ pub struct FnOrderlyListener<F>(pub F);
 #[async_trait::async_trait(?Send)]
 impl<F, Fut> OrderlyListener for FnOrderlyListener<F>
 where
-    F: Fn(Messages, OrderlyContext) -> Fut + 'static,
+    F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
@@ -372,8 +375,6 @@ pub struct OrderlyOutcome {
     pub status: OrderlyStatus,
     /// The context as the listener left it.
     pub context: OrderlyContext,
-    /// The listener panicked.
-    pub panicked: bool,
     /// How long the listener ran.
     pub elapsed: Duration,
 }
@@ -393,10 +394,6 @@ pub struct ConsumeOutcome {
     pub status: ConsumeStatus,
     /// The context as the listener left it.
     pub context: ConsumeContext,
-    /// The listener panicked.
-    pub panicked: bool,
-    /// When the call started (after waiting for a permit) and how long it ran.
-    pub started: Instant,
     /// How long the listener ran.
     pub elapsed: Duration,
 }
@@ -407,8 +404,6 @@ impl ConsumeOutcome {
         ConsumeOutcome {
             status: ConsumeStatus::ReconsumeLater,
             context: ConsumeContext::new(queue),
-            panicked: false,
-            started: Instant::now(),
             elapsed: Duration::ZERO,
         }
     }
@@ -465,8 +460,6 @@ async fn run_concurrent(
         Ok(status) => ConsumeOutcome {
             status,
             context,
-            panicked: false,
-            started,
             elapsed,
         },
         Err(panic) => {
@@ -484,8 +477,6 @@ async fn run_concurrent(
             ConsumeOutcome {
                 status: ConsumeStatus::ReconsumeLater,
                 context,
-                panicked: true,
-                started,
                 elapsed,
             }
         }
@@ -499,8 +490,6 @@ async fn run_concurrent(
 pub struct ConsumeDispatcher {
     listener: AnyListener,
     permits: Arc<Semaphore>,
-    limit: usize,
-    waiting: Rc<std::cell::Cell<usize>>,
 }
 
 impl ConsumeDispatcher {
@@ -510,22 +499,11 @@ impl ConsumeDispatcher {
         ConsumeDispatcher {
             listener,
             permits: Arc::new(Semaphore::new(limit)),
-            limit,
-            waiting: Rc::new(std::cell::Cell::new(0)),
         }
     }
 }
 
 impl ConsumeDispatcher {
-    /// Runs a concurrent batch once a permit is free; a panic becomes `ReconsumeLater`.
-    pub fn consume(
-        &self,
-        messages: Arc<[MessageExt]>,
-        queue: MessageQueue,
-    ) -> impl Future<Output = ConsumeOutcome> + 'static {
-        self.consume_batch(messages.into(), ConsumeContext::new(queue))
-    }
-
     /// Runs a concurrent batch (`context` fresh from [`ConsumeContext::new`]) once a permit is
     /// free; a panic becomes `ReconsumeLater`.
     pub(crate) fn consume_batch(
@@ -535,15 +513,12 @@ impl ConsumeDispatcher {
     ) -> impl Future<Output = ConsumeOutcome> + 'static {
         let listener = self.listener.clone();
         let permits = self.permits.clone();
-        let waiting = self.waiting.clone();
         async move {
             let AnyListener::Concurrent(listener) = listener else {
                 tracing::error!("a concurrent batch reached an orderly listener");
                 return ConsumeOutcome::failed(context.queue);
             };
-            waiting.set(waiting.get() + 1);
             let permit = permits.acquire_owned().await;
-            waiting.set(waiting.get().saturating_sub(1));
             run_concurrent(
                 listener,
                 messages,
@@ -602,43 +577,29 @@ impl ConsumeDispatcher {
     ) -> impl Future<Output = OrderlyOutcome> + 'static {
         let listener = self.listener.clone();
         let permits = self.permits.clone();
-        let waiting = self.waiting.clone();
         async move {
             let AnyListener::Orderly(listener) = listener else {
                 tracing::error!("an orderly batch reached a concurrent listener");
                 return OrderlyOutcome {
                     status: OrderlyStatus::SuspendCurrentQueueAMoment,
                     context,
-                    panicked: false,
                     elapsed: Duration::ZERO,
                 };
             };
-            waiting.set(waiting.get() + 1);
             let permit = permits.acquire_owned().await;
-            waiting.set(waiting.get().saturating_sub(1));
             let started = Instant::now();
             let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
                 .catch_unwind()
                 .await;
             drop(permit);
-            let panicked = result.is_err();
             if let Err(panic) = &result {
                 tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "orderly listener panicked; suspending the queue");
             }
             OrderlyOutcome {
                 status: OrderlyStatus::from_listener(result),
                 context,
-                panicked,
                 elapsed: started.elapsed(),
             }
         }
-    }
-
-    /// Listener calls running now and waiting for a permit.
-    pub fn in_flight(&self) -> (usize, usize) {
-        (
-            self.limit - self.permits.available_permits(),
-            self.waiting.get(),
-        )
     }
 }

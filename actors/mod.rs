@@ -3,10 +3,7 @@
 /// Wall-clock milliseconds since the Unix epoch: the one clock read the actors make and pass
 /// into the core as `now_ms`.
 ///
-/// ```
-/// assert!(rocketmq_actor::actors::now_ms() > 1_600_000_000_000);
-/// ```
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -14,16 +11,18 @@ pub fn now_ms() -> i64 {
 }
 
 /// Actors of the embedded broker.
-pub mod broker;
+#[cfg(feature = "embedded")]
+pub(crate) mod broker;
 
-pub mod client;
-pub mod connection;
-pub mod consumer;
-pub mod heartbeat;
-pub mod listener;
-pub mod offset_store;
-pub mod producer;
-pub mod puller;
-pub mod queue;
-pub mod queue_orderly;
-pub mod rebalancer;
+pub(crate) mod client;
+pub(crate) mod connection;
+pub(crate) mod consumer;
+pub(crate) mod heartbeat;
+pub(crate) mod listener;
+pub(crate) mod offset_store;
+pub(crate) mod producer;
+pub(crate) mod puller;
+pub(crate) mod queue;
+pub(crate) mod queue_orderly;
+pub(crate) mod rebalancer;
+pub(crate) mod runtime;

@@ -13,19 +13,12 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::client::{call, Client};
-use crate::actors::connection::Oneway;
+use crate::actors::client::Client;
 use crate::consumer::offset::{
     self, encode_local_offsets, pick_local_offsets, OffsetTable, StoredOffset,
 };
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
-use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::{
-    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
-    UpdateConsumerOffsetRequestHeader,
-};
-use crate::protocol::RemotingCommand;
 
 /// Where offsets live.
 #[derive(Debug, Clone)]
@@ -182,63 +175,20 @@ async fn persist_remote(
     entries: &[(MessageQueue, i64)],
     sync: bool,
 ) -> Result<Vec<(MessageQueue, i64)>> {
-    let mut by_broker: BTreeMap<(String, String), Vec<(MessageQueue, i64)>> = BTreeMap::new();
-    for (mq, offset) in entries {
-        by_broker
-            .entry((mq.topic.clone(), mq.broker_name.clone()))
-            .or_default()
-            .push((mq.clone(), *offset));
-    }
     let mut written = Vec::new();
     let mut first_error = None;
-    for ((topic, broker), queue_offsets) in by_broker {
-        let addr = match client.route(&topic).await {
-            Ok(route) => route.master_addr(&broker).map(str::to_owned),
+    for (mq, offset) in entries {
+        let outcome = if sync {
+            client.update_consumer_offset(group, mq, *offset).await
+        } else {
+            client
+                .update_consumer_offset_oneway(group, mq, *offset)
+                .await
+        };
+        match outcome {
+            Ok(()) => written.push((mq.clone(), *offset)),
             Err(e) => {
                 first_error.get_or_insert(e);
-                continue;
-            }
-        };
-        let Some(addr) = addr else {
-            first_error.get_or_insert(Error::TopicRouteNotFound(format!("{topic} on {broker}")));
-            continue;
-        };
-        let conn = client.connection(&addr).await?;
-        for (mq, offset) in queue_offsets {
-            let header = UpdateConsumerOffsetRequestHeader {
-                consumer_group: group.to_owned(),
-                topic: mq.topic.clone(),
-                queue_id: mq.queue_id,
-                commit_offset: offset,
-                bname: Some(mq.broker_name.clone()),
-            };
-            let command =
-                RemotingCommand::request_with_header(request_code::UPDATE_CONSUMER_OFFSET, &header);
-            let outcome = if sync {
-                call(&conn, command, client.request_timeout())
-                    .await
-                    .and_then(|r| {
-                        if r.code == response_code::SUCCESS {
-                            Ok(())
-                        } else {
-                            Err(Error::Broker {
-                                peer: addr.clone(),
-                                code: r.code,
-                                remark: r.remark.unwrap_or_default(),
-                            })
-                        }
-                    })
-            } else {
-                conn.send(Oneway { command })
-                    .await
-                    .map_err(|e| Error::Shutdown(e.to_string()))
-                    .and_then(|r| r)
-            };
-            match outcome {
-                Ok(()) => written.push((mq, offset)),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
             }
         }
     }
@@ -285,30 +235,17 @@ impl Handler<LoadOffset> for OffsetStore {
         let group = self.group.clone();
         Box::pin(
             async move {
-                let (_, conn) = client.master_connection(&mq).await.ok()?;
-                let header = QueryConsumerOffsetRequestHeader {
-                    consumer_group: group,
-                    topic: mq.topic.clone(),
-                    queue_id: mq.queue_id,
-                    bname: Some(mq.broker_name.clone()),
-                    set_zero_if_not_found: exact.then_some(false),
-                };
-                let command = RemotingCommand::request_with_header(
-                    request_code::QUERY_CONSUMER_OFFSET,
-                    &header,
-                );
-                let response = call(&conn, command, client.request_timeout()).await.ok()?;
-                let offset = response
-                    .decode_header::<QueryConsumerOffsetResponseHeader>()
-                    .ok()
-                    .map(|h| h.offset);
-                Some(StoredOffset::from_query_response(
-                    Some(response.code),
-                    offset,
-                ))
+                let answer = client.query_consumer_offset_with(&group, &mq, !exact).await;
+                match answer {
+                    Ok(Some(offset)) => StoredOffset::Found(offset),
+                    Ok(None) => StoredOffset::NotFound,
+                    Err(e) => {
+                        tracing::debug!(queue = %mq, error = %e, "cannot read the stored offset");
+                        StoredOffset::Unavailable
+                    }
+                }
             }
-            .into_actor(self)
-            .map(|answer, _act, _ctx| answer.unwrap_or(StoredOffset::Unavailable)),
+            .into_actor(self),
         )
     }
 }

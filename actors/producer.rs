@@ -4,18 +4,16 @@
 //! the connection actor of the chosen broker, and any number of sends may be in flight at once
 //! (pipelined on one connection per broker). Failed sends are retried on another broker.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use actix::Addr;
 use bytes::Bytes;
 use futures::future::Either;
 
 use crate::actors::client::Client;
-use crate::actors::connection::{call_encoded, Connection};
+use crate::actors::connection::call_encoded;
 use crate::actors::now_ms;
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
@@ -27,6 +25,7 @@ use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{SendMessageRequestHeaderFields, SendMessageResponseHeader};
 use crate::route::TopicRoute;
+use crate::rpc::broker_error;
 
 /// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.
 pub const AUTO_CREATE_TOPIC_KEY: &str = "TBW102";
@@ -46,8 +45,6 @@ pub struct ProducerConfig {
     pub max_message_size: usize,
     /// Queue count a broker gives a topic it auto-creates.
     pub default_topic_queue_nums: i32,
-    /// How long a cached route is used before it is fetched again.
-    pub route_ttl: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -59,7 +56,6 @@ impl Default for ProducerConfig {
             compress_over: 4 * 1024,
             max_message_size: 4 * 1024 * 1024,
             default_topic_queue_nums: 8,
-            route_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -98,17 +94,10 @@ enum QueueChoice<'a> {
     Hash(u32),
 }
 
-struct CachedRoute {
-    route: Arc<TopicRoute>,
-    fetched: Instant,
-}
-
 struct ProducerShared {
+    /// Routes and connections come from the client's shared cache: no copy of them here.
     client: Client,
-    /// Broker connections by address, so a send does not ask the client actor for them.
-    connections: Mutex<HashMap<String, Addr<Connection>>>,
     config: ProducerConfig,
-    routes: Mutex<HashMap<String, CachedRoute>>,
     next_queue: AtomicUsize,
     ids: UniqueIdGenerator,
 }
@@ -117,8 +106,8 @@ struct ProducerShared {
 ///
 /// ```no_run
 /// # async fn demo() -> rocketmq_actor::Result<()> {
-/// use rocketmq_actor::actors::client::{Client, ClientConfig};
-/// use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
+/// use rocketmq_actor::{Client, ClientConfig};
+/// use rocketmq_actor::{Producer, ProducerConfig};
 /// use rocketmq_actor::Message;
 /// let client = Client::start(ClientConfig::new("127.0.0.1:9876"))?;
 /// let producer = Producer::new(client, ProducerConfig::default());
@@ -134,14 +123,13 @@ pub struct Producer {
 impl Producer {
     /// A producer sending through `client`.
     pub fn new(client: Client, config: ProducerConfig) -> Self {
+        let ids = UniqueIdGenerator::from_system(client.client_ip());
         Producer {
             shared: Arc::new(ProducerShared {
                 client,
                 config,
-                connections: Mutex::new(HashMap::new()),
-                routes: Mutex::new(HashMap::new()),
                 next_queue: AtomicUsize::new(0),
-                ids: UniqueIdGenerator::from_system(std::net::IpAddr::from([127, 0, 0, 1])),
+                ids,
             }),
         }
     }
@@ -399,19 +387,20 @@ impl Producer {
         // Encoded before the first await so none of the encoding state lives in the future
         // (every send's future is heap-allocated by whoever drives it; smaller is cheaper).
         let frame = self.encode_send(queue, message, body, sys_flag, batch)?;
-        let conn = self.connection(addr).await?;
+        let conn = self.shared.client.connection(addr).await?;
         let response = call_encoded(&conn, addr, frame, self.shared.config.send_timeout).await?;
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
             response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
             response_code::FLUSH_SLAVE_TIMEOUT => SendStatus::FlushSlaveTimeout,
             response_code::SLAVE_NOT_AVAILABLE => SendStatus::SlaveNotAvailable,
-            code => {
-                return Err(Error::Broker {
-                    peer: addr.to_owned(),
-                    code,
-                    remark: response.remark.unwrap_or_default(),
-                })
+            _ => {
+                let request = if batch {
+                    request_code::SEND_BATCH_MESSAGE
+                } else {
+                    request_code::SEND_MESSAGE_V2
+                };
+                return Err(broker_error(addr, request, response));
             }
         };
         let header: SendMessageResponseHeader = response.decode_header()?;
@@ -424,49 +413,18 @@ impl Producer {
         })
     }
 
-    async fn connection(&self, addr: &str) -> Result<Addr<Connection>> {
-        if let Some(conn) = self
-            .shared
-            .connections
-            .lock()
-            .map_err(poisoned)?
-            .get(addr)
-            .filter(|c| c.connected())
-        {
-            return Ok(conn.clone());
-        }
-        // Boxed: the client round trip would otherwise inflate every send's future.
-        Box::pin(self.open_connection(addr)).await
-    }
-
-    async fn open_connection(&self, addr: &str) -> Result<Addr<Connection>> {
-        let conn = self.shared.client.connection(addr).await?;
-        self.shared
-            .connections
-            .lock()
-            .map_err(poisoned)?
-            .insert(addr.to_owned(), conn.clone());
-        Ok(conn)
-    }
-
     /// The route used to publish to `topic`; when the topic does not exist yet, the route of
     /// [`AUTO_CREATE_TOPIC_KEY`] so a broker auto-creates it on the first send.
+    /// The client refreshes cached routes every `poll_name_server_interval`.
     async fn publish_route(&self, topic: &str, refresh: bool) -> Result<Arc<TopicRoute>> {
-        let ttl = self.shared.config.route_ttl;
-        let cached = self
-            .shared
-            .routes
-            .lock()
-            .map_err(poisoned)?
-            .get(topic)
-            .map(|c| (c.route.clone(), c.fetched.elapsed() < ttl));
-        if let Some((route, fresh)) = &cached {
-            if *fresh && !refresh {
+        let cached = self.shared.client.cached_route(topic);
+        if let Some(route) = &cached {
+            if !refresh && !route.produce_queues.is_empty() {
                 return Ok(route.clone());
             }
         }
         // Boxed: the name-server round trips would otherwise inflate every send's future.
-        Box::pin(self.fetch_publish_route(topic, cached.map(|(route, _)| route))).await
+        Box::pin(self.fetch_publish_route(topic, cached)).await
     }
 
     async fn fetch_publish_route(
@@ -479,11 +437,16 @@ impl Producer {
             Ok(route) if !route.produce_queues.is_empty() => Ok(route),
             Ok(_) | Err(Error::TopicRouteNotFound(_)) => {
                 match client.route(AUTO_CREATE_TOPIC_KEY).await {
-                    Ok(template) => Ok(Arc::new(auto_create_route(
-                        topic,
-                        &template,
-                        self.shared.config.default_topic_queue_nums,
-                    ))),
+                    Ok(template) => {
+                        let route = Arc::new(auto_create_route(
+                            topic,
+                            &template,
+                            self.shared.config.default_topic_queue_nums,
+                        ));
+                        // Until the name servers know the topic, sends use this route.
+                        client.cache_route(route.clone());
+                        Ok(route)
+                    }
                     Err(Error::TopicRouteNotFound(_)) => {
                         Err(Error::TopicRouteNotFound(topic.to_owned()))
                     }
@@ -492,23 +455,15 @@ impl Producer {
             }
             Err(e) => Err(e),
         };
-        let route = match (fetched, cached) {
-            (Ok(route), _) => route,
+        match (fetched, cached) {
+            (Ok(route), _) => Ok(route),
             // A name server hiccup must not fail sends while a known route still works.
-            (Err(e), Some(stale)) => {
+            (Err(e), Some(stale)) if !stale.produce_queues.is_empty() => {
                 tracing::debug!(%topic, error = %e, "route refresh failed; using the cached route");
-                return Ok(stale);
+                Ok(stale)
             }
-            (Err(e), None) => return Err(e),
-        };
-        self.shared.routes.lock().map_err(poisoned)?.insert(
-            topic.to_owned(),
-            CachedRoute {
-                route: route.clone(),
-                fetched: Instant::now(),
-            },
-        );
-        Ok(route)
+            (Err(e), _) => Err(e),
+        }
     }
 }
 
@@ -525,9 +480,9 @@ fn auto_create_route(topic: &str, template: &TopicRoute, queue_nums: i32) -> Top
 
 fn is_retriable(error: &Error) -> bool {
     match error {
-        Error::Timeout { .. } | Error::ConnectionClosed(_) | Error::Connect { .. } => true,
+        e if e.is_transport() => true,
         Error::Broker { code, .. } => matches!(
-            *code,
+            code.0,
             response_code::TOPIC_NOT_EXIST
                 | response_code::SERVICE_NOT_AVAILABLE
                 | response_code::SYSTEM_ERROR
@@ -539,13 +494,5 @@ fn is_retriable(error: &Error) -> bool {
 }
 
 fn invalid_message(why: &str) -> Error {
-    Error::Config {
-        option: "message",
-        value: why.to_owned(),
-        allowed: "a non-empty topic and a body of 1..=max_message_size bytes".into(),
-    }
-}
-
-fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
-    Error::Shutdown("producer route cache poisoned by a panic".into())
+    Error::InvalidMessage(why.to_owned())
 }

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use crate::actors::consumer::{now_ms, ConsumerShared};
 use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
-use crate::actors::puller::{Pull, PullResponse};
+use crate::actors::puller::Pull;
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::flow::{
     decide_pull, on_pull_result, pull_error_delay, pull_request_flags, NextPull, OffsetUpdate,
@@ -35,6 +35,7 @@ use crate::consumer::retry::{
 };
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
+use crate::rpc::{PullRequest, PullResult as PullResponse};
 
 /// What the process queue keeps per cached message: what flow control and offsets need, and
 /// where the message itself is — in the pull it came with (shared with its listener calls),
@@ -201,8 +202,7 @@ impl QueueActor {
                     // that would defeat a timestamp start, so ask them not to.
                     exact: shared.config.consume_from_where == ConsumeFromWhere::Timestamp,
                 })
-                .await
-                .map_err(|e| Error::Shutdown(e.to_string()))?;
+                .await?;
             let timestamp = shared.consume_timestamp_ms;
             match start_offset(
                 shared.config.consume_from_where,
@@ -298,15 +298,19 @@ impl QueueActor {
             Mode::KeyOrdered { .. } => {}
         }
         let flags = pull_request_flags(&shared.config, self.committed);
-        let request = Pull {
+        let request = Pull(PullRequest {
             group: shared.group.clone(),
             queue: self.queue.clone(),
             offset,
-            flags,
-            subscription,
             max_messages: shared.config.pull_batch_size as i32,
-            max_bytes: shared.config.pull_batch_size_in_bytes as i32,
-        };
+            max_bytes: Some(shared.config.pull_batch_size_in_bytes as i32),
+            subscription,
+            send_subscription: flags.send_subscription,
+            // The flags piggyback only an offset above 0 (0 means "none").
+            commit_offset: (flags.commit_offset > 0).then_some(flags.commit_offset),
+            suspend: Some(flags.suspend_timeout),
+            timeout: flags.request_timeout,
+        });
         self.pull_in_flight = true;
         let epoch = self.epoch;
         let started = std::time::Instant::now();
@@ -314,9 +318,7 @@ impl QueueActor {
         ctx.spawn(sent.into_actor(self).map(move |answer, act, ctx| {
             act.pull_in_flight = false;
             act.shared.stats.record_pull(started.elapsed());
-            let answer = answer
-                .map_err(|e| Error::Shutdown(format!("puller: {e}")))
-                .and_then(|r| r);
+            let answer = answer.map_err(Error::from).and_then(|r| r);
             if epoch != act.epoch {
                 // The cache was reset while this pull was out: its answer is stale.
                 act.pull(ctx);
@@ -334,10 +336,7 @@ impl QueueActor {
         let response = match answer {
             Ok(response) => response,
             Err(e) => {
-                let code = match &e {
-                    Error::Broker { code, .. } => Some(*code),
-                    _ => None,
-                };
+                let code = e.response_code();
                 let (delay, reason) = pull_error_delay(&self.shared.config, code);
                 tracing::debug!(queue = %self.queue, error = %e, ?reason, "pull failed");
                 self.schedule_pull(delay, ctx);
@@ -376,7 +375,7 @@ impl QueueActor {
                     freeze: false,
                 });
                 ctx.spawn(set.into_actor(self).map(|result, act, _ctx| {
-                    if let Ok(Err(e)) | Err(e) = result.map_err(|e| Error::Shutdown(e.to_string())) {
+                    if let Ok(Err(e)) | Err(e) = result.map_err(Error::from) {
                         tracing::warn!(queue = %act.queue, error = %e, "cannot persist the adopted offset");
                     }
                 }));
@@ -840,8 +839,6 @@ impl Handler<ResetQueueOffset> for QueueActor {
         // A pull held by the broker belongs to the old epoch; start over at once.
         self.pull_in_flight = false;
         self.pull(ctx);
-        Box::pin(
-            async move { set.await.map_err(|e| Error::Shutdown(e.to_string()))? }.into_actor(self),
-        )
+        Box::pin(async move { set.await? }.into_actor(self))
     }
 }

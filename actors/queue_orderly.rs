@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::client::call_ok;
 use crate::actors::consumer::{now_ms, ConsumerShared};
 use crate::actors::listener::OrderlyOutcome;
 use crate::actors::offset_store::LoadOffset;
@@ -21,45 +20,22 @@ use crate::consumer::process_queue::ProcessQueueSnapshot;
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::Result;
 use crate::message::{MessageExt, MessageQueue};
-use crate::protocol::body::{
-    decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
-};
-use crate::protocol::codes::request_code;
-use crate::protocol::header::LockBatchMqRequestHeader;
-use crate::protocol::RemotingCommand;
-
-/// Sends LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for this one queue to its broker's master. The two
-/// requests carry the same header and body fields on the wire, so one builder serves both.
-async fn lock_request(
-    shared: &ConsumerShared,
-    queue: &MessageQueue,
-    code: i32,
-) -> Result<RemotingCommand> {
-    let (addr, conn) = shared.client.master_connection(queue).await?;
-    let body = LockBatchRequestBody {
-        consumer_group: shared.group.to_string(),
-        client_id: shared.client.client_id().to_owned(),
-        only_this_broker: true,
-        mq_set: vec![queue.clone()],
-    };
-    let header = LockBatchMqRequestHeader {
-        bname: Some(queue.broker_name.clone()),
-    };
-    let command = RemotingCommand::request_with_header(code, &header).with_body(encode_json(&body));
-    call_ok(&conn, &addr, command, LOCK_RPC_TIMEOUT).await
-}
 
 /// Asks the queue's broker for its lock. `Ok(false)` means another client holds it.
 pub(crate) async fn lock_queue(shared: &ConsumerShared, queue: &MessageQueue) -> Result<bool> {
-    let response = lock_request(shared, queue, request_code::LOCK_BATCH_MQ).await?;
-    let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap_or_default())?;
-    Ok(granted.lock_ok_mq_set.contains(queue))
+    let locked = shared
+        .client
+        .lock_batch(&shared.group, std::slice::from_ref(queue), LOCK_RPC_TIMEOUT)
+        .await?;
+    Ok(locked.contains(queue))
 }
 
 /// Releases the queue's broker lock.
 pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) -> Result<()> {
-    lock_request(shared, queue, request_code::UNLOCK_BATCH_MQ).await?;
-    Ok(())
+    shared
+        .client
+        .unlock_batch(&shared.group, std::slice::from_ref(queue), LOCK_RPC_TIMEOUT)
+        .await
 }
 
 impl QueueActor {

@@ -12,18 +12,14 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 
-use crate::actors::client::call_ok;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
 use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
 use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
-use crate::error::{Error, Result};
+use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
-use crate::protocol::body::{decode_json, ConsumerListBody};
-use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::GetConsumerListByGroupRequestHeader;
-use crate::protocol::RemotingCommand;
+use crate::protocol::codes::response_code;
 
 /// Run a rebalance pass (now, or right after the one under way).
 #[derive(Message)]
@@ -240,43 +236,25 @@ async fn topic_target(
         return Ok(queues);
     }
     // Any broker of the topic knows the group's members (each gets every heartbeat).
-    let addr = route
-        .data
-        .broker_datas
-        .iter()
-        .filter_map(|b| b.master_addr())
-        .min()
-        .ok_or_else(|| Error::TopicRouteNotFound(topic.to_owned()))?
-        .to_owned();
-    let conn = shared.client.connection(&addr).await?;
-    let header = GetConsumerListByGroupRequestHeader {
-        consumer_group: shared.group.to_string(),
-    };
-    let command =
-        RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);
-    let response = match call_ok(&conn, &addr, command, shared.client.request_timeout()).await {
+    let (addr, members) = match shared.client.consumer_ids(&shared.group, topic).await {
         // Brokers answer SYSTEM_ERROR ("no consumer for this group") while they know no member.
         Err(Error::Broker {
-            code: response_code::SYSTEM_ERROR,
+            code: ResponseCode(response_code::SYSTEM_ERROR),
+            peer,
             ..
-        }) => return Err(Error::NotAMember(addr)),
+        }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
-    let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
     let client_id = shared.client.client_id();
-    if !members.consumer_id_list.iter().any(|id| id == client_id) {
+    if !members.iter().any(|id| id == client_id) {
         // The broker has not seen our heartbeat yet: taking queues now would double-assign.
         return Err(Error::NotAMember(addr));
     }
-    Ok(allocate_sorted(
-        strategy,
-        &shared.group,
-        client_id,
-        &queues,
-        &members.consumer_id_list,
+    Ok(
+        allocate_sorted(strategy, &shared.group, client_id, &queues, &members)
+            .into_iter()
+            .collect(),
     )
-    .into_iter()
-    .collect())
 }
 
 impl Actor for Rebalancer {

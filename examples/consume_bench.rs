@@ -24,24 +24,23 @@
 //! the embedded broker the process figure includes the broker's work) — and, for push, the time
 //! from `start()` to the first message.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{call, Client, ClientConfig};
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::ConsumeStatus;
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
 use rocketmq_actor::consumer::ConsumeFromWhere;
+use rocketmq_actor::consumer::ConsumeStatus;
+use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
 use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::PushConsumer;
+use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
+use rocketmq_actor::{Producer, ProducerConfig};
 
 #[derive(Parser)]
 struct Args {
@@ -238,7 +237,6 @@ async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, St
         .pull_addr(&queue.broker_name, 0)
         .ok_or_else(|| format!("no address for {}", queue.broker_name))?
         .to_owned();
-    let conn = client.connection(&addr).await.map_err(|e| e.to_string())?;
     let (mut offset, mut count) = (0i64, 0usize);
     loop {
         let header = PullMessageRequestHeader {
@@ -257,7 +255,8 @@ async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, St
             bname: Some(queue.broker_name.clone()),
         };
         let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
-        let response = call(&conn, command, Duration::from_secs(10))
+        let response = client
+            .request(&addr, command, Duration::from_secs(10))
             .await
             .map_err(|e| e.to_string())?;
         let reply: PullMessageResponseHeader =
@@ -321,7 +320,7 @@ async fn push_phase(
     expected: usize,
 ) -> Result<(Phase, Duration), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let tally = Rc::new(RefCell::new(Tally {
+    let tally = Arc::new(Mutex::new(Tally {
         count: 0,
         first: None,
         last: None,
@@ -339,7 +338,7 @@ async fn push_phase(
         .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
         .listener_fn(move |messages, ctx| {
             let now = Instant::now();
-            let mut t = listener_tally.borrow_mut();
+            let mut t = listener_tally.lock().unwrap_or_else(|e| e.into_inner());
             t.first.get_or_insert(now);
             t.last = Some(now);
             t.count += messages.len();
@@ -355,7 +354,7 @@ async fn push_phase(
         .map_err(|e| e.to_string())?;
     let finished = tokio::time::timeout(Duration::from_secs(600), done_rx).await;
     let (count, first, last) = {
-        let t = tally.borrow();
+        let t = tally.lock().unwrap_or_else(|e| e.into_inner());
         (t.count, t.first, t.last)
     };
     let wall = last.map_or_else(|| started.elapsed(), |last| last - started);

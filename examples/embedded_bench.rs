@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{call, Client, ClientConfig};
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
+use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::PullMessageRequestHeader;
 use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
+use rocketmq_actor::{Producer, ProducerConfig};
 
 #[derive(Parser)]
 struct Args {
@@ -194,7 +194,6 @@ async fn long_poll_wakeup(cluster: &EmbeddedCluster, rounds: usize) {
     let producer = Producer::new(sender.clone(), ProducerConfig::default());
     let queue = MessageQueue::new("LongPoll", BROKER, 0);
     let addr = cluster.broker_addr(BROKER).expect("broker address");
-    let conn = consumer.connection(&addr).await.expect("connection");
     // Warm both connections and the route cache.
     producer
         .send_to_queue(Message::new("LongPoll", "warm-up"), &queue)
@@ -221,9 +220,11 @@ async fn long_poll_wakeup(cluster: &EmbeddedCluster, rounds: usize) {
             bname: None,
         };
         let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
-        let pull_conn = conn.clone();
+        let (pull_client, pull_addr) = (consumer.clone(), addr.clone());
         let held = actix::spawn(async move {
-            let response = call(&pull_conn, command, Duration::from_secs(35)).await;
+            let response = pull_client
+                .request(&pull_addr, command, Duration::from_secs(35))
+                .await;
             (response, Instant::now())
         });
         while held_pulls(cluster).await == 0 {

@@ -11,8 +11,7 @@
 //! prints the rate of each. Queue-ordered runs at most one call per queue; key-ordered runs one
 //! call per key, up to the concurrency limit.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -36,9 +35,9 @@ struct Args {
 }
 
 async fn run(args: &Args, namesrv: &str, topic: &str, key_ordered: bool) -> f64 {
-    let done = Rc::new(Cell::new(0usize));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (tx, rx) = tokio::sync::oneshot::channel::<Instant>();
-    let tx = Rc::new(Cell::new(Some(tx)));
+    let tx = Arc::new(Mutex::new(Some(tx)));
     let (target, pause) = (args.count, Duration::from_millis(args.listener_ms));
     let counter = done.clone();
     let started = Instant::now();
@@ -59,9 +58,10 @@ async fn run(args: &Args, namesrv: &str, topic: &str, key_ordered: bool) -> f64 
             let (counter, tx) = (counter.clone(), tx.clone());
             async move {
                 tokio::time::sleep(pause).await;
-                counter.set(counter.get() + messages.len());
-                if counter.get() >= target {
-                    if let Some(tx) = tx.take() {
+                let total = counter.fetch_add(messages.len(), std::sync::atomic::Ordering::Relaxed)
+                    + messages.len();
+                if total >= target {
+                    if let Some(tx) = tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
                         let _ = tx.send(Instant::now());
                     }
                 }

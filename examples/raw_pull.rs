@@ -6,8 +6,9 @@
 //!     --expect 100000 [--size 128] [--tag TagA] [--key-space 100] [--timeout 60]
 //! ```
 //!
-//! Every queue is pulled concurrently from offset 0 with FLAG_SUBSCRIPTION (so no heartbeat is
-//! needed), `--batch` messages per call (32, the push consumer's default), on one connection
+//! It uses only the public base layer: `Client::fetch_subscribe_message_queues` and
+//! `Client::pull`. Every queue is pulled concurrently from offset 0 with FLAG_SUBSCRIPTION (so no
+//! heartbeat is needed), `--batch` messages per call (32, the push consumer's default), on one connection
 //! per broker. It prints one JSON line and exits non-zero if anything is missing, duplicated or
 //! different. Its rate is also the "raw pull loop" baseline the push consumer is compared with:
 //! `msgs_per_sec` counts from the first message received to the last, as `rocketmq-actor
@@ -25,13 +26,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rocketmq_actor::actors::client::{call, Client, ClientConfig};
-use rocketmq_actor::message::decode_messages;
-use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
-use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
-use rocketmq_actor::protocol::RemotingCommand;
-use rocketmq_actor::route::TopicRoute;
+use rocketmq_actor::rpc::{PullRequest, PullStatus};
 use rocketmq_actor::MessageQueue;
+use rocketmq_actor::{Client, ClientConfig};
 
 #[derive(Parser)]
 struct Args {
@@ -95,82 +92,48 @@ impl Progress {
 
 async fn pull_queue(
     client: Client,
-    route: &TopicRoute,
     args: &Args,
     queue: MessageQueue,
     progress: Rc<Progress>,
 ) -> Result<Tally, String> {
-    let addr = route
-        .pull_addr(&queue.broker_name, 0)
-        .ok_or_else(|| format!("no address for {}", queue.broker_name))?
-        .to_owned();
-    let conn = client.connection(&addr).await.map_err(|e| e.to_string())?;
+    let group: std::sync::Arc<str> = args.group.as_str().into();
     let mut tally = Tally::default();
     let mut offset = 0i64;
     loop {
         let waiting = progress.total.get() < args.expect;
-        let (sys_flag, suspend) = if waiting {
-            (
-                pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND,
-                LONG_POLL,
-            )
-        } else {
-            (pull_sys_flag::SUBSCRIPTION, Duration::ZERO)
-        };
-        let header = PullMessageRequestHeader {
-            consumer_group: args.group.clone(),
-            topic: queue.topic.clone(),
-            queue_id: queue.queue_id,
-            queue_offset: offset,
-            max_msg_nums: args.batch,
-            sys_flag,
-            commit_offset: 0,
-            suspend_timeout_millis: suspend.as_millis() as i64,
-            subscription: Some("*".into()),
-            sub_version: 0,
-            expression_type: Some("TAG".into()),
-            max_msg_bytes: None,
-            bname: Some(queue.broker_name.clone()),
-        };
-        let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
-        let response = call(&conn, command, suspend + Duration::from_secs(10))
+        let mut request =
+            PullRequest::new(group.clone(), queue.clone(), offset).max_messages(args.batch);
+        if waiting {
+            request = request.long_poll(LONG_POLL);
+        }
+        let pulled = client
+            .pull(&request)
             .await
-            .map_err(|e| format!("{queue}: {e}"))?;
-        let reply: PullMessageResponseHeader = response
-            .decode_header()
-            .map_err(|e| format!("{queue}: {e}"))?;
-        match response.code {
-            response_code::SUCCESS => {
-                let messages = decode_messages(response.body.clone().unwrap_or_default())
-                    .map_err(|e| format!("{queue}: {e}"))?;
-                progress.record(messages.len());
-                for message in &messages {
+            .map_err(|e| format!("{queue}: pull at {offset}: {e}"))?;
+        match pulled.status {
+            PullStatus::Found => {
+                progress.record(pulled.messages.len());
+                for message in &pulled.messages {
                     tally.count += 1;
                     check(args, message, &mut tally);
                 }
             }
-            response_code::PULL_NOT_FOUND => {
+            PullStatus::NoNewMsg => {
                 if !waiting || Instant::now() >= progress.deadline {
                     return Ok(tally);
                 }
                 // Long-polled and still nothing: more may yet be dispatched; ask again.
             }
-            response_code::PULL_RETRY_IMMEDIATELY => {}
-            response_code::PULL_OFFSET_MOVED => tally.offset_moved += 1,
-            code => {
-                return Err(format!(
-                    "{queue}: pull at {offset} answered {code} {}",
-                    response.remark.unwrap_or_default()
-                ))
-            }
+            PullStatus::NoMatchedMsg => {}
+            PullStatus::OffsetIllegal => tally.offset_moved += 1,
         }
-        if reply.next_begin_offset < offset {
+        if pulled.next_begin_offset < offset {
             return Err(format!(
                 "{queue}: the broker moved the offset back from {offset} to {}",
-                reply.next_begin_offset
+                pulled.next_begin_offset
             ));
         }
-        offset = reply.next_begin_offset;
+        offset = pulled.next_begin_offset;
     }
 }
 
@@ -206,8 +169,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     actix::System::new().block_on(async move {
         let client = Client::start(ClientConfig::new(&args.namesrv))?;
-        // One route look-up serves every queue.
-        let route = client.route(&args.topic).await?;
+        let queues = client.fetch_subscribe_message_queues(&args.topic).await?;
         let started = Instant::now();
         let progress = Rc::new(Progress {
             total: Cell::new(0),
@@ -215,10 +177,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             last: Cell::new(None),
             deadline: started + Duration::from_secs(args.timeout),
         });
-        let pulls = route
-            .consume_queues
+        let pulls = queues
             .iter()
-            .map(|q| pull_queue(client.clone(), &route, &args, q.clone(), progress.clone()));
+            .map(|q| pull_queue(client.clone(), &args, q.clone(), progress.clone()));
         let mut total = Tally::default();
         for result in futures::future::join_all(pulls).await {
             let tally = result?;
@@ -246,7 +207,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}",
             serde_json::json!({
                 "count": total.count,
-                "queues": route.consume_queues.len(),
+                "queues": queues.len(),
                 "seconds": (seconds * 1000.0).round() / 1000.0,
                 "wall_seconds": (wall * 1000.0).round() / 1000.0,
                 "msgs_per_sec": rate,

@@ -7,10 +7,16 @@ use std::time::Duration;
 /// Every decoder in the crate returns this instead of panicking; a connection that meets one
 /// closes itself and logs it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     /// A frame announced a length above the limit (16 MiB by default).
     #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
-    FrameTooLarge { len: usize, limit: usize },
+    FrameTooLarge {
+        /// The announced length.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The frame layout itself is broken (negative length, header longer than the frame…).
     #[error("invalid frame: {0}")]
     InvalidFrame(String),
@@ -22,7 +28,12 @@ pub enum ProtocolError {
     MissingField(&'static str),
     /// A typed header field is present but does not parse.
     #[error("invalid header field `{field}`: {value:?}")]
-    InvalidField { field: &'static str, value: String },
+    InvalidField {
+        /// The field's wire name.
+        field: &'static str,
+        /// The value received.
+        value: String,
+    },
     /// A JSON body did not parse into the expected type.
     #[error("invalid JSON body: {0}")]
     Json(String),
@@ -37,35 +48,110 @@ pub enum ProtocolError {
     Io(#[from] std::io::Error),
 }
 
-/// The crate's general error.
+/// A RocketMQ response code, shown with its name (`SYSTEM_ERROR (1)`).
+///
+/// ```
+/// use rocketmq_actor::error::ResponseCode;
+/// use rocketmq_actor::protocol::response_code;
+/// let code = ResponseCode(response_code::PULL_NOT_FOUND);
+/// assert_eq!(code.to_string(), "PULL_NOT_FOUND (19)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResponseCode(pub i32);
+
+impl ResponseCode {
+    /// The protocol name of the code (`"UNKNOWN"` when not listed).
+    pub fn name(self) -> &'static str {
+        crate::protocol::codes::response_code_name(self.0)
+    }
+}
+
+impl std::fmt::Display for ResponseCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// A RocketMQ request code, shown with its name (`PULL_MESSAGE (11)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestCode(pub i32);
+
+impl RequestCode {
+    /// The protocol name of the code (`"UNKNOWN"` when not listed).
+    pub fn name(self) -> &'static str {
+        crate::protocol::codes::request_code_name(self.0)
+    }
+}
+
+impl std::fmt::Display for RequestCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// The crate's general error. Each variant says what failed and keeps its cause.
+///
+/// ```
+/// use rocketmq_actor::error::{Error, RequestCode, ResponseCode};
+/// use rocketmq_actor::protocol::{request_code, response_code};
+/// let e = Error::Broker {
+///     peer: "127.0.0.1:10911".into(),
+///     request: RequestCode(request_code::PULL_MESSAGE),
+///     code: ResponseCode(response_code::SUBSCRIPTION_NOT_EXIST),
+///     remark: "no subscription".into(),
+/// };
+/// assert!(e.to_string().contains("PULL_MESSAGE"));
+/// assert_eq!(e.response_code(), Some(response_code::SUBSCRIPTION_NOT_EXIST));
+/// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Malformed data from a peer.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
-    /// The peer answered with a non-success response code.
-    #[error("{peer} answered code {code}: {remark}")]
+    /// The peer answered a request with a response code that is not a success for it.
+    #[error("{peer} answered {request} with {code}: {remark}")]
     Broker {
         /// The address that answered.
         peer: String,
-        /// The RocketMQ response code.
-        code: i32,
+        /// The request that failed.
+        request: RequestCode,
+        /// The response code.
+        code: ResponseCode,
         /// The remark of the response (empty when none).
         remark: String,
     },
     /// No response arrived within the request's timeout.
-    #[error("request code {code} to {peer} timed out after {timeout:?}")]
+    #[error("{code} to {peer} timed out after {timeout:?}")]
     Timeout {
+        /// The address the request went to.
         peer: String,
-        code: i32,
+        /// The request.
+        code: RequestCode,
+        /// The timeout that passed.
         timeout: Duration,
     },
     /// The connection closed before the response arrived.
     #[error("connection to {0} closed")]
     ConnectionClosed(String),
     /// The TCP connection could not be established.
-    #[error("cannot connect to {addr}: {reason}")]
-    Connect { addr: String, reason: String },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why (refused, unreachable, timed out…).
+        #[source]
+        source: std::io::Error,
+    },
+    /// A listening socket (the embedded broker's) could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why (in use, no permission…).
+        #[source]
+        source: std::io::Error,
+    },
     /// The name servers know no route for the topic.
     #[error("no route for topic {0}")]
     TopicRouteNotFound(String),
@@ -79,16 +165,48 @@ pub enum Error {
     /// A configuration value is outside its allowed range.
     #[error("invalid config `{option}` = {value}: {allowed}")]
     Config {
+        /// The option.
         option: &'static str,
+        /// The value given.
         value: String,
+        /// What is allowed.
         allowed: String,
     },
+    /// A message that cannot be sent as it is (empty topic or body, too large, mixed batch).
+    #[error("message cannot be sent: {0}")]
+    InvalidMessage(String),
     /// A local I/O error (offset files, sockets).
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The actor that should handle the call is gone (the runtime is shutting down).
     #[error("the runtime is shutting down: {0}")]
     Shutdown(String),
+}
+
+impl Error {
+    /// The broker's response code, for [`Error::Broker`].
+    pub fn response_code(&self) -> Option<i32> {
+        match self {
+            Error::Broker { code, .. } => Some(code.0),
+            _ => None,
+        }
+    }
+
+    /// Whether the failure is of the transport (timeout, closed or refused connection), so the
+    /// same request may succeed on another broker or after a reconnect.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::ConnectionClosed(_) | Error::Connect { .. }
+        )
+    }
+}
+
+/// A message to an actor that has stopped: the runtime is shutting down.
+impl From<actix::MailboxError> for Error {
+    fn from(error: actix::MailboxError) -> Self {
+        Error::Shutdown(error.to_string())
+    }
 }
 
 /// Result with the crate's [`Error`].

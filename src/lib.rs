@@ -1,13 +1,8 @@
 //! # rocketmq-actor
 //!
 //! An actor-based Apache RocketMQ client runtime built on [actix]. It speaks the classic RocketMQ
-//! remoting protocol (the one of the Java 4.x/5.x client) and ships an embedded RocketMQ-compatible
-//! broker so everything runs on a fresh machine.
-//!
-//! The crate is split in two halves (see `ARCHITECTURE.md`):
-//! - a deterministic, sans-I/O core (`protocol`, `message`, `filter`, `route`, `consumer`, `broker`)
-//!   made of pure functions and state machines, tested without sockets or actix;
-//! - thin actix actors (`actors`) that own state, do the I/O and turn messages into core calls.
+//! remoting protocol (the one of the Java 4.x/5.x client) and ships an embedded
+//! RocketMQ-compatible broker so everything runs on a fresh machine.
 //!
 //! # Quick start
 //!
@@ -34,29 +29,100 @@
 //! }
 //! ```
 //!
-//! Without a RocketMQ cluster at hand, [`actors::broker::EmbeddedCluster`] starts a name server
-//! and brokers on loopback ports in the same process.
+//! Handles are `Send + Sync` and work from any async runtime: inside an actix system the actors
+//! run on the caller's arbiter; elsewhere (a plain `#[tokio::main]`, or a synchronous `main`
+//! driving futures with `futures::executor::block_on`) on a runtime thread of the crate's own.
+//!
+//! # What is here
+//!
+//! | layer | items |
+//! |---|---|
+//! | consumers | [`PushConsumer`] ([`consumer`]: builder, listeners, [`PushConsumerConfig`], allocation strategies) |
+//! | producer | [`Producer`], [`ProducerConfig`], [`SendResult`] |
+//! | base layer | [`Client`] / [`ClientConfig`]: one per process, shared by every producer and consumer, with a typed method per RPC ([`rpc`]: [`PullRequest`](rpc::PullRequest), [`PullResult`](rpc::PullResult)) |
+//! | messages | [`Message`], [`MessageExt`], [`MessageQueue`] ([`message`]: properties, ids, the stored-record format) |
+//! | errors | [`Error`] ([`error`]) |
+//! | test double | `EmbeddedCluster` ([`embedded`], feature `embedded`) |
+//! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `embedded` | yes | the embedded name server + brokers ([`embedded`]) |
+//! | `toml` | yes | [`PushConsumerConfig::from_toml_str`] |
+//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber) |
+//!
+//! A library user who only consumes: `rocketmq-actor = { version = "0.1", default-features = false }`.
+//!
+//! The crate is a sans-I/O core (pure functions and state machines, tested without sockets or
+//! actix) under thin actix actors; `ARCHITECTURE.md` draws the layers.
+#![warn(missing_docs)]
 
 pub mod error;
 pub mod filter;
+pub mod identity;
 pub mod message;
 pub mod protocol;
 pub mod route;
+pub mod rpc;
 
 /// The embedded broker's sans-I/O core: storage, offsets, groups, locks, long polling, retry/DLQ.
-pub mod broker;
-/// The push consumer's sans-I/O core: config, process queue, allocation, offset math.
+// Its inspection helpers serve the unit tests and the embedded-cluster API.
+#[cfg(feature = "embedded")]
+#[allow(dead_code, unused_imports)]
+pub(crate) mod broker;
 pub mod consumer;
 
 /// The actix actors: one actor per file, each a thin shell around the core.
 #[path = "../actors/mod.rs"]
-pub mod actors;
+pub(crate) mod actors;
 
-pub use actors::broker::{EmbeddedCluster, EmbeddedConfig};
+// The tests of crate-internal actors name the crate as integration tests do.
+#[cfg(test)]
+extern crate self as rocketmq_actor;
+#[cfg(all(test, feature = "embedded"))]
+#[path = "../tests/internal/mod.rs"]
+mod internal_tests;
+
+/// The embedded RocketMQ-compatible cluster (name server + brokers on loopback): the test double
+/// for `cargo test` on a fresh machine, with fault injection.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+/// let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral()).await?;
+/// println!("name server at {}", cluster.namesrv_addr());
+/// cluster.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "embedded")]
+pub mod embedded {
+    pub use crate::actors::broker::{broker_name, EmbeddedCluster, EmbeddedConfig};
+    pub use crate::broker::store::TopicConfig;
+    pub use crate::broker::{BrokerConfig, Fault};
+}
+
+/// Helpers the command-line tool and examples share.
+pub mod util {
+    /// Wall-clock milliseconds since the Unix epoch.
+    ///
+    /// ```
+    /// assert!(rocketmq_actor::util::now_ms() > 1_600_000_000_000);
+    /// ```
+    pub fn now_ms() -> i64 {
+        crate::actors::now_ms()
+    }
+}
+
 pub use actors::client::{Client, ClientConfig};
-pub use actors::consumer::PushConsumer;
-pub use actors::listener::{ConsumeContext, ConsumeStatus};
-pub use actors::producer::{Producer, ProducerConfig, SendResult};
-pub use consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
+pub use actors::connection::ConnectionConfig;
+pub use actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
+pub use consumer::{
+    ConsumeContext, ConsumeStatus, OrderlyContext, OrderlyStatus, PushConsumer,
+    PushConsumerBuilder, PushConsumerConfig,
+};
+#[cfg(feature = "embedded")]
+pub use embedded::{EmbeddedCluster, EmbeddedConfig};
 pub use error::{Error, ProtocolError, Result};
 pub use message::{Message, MessageExt, MessageQueue};

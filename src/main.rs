@@ -1,26 +1,25 @@
 //! The `rocketmq-actor` command line: produce, consume, run the embedded broker, or all three
 //! at once (`demo`).
 
-use std::cell::RefCell;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use base64::Engine;
 use clap::{Parser, Subcommand};
 use futures::stream::{FuturesUnordered, StreamExt};
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{Client, ClientConfig};
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::ConsumeStatus;
-use rocketmq_actor::actors::now_ms;
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig};
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
+use rocketmq_actor::consumer::ConsumeStatus;
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyStatus};
+use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::util::now_ms;
+use rocketmq_actor::PushConsumer;
+use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageExt};
+use rocketmq_actor::{Producer, ProducerConfig};
 use serde_json::json;
 
 type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -307,10 +306,10 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 }
 
 /// Counts a consumed batch (and prints it with `--print`).
-fn record(tally: &RefCell<Tally>, messages: &[MessageExt]) {
+fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) {
     let now = Instant::now();
     let now_ms = now_ms();
-    let mut t = tally.borrow_mut();
+    let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
     t.first.get_or_insert(now);
     t.last = Some(now);
     for message in messages {
@@ -342,7 +341,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
         }
     };
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let tally = Rc::new(RefCell::new(Tally {
+    let tally = Arc::new(Mutex::new(Tally {
         count: 0,
         first: None,
         last: None,
@@ -385,7 +384,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
         _ = tokio::signal::ctrl_c() => {}
     }
     consumer.shutdown().await;
-    let mut t = tally.borrow_mut();
+    let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(out) = t.print.as_mut() {
         out.flush()?;
     }

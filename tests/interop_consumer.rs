@@ -21,21 +21,16 @@
 mod interop_common;
 use interop_common::*;
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::{Future, Ready};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocketmq_actor::actors::client::{call, Client};
-use rocketmq_actor::actors::consumer::{PushConsumer, PushConsumerBuilder};
-use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
-use rocketmq_actor::consumer::offset::decode_local_offsets;
-use rocketmq_actor::consumer::retry::retry_topic;
+use rocketmq_actor::consumer::decode_local_offsets;
+use rocketmq_actor::consumer::retry_topic;
+use rocketmq_actor::consumer::{ConsumeContext, ConsumeStatus, Messages};
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyContext, OrderlyStatus};
 use rocketmq_actor::protocol::body::{
     decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
@@ -46,7 +41,10 @@ use rocketmq_actor::protocol::header::{
 };
 use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::route::TopicRoute;
+use rocketmq_actor::Client;
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Producer, ProducerConfig, SendResult, SendStatus};
+use rocketmq_actor::{PushConsumer, PushConsumerBuilder};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// How long a test waits for something that should happen before calling it lost. Generous:
@@ -259,14 +257,14 @@ async fn committed_offset(
         set_zero_if_not_found: Some(false),
         bname: Some(queue.broker_name.clone()),
     };
-    let conn = client.connection(addr).await.expect("connection");
-    let response = call(
-        &conn,
-        RemotingCommand::request_with_header(request_code::QUERY_CONSUMER_OFFSET, &header),
-        Duration::from_secs(5),
-    )
-    .await
-    .expect("QUERY_CONSUMER_OFFSET answered");
+    let response = client
+        .request(
+            addr,
+            RemotingCommand::request_with_header(request_code::QUERY_CONSUMER_OFFSET, &header),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("QUERY_CONSUMER_OFFSET answered");
     match response.code {
         response_code::SUCCESS => response
             .decode_header::<QueryConsumerOffsetResponseHeader>()
@@ -762,7 +760,7 @@ async fn a_failed_message_comes_back_from_the_retry_topic_with_its_original_topi
     let group = unique("retry_group");
     let (tx, mut rx) = unbounded_channel();
     // Fails the first delivery of every message, accepts the second.
-    let failed_once = Rc::new(RefCell::new(BTreeSet::new()));
+    let failed_once = Shared::new(BTreeSet::new());
     let consumer = fx
         .consumer(&group, "*")
         .configure(|c| c.consume_message_batch_max_size = 1)
@@ -863,7 +861,7 @@ async fn orderly_consumer(
     fx: &Fixture,
     group: &str,
     key_ordered: bool,
-    log: Rc<RefCell<OrderLog>>,
+    log: Shared<OrderLog>,
     progress: UnboundedSender<()>,
 ) -> PushConsumer {
     fx.consumer(group, "*")
@@ -959,7 +957,7 @@ async fn an_orderly_consumer_keeps_each_key_in_order_and_holds_the_broker_locks(
     const PER_KEY: usize = 25;
     send_keyed(&fx, KEYS, PER_KEY).await;
     let group = unique("orderly_group");
-    let log = Rc::new(RefCell::new(OrderLog::default()));
+    let log = Shared::new(OrderLog::default());
     let (tx, mut rx) = unbounded_channel();
     let consumer = orderly_consumer(&fx, &group, false, log.clone(), tx).await;
     await_progress(&mut rx, KEYS * PER_KEY).await;
@@ -1019,7 +1017,7 @@ async fn a_key_ordered_consumer_keeps_each_key_in_order() {
     const PER_KEY: usize = 25;
     send_keyed(&fx, KEYS, PER_KEY).await;
     let group = unique("key_ordered_group");
-    let log = Rc::new(RefCell::new(OrderLog::default()));
+    let log = Shared::new(OrderLog::default());
     let (tx, mut rx) = unbounded_channel();
     let consumer = orderly_consumer(&fx, &group, true, log.clone(), tx).await;
     await_progress(&mut rx, KEYS * PER_KEY).await;

@@ -19,8 +19,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rocketmq_actor::actors::client::{call, Client};
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
 use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::body::{
     decode_json, encode_json, ConsumeFromWhere, ConsumeType, ConsumerData, ConsumerListBody,
@@ -38,7 +36,9 @@ use rocketmq_actor::protocol::header::{
 };
 use rocketmq_actor::protocol::{RemotingCommand, SerializeType};
 use rocketmq_actor::route::TopicRoute;
+use rocketmq_actor::Client;
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Producer, ProducerConfig, SendResult, SendStatus};
 
 /// How long a long-polling pull waits on the broker for a message to arrive.
 const PULL_SUSPEND: Duration = Duration::from_millis(1000);
@@ -81,14 +81,14 @@ async fn pull_once(
         max_msg_bytes: None,
         bname: Some(queue.broker_name.clone()),
     };
-    let conn = client.connection(addr).await.expect("connection");
-    let response = call(
-        &conn,
-        RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header),
-        PULL_SUSPEND + Duration::from_secs(10),
-    )
-    .await
-    .expect("pull answered");
+    let response = client
+        .request(
+            addr,
+            RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header),
+            PULL_SUSPEND + Duration::from_secs(10),
+        )
+        .await
+        .expect("pull answered");
     let pull_codes = [
         response_code::SUCCESS,
         response_code::PULL_NOT_FOUND,
@@ -662,8 +662,8 @@ async fn offset_queries_and_consumer_offset_commit_round_trip() {
             },
         )
     };
-    let conn = client.connection(&addr).await.expect("connection");
-    let before = call(&conn, query(), Duration::from_secs(5))
+    let before = client
+        .request(&addr, query(), Duration::from_secs(5))
         .await
         .expect("QUERY_CONSUMER_OFFSET");
     assert_eq!(
@@ -795,19 +795,19 @@ async fn heartbeat_registers_the_client_in_its_group() {
 /// The client ids GET_CONSUMER_LIST_BY_GROUP lists (none when the broker says the group is
 /// empty).
 async fn members(client: &Client, addr: &str, group: &str) -> Vec<String> {
-    let conn = client.connection(addr).await.expect("connection");
-    let response = call(
-        &conn,
-        RemotingCommand::request_with_header(
-            request_code::GET_CONSUMER_LIST_BY_GROUP,
-            &GetConsumerListByGroupRequestHeader {
-                consumer_group: group.to_owned(),
-            },
-        ),
-        Duration::from_secs(5),
-    )
-    .await
-    .expect("GET_CONSUMER_LIST_BY_GROUP answered");
+    let response = client
+        .request(
+            addr,
+            RemotingCommand::request_with_header(
+                request_code::GET_CONSUMER_LIST_BY_GROUP,
+                &GetConsumerListByGroupRequestHeader {
+                    consumer_group: group.to_owned(),
+                },
+            ),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("GET_CONSUMER_LIST_BY_GROUP answered");
     match response.code {
         response_code::SUCCESS => {
             decode_json::<ConsumerListBody>(&response.body.unwrap_or_default())

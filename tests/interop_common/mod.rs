@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocketmq_actor::actors::client::{Client, ClientConfig};
-use rocketmq_actor::actors::producer::SendResult;
 use rocketmq_actor::message::MessageQueue;
 use rocketmq_actor::protocol::body::{decode_json, ClusterInfo};
 use rocketmq_actor::protocol::codes::request_code;
 use rocketmq_actor::protocol::header::UpdateTopicRequestHeader;
 use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::route::TopicRoute;
+use rocketmq_actor::SendResult;
+use rocketmq_actor::{Client, ClientConfig};
 
 /// The two broker names the cluster script starts.
 pub const BROKERS: [&str; 2] = ["broker-a", "broker-b"];
@@ -26,7 +26,7 @@ pub const QUEUES_PER_BROKER: i32 = 4;
 pub const ROUTE_DEADLINE: Duration = Duration::from_secs(60);
 
 pub fn now_ms() -> i64 {
-    rocketmq_actor::actors::now_ms()
+    rocketmq_actor::util::now_ms()
 }
 
 pub fn start_client(namesrv: &str) -> Client {
@@ -149,4 +149,43 @@ pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}_{}_{}_{n}", now_ms(), std::process::id())
+}
+/// A value shared between a test and its listener: listeners are `Send` (a consumer may run on
+/// another thread), so test state lives behind a mutex, with the `Cell`/`RefCell` vocabulary.
+#[allow(dead_code)]
+pub struct Shared<T>(std::sync::Arc<std::sync::Mutex<T>>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T> Shared<T> {
+    /// A new shared value.
+    pub fn new(value: T) -> Self {
+        Shared(std::sync::Arc::new(std::sync::Mutex::new(value)))
+    }
+
+    /// The value, locked (a panic elsewhere does not hide it).
+    pub fn borrow(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The value, locked for change.
+    pub fn borrow_mut(&self) -> std::sync::MutexGuard<'_, T> {
+        self.borrow()
+    }
+
+    /// Replaces the value.
+    pub fn set(&self, value: T) {
+        *self.borrow() = value;
+    }
+}
+
+impl<T: Copy> Shared<T> {
+    /// A copy of the value.
+    pub fn get(&self) -> T {
+        *self.borrow()
+    }
 }

@@ -116,7 +116,9 @@ async fn an_unanswered_request_times_out_without_disturbing_others() {
     let (slow, fast) = futures::join!(slow, fast);
     assert!(fast.unwrap().is_ok());
     match slow.unwrap() {
-        Err(Error::Timeout { code, .. }) => assert_eq!(code, request_code::GET_ROUTEINFO_BY_TOPIC),
+        Err(Error::Timeout { code, .. }) => {
+            assert_eq!(code.0, request_code::GET_ROUTEINFO_BY_TOPIC)
+        }
         other => panic!("expected a timeout, got {other:?}"),
     }
     late_tx.send(()).unwrap();

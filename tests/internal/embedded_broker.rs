@@ -7,7 +7,7 @@
 //! parked by the broker) are polled in bounded loops. Every await that could hang has a timeout
 //! that fails the test instead.
 
-mod common;
+use super::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -988,7 +988,7 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
         .await
     {
         Err(Error::Broker { code, remark, .. }) => {
-            assert_eq!(code, response_code::SYSTEM_BUSY);
+            assert_eq!(code.0, response_code::SYSTEM_BUSY);
             assert!(remark.contains("broker busy"));
         }
         other => panic!("expected SYSTEM_BUSY, got {other:?}"),

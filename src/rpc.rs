@@ -1,0 +1,405 @@
+//! The typed requests of the base layer, sans I/O: for each RPC a consumer needs, the command it
+//! sends and the reading of its answer. [`Client`](crate::Client) carries them over the wire;
+//! everything here is a pure function of its inputs and is tested without sockets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, RequestCode, ResponseCode, Result};
+use crate::filter::TagExpression;
+use crate::message::{decode_messages, MessageExt, MessageQueue};
+use crate::protocol::body::{
+    encode_json, LockBatchRequestBody, SubscriptionData, UnlockBatchRequestBody,
+};
+use crate::protocol::codes::{pull_sys_flag, request_code, response_code};
+use crate::protocol::header::{
+    ConsumerSendMsgBackRequestHeader, LockBatchMqRequestHeader, PullMessageRequestHeader,
+    PullMessageResponseHeader, QueryConsumerOffsetRequestHeader, UnlockBatchMqRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+};
+use crate::protocol::RemotingCommand;
+
+pub use crate::consumer::flow::PullStatus;
+
+/// How long a broker may hold a long-polling pull (Java `brokerSuspendMaxTimeMillis`, 15 s for
+/// the push consumer, 20 s for the pull consumer).
+pub const DEFAULT_BROKER_SUSPEND: Duration = Duration::from_secs(15);
+
+/// A topic subscription as pulls and heartbeats carry it: the tag expression and the version
+/// that ties the two together.
+///
+/// ```
+/// use rocketmq_actor::rpc::Subscription;
+/// let sub = Subscription::new("TagA || TagB", 1);
+/// assert!(sub.expression.matches_tags(Some("TagB")));
+/// assert!(!sub.expression.matches_tags(Some("TagC")));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    /// The parsed expression (the client re-filters by exact tag; brokers filter by hash).
+    pub expression: TagExpression,
+    /// `subVersion`: heartbeats and pulls of one subscription must carry the same.
+    pub sub_version: i64,
+}
+
+impl Subscription {
+    /// A subscription to the tags of `expression` (`*` for all).
+    pub fn new(expression: &str, sub_version: i64) -> Self {
+        Subscription {
+            expression: TagExpression::parse(expression),
+            sub_version,
+        }
+    }
+
+    /// The subscription to every message (`*`).
+    pub fn all(sub_version: i64) -> Self {
+        Subscription {
+            expression: TagExpression::all(),
+            sub_version,
+        }
+    }
+
+    /// The subscription as heartbeats and running-info replies describe it.
+    pub fn to_wire(&self, topic: &str) -> SubscriptionData {
+        SubscriptionData {
+            class_filter_mode: false,
+            topic: topic.to_owned(),
+            sub_string: self.expression.sub_string().to_owned(),
+            tags_set: self.expression.tags().to_vec(),
+            code_set: self.expression.codes().to_vec(),
+            sub_version: self.sub_version,
+            expression_type: "TAG".into(),
+        }
+    }
+}
+
+/// One PULL_MESSAGE: which queue, from where, how much, and whether the broker may hold it.
+///
+/// ```
+/// use std::time::Duration;
+/// use rocketmq_actor::rpc::{PullRequest, Subscription};
+/// use rocketmq_actor::MessageQueue;
+/// let request = PullRequest::new("my-group", MessageQueue::new("T", "broker-a", 0), 0)
+///     .subscription(Subscription::new("TagA", 0))
+///     .max_messages(64)
+///     .long_poll(Duration::from_secs(15));
+/// assert_eq!(request.max_messages, 64);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    /// The consumer group.
+    pub group: Arc<str>,
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The offset to read from.
+    pub offset: i64,
+    /// `maxMsgNums` (Java default 32).
+    pub max_messages: i32,
+    /// `maxMsgBytes`: a cap on the answer's size, when set.
+    pub max_bytes: Option<i32>,
+    /// What to pull.
+    pub subscription: Arc<Subscription>,
+    /// Send the expression with the pull (`FLAG_SUBSCRIPTION`), so the broker filters by it
+    /// even without a heartbeat; otherwise the broker uses the group's registered subscription.
+    pub send_subscription: bool,
+    /// Piggyback the group's consume offset for this queue (`FLAG_COMMIT_OFFSET`).
+    pub commit_offset: Option<i64>,
+    /// Long polling: how long the broker may hold the request when nothing is new
+    /// (`FLAG_SUSPEND`); `None` answers at once.
+    pub suspend: Option<Duration>,
+    /// The client-side timeout (must exceed `suspend`).
+    pub timeout: Duration,
+}
+
+impl PullRequest {
+    /// A pull of up to 32 messages of every tag from `offset`, answered at once.
+    pub fn new(group: impl Into<Arc<str>>, queue: MessageQueue, offset: i64) -> Self {
+        PullRequest {
+            group: group.into(),
+            queue,
+            offset,
+            max_messages: 32,
+            max_bytes: None,
+            subscription: Arc::new(Subscription::all(0)),
+            send_subscription: true,
+            commit_offset: None,
+            suspend: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Pulls only what `subscription` selects.
+    pub fn subscription(mut self, subscription: impl Into<Arc<Subscription>>) -> Self {
+        self.subscription = subscription.into();
+        self
+    }
+
+    /// At most `max` messages per answer.
+    pub fn max_messages(mut self, max: i32) -> Self {
+        self.max_messages = max;
+        self
+    }
+
+    /// Lets the broker hold the pull up to `suspend` when nothing is new; the client waits
+    /// `suspend` + 15 s (Java's `consumerTimeoutMillisWhenSuspend` margin).
+    pub fn long_poll(mut self, suspend: Duration) -> Self {
+        self.suspend = Some(suspend);
+        self.timeout = suspend + Duration::from_secs(15);
+        self
+    }
+
+    /// Piggybacks `offset` as the group's consume offset of the queue.
+    pub fn commit_offset(mut self, offset: i64) -> Self {
+        self.commit_offset = Some(offset);
+        self
+    }
+
+    /// The PULL_MESSAGE command.
+    pub fn to_command(&self) -> RemotingCommand {
+        let mut sys_flag = 0;
+        if self.commit_offset.is_some() {
+            sys_flag |= pull_sys_flag::COMMIT_OFFSET;
+        }
+        if self.suspend.is_some() {
+            sys_flag |= pull_sys_flag::SUSPEND;
+        }
+        if self.send_subscription {
+            sys_flag |= pull_sys_flag::SUBSCRIPTION;
+        }
+        let header = PullMessageRequestHeader {
+            consumer_group: self.group.to_string(),
+            topic: self.queue.topic.clone(),
+            queue_id: self.queue.queue_id,
+            queue_offset: self.offset,
+            max_msg_nums: self.max_messages,
+            sys_flag,
+            commit_offset: self.commit_offset.unwrap_or(0),
+            suspend_timeout_millis: self
+                .suspend
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            subscription: self
+                .send_subscription
+                .then(|| self.subscription.expression.sub_string().to_owned()),
+            sub_version: self.subscription.sub_version,
+            expression_type: Some("TAG".into()),
+            max_msg_bytes: self.max_bytes,
+            bname: Some(self.queue.broker_name.clone()),
+        };
+        RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header)
+    }
+
+    /// Reads the broker's answer: the status, the offsets, and the messages kept after the
+    /// exact tag re-filter, each with its broker name set. `peer` names the broker in errors.
+    pub fn read_response(&self, peer: &str, response: RemotingCommand) -> Result<PullResult> {
+        let Some(status) = PullStatus::from_response_code(response.code) else {
+            return Err(broker_error(peer, request_code::PULL_MESSAGE, response));
+        };
+        let reply: PullMessageResponseHeader = response.decode_header()?;
+        let mut messages = Vec::new();
+        let mut unfiltered = 0;
+        if status == PullStatus::Found {
+            let body = response.body.unwrap_or_default();
+            // Filtered and completed in place: the decoded records are never moved again.
+            messages = decode_messages(body)?;
+            unfiltered = messages.len();
+            let expression = &self.subscription.expression;
+            if !expression.is_all() {
+                messages.retain(|message| expression.matches_tags(message.tags()));
+            }
+            for message in &mut messages {
+                if let Some(delta) = reply.offset_delta {
+                    message.queue_offset += delta;
+                }
+                message.broker_name.clone_from(&self.queue.broker_name);
+            }
+        }
+        Ok(PullResult {
+            status,
+            next_begin_offset: reply.next_begin_offset,
+            min_offset: reply.min_offset,
+            max_offset: reply.max_offset,
+            suggest_broker_id: reply.suggest_which_broker_id,
+            messages,
+            unfiltered,
+        })
+    }
+}
+
+/// What a pull brought back.
+#[derive(Debug)]
+pub struct PullResult {
+    /// Found, nothing new, nothing matching, or an offset out of range.
+    pub status: PullStatus,
+    /// Where to pull next.
+    pub next_begin_offset: i64,
+    /// The queue's smallest offset.
+    pub min_offset: i64,
+    /// The queue's end offset (one past its last message).
+    pub max_offset: i64,
+    /// The broker id to pull from next (0 = master).
+    pub suggest_broker_id: i64,
+    /// The messages kept after the exact tag re-filter, with their broker name set.
+    pub messages: Vec<MessageExt>,
+    /// How many messages the broker sent (before the re-filter).
+    pub unfiltered: usize,
+}
+
+/// The error for a response whose code is not a success for `request`.
+pub(crate) fn broker_error(peer: &str, request: i32, response: RemotingCommand) -> Error {
+    Error::Broker {
+        peer: peer.to_owned(),
+        request: RequestCode(request),
+        code: ResponseCode(response.code),
+        remark: response.remark.unwrap_or_default(),
+    }
+}
+
+/// `response` when its code is SUCCESS, else the [`Error::Broker`] naming `request`.
+pub(crate) fn expect_success(
+    peer: &str,
+    request: i32,
+    response: RemotingCommand,
+) -> Result<RemotingCommand> {
+    if response.code == response_code::SUCCESS {
+        Ok(response)
+    } else {
+        Err(broker_error(peer, request, response))
+    }
+}
+
+/// QUERY_CONSUMER_OFFSET. With `zero_if_not_found = false` a group without a stored offset is
+/// answered QUERY_NOT_FOUND instead of 0.
+pub(crate) fn query_offset_command(
+    group: &str,
+    queue: &MessageQueue,
+    zero_if_not_found: bool,
+) -> RemotingCommand {
+    let header = QueryConsumerOffsetRequestHeader {
+        consumer_group: group.to_owned(),
+        topic: queue.topic.clone(),
+        queue_id: queue.queue_id,
+        bname: Some(queue.broker_name.clone()),
+        set_zero_if_not_found: (!zero_if_not_found).then_some(false),
+    };
+    RemotingCommand::request_with_header(request_code::QUERY_CONSUMER_OFFSET, &header)
+}
+
+/// UPDATE_CONSUMER_OFFSET.
+pub(crate) fn update_offset_command(
+    group: &str,
+    queue: &MessageQueue,
+    offset: i64,
+) -> RemotingCommand {
+    let header = UpdateConsumerOffsetRequestHeader {
+        consumer_group: group.to_owned(),
+        topic: queue.topic.clone(),
+        queue_id: queue.queue_id,
+        commit_offset: offset,
+        bname: Some(queue.broker_name.clone()),
+    };
+    RemotingCommand::request_with_header(request_code::UPDATE_CONSUMER_OFFSET, &header)
+}
+
+/// LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for `queues` (all of one broker): the two requests carry the
+/// same fields on the wire.
+pub(crate) fn lock_batch_command(
+    lock: bool,
+    group: &str,
+    client_id: &str,
+    queues: &[MessageQueue],
+) -> RemotingCommand {
+    let broker_name = queues.first().map(|q| q.broker_name.clone());
+    if lock {
+        let body = LockBatchRequestBody {
+            consumer_group: group.to_owned(),
+            client_id: client_id.to_owned(),
+            only_this_broker: true,
+            mq_set: queues.to_vec(),
+        };
+        let header = LockBatchMqRequestHeader { bname: broker_name };
+        RemotingCommand::request_with_header(request_code::LOCK_BATCH_MQ, &header)
+            .with_body(encode_json(&body))
+    } else {
+        let body = UnlockBatchRequestBody {
+            consumer_group: group.to_owned(),
+            client_id: client_id.to_owned(),
+            only_this_broker: true,
+            mq_set: queues.to_vec(),
+        };
+        let header = UnlockBatchMqRequestHeader { bname: broker_name };
+        RemotingCommand::request_with_header(request_code::UNLOCK_BATCH_MQ, &header)
+            .with_body(encode_json(&body))
+    }
+}
+
+/// CONSUMER_SEND_MSG_BACK: hand `message` back to its broker for redelivery through the group's
+/// retry topic after `delay_level` (0 = the broker's choice by reconsume count).
+pub(crate) fn send_back_command(
+    group: &str,
+    queue: &MessageQueue,
+    message: &MessageExt,
+    delay_level: i32,
+    max_reconsume_times: i32,
+) -> RemotingCommand {
+    let header = ConsumerSendMsgBackRequestHeader {
+        offset: message.commit_log_offset,
+        group: group.to_owned(),
+        delay_level,
+        origin_msg_id: Some(message.msg_id().into_owned()),
+        origin_topic: Some(message.topic().to_owned()),
+        unit_mode: false,
+        max_reconsume_times: Some(max_reconsume_times),
+        bname: Some(queue.broker_name.clone()),
+    };
+    RemotingCommand::request_with_header(request_code::CONSUMER_SEND_MSG_BACK, &header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_flags_follow_the_request() {
+        let queue = MessageQueue::new("T", "b", 3);
+        let plain = PullRequest::new("g", queue.clone(), 7).to_command();
+        assert_eq!(plain.ext("sysFlag"), Some("4"));
+        assert_eq!(plain.ext("suspendTimeoutMillis"), Some("0"));
+        let long = PullRequest::new("g", queue, 7)
+            .long_poll(Duration::from_secs(15))
+            .commit_offset(5)
+            .to_command();
+        assert_eq!(long.ext("sysFlag"), Some("7"));
+        assert_eq!(long.ext("commitOffset"), Some("5"));
+        assert_eq!(long.ext("suspendTimeoutMillis"), Some("15000"));
+        assert_eq!(long.ext("queueOffset"), Some("7"));
+    }
+
+    #[test]
+    fn a_failed_pull_names_the_request_and_code() {
+        let request = PullRequest::new("g", MessageQueue::new("T", "b", 0), 0);
+        let answer =
+            RemotingCommand::response(response_code::SUBSCRIPTION_NOT_EXIST, Some("no sub".into()));
+        let error = request.read_response("1.2.3.4:10911", answer).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("PULL_MESSAGE"), "{text}");
+        assert!(text.contains("SUBSCRIPTION_NOT_EXIST"), "{text}");
+        assert_eq!(
+            error.response_code(),
+            Some(response_code::SUBSCRIPTION_NOT_EXIST)
+        );
+    }
+
+    #[test]
+    fn lock_and_unlock_share_their_fields() {
+        let queues = [
+            MessageQueue::new("T", "b", 0),
+            MessageQueue::new("T", "b", 1),
+        ];
+        let lock = lock_batch_command(true, "g", "c", &queues);
+        let unlock = lock_batch_command(false, "g", "c", &queues);
+        assert_eq!(lock.code, request_code::LOCK_BATCH_MQ);
+        assert_eq!(unlock.code, request_code::UNLOCK_BATCH_MQ);
+        assert_eq!(lock.body, unlock.body);
+        assert_eq!(lock.ext("bname"), Some("b"));
+    }
+}

@@ -1,0 +1,288 @@
+//! The public base layer on its own, and the runtime outside actix: what a user who wants full
+//! control, or who lives in a plain tokio program, relies on.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{body_of, cluster_with_topic, mq, producer_on, receive, send_numbered, text, BROKER};
+use rocketmq_actor::consumer::ConsumeFromWhere;
+use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::rpc::{PullRequest, PullStatus, Subscription};
+use rocketmq_actor::{
+    Client, ClientConfig, ConsumeStatus, Error, Message, Producer, ProducerConfig, PushConsumer,
+};
+use tokio::sync::mpsc::unbounded_channel;
+
+#[actix_rt::test]
+async fn the_base_client_pulls_a_queue_and_commits_an_offset() {
+    let topic = "BaseClient";
+    let group = "base_client_group";
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    let client = Client::start(ClientConfig::new(&namesrv)).expect("client starts");
+    let producer = producer_on(&client);
+    let queue = mq(topic, 0);
+    let mut sent = Vec::new();
+    for i in 0..10 {
+        let tag = if i % 2 == 0 { "even" } else { "odd" };
+        let message = Message::new(topic, body_of(i)).with_tags(tag);
+        sent.push(producer.send_to_queue(message, &queue).await.expect("sent"));
+    }
+
+    let queues = client
+        .fetch_subscribe_message_queues(topic)
+        .await
+        .expect("queues");
+    assert_eq!(queues, vec![mq(topic, 0), mq(topic, 1)]);
+    assert_eq!(client.max_offset(&queue).await.expect("max"), 10);
+    assert_eq!(client.min_offset(&queue).await.expect("min"), 0);
+    assert!(client.earliest_msg_store_time(&queue).await.expect("time") > 0);
+    assert_eq!(
+        client
+            .query_consumer_offset(group, &queue)
+            .await
+            .expect("query"),
+        None,
+        "a new group has no committed offset"
+    );
+
+    // Only the even tags, re-filtered exactly on the client.
+    let request = PullRequest::new(group, queue.clone(), 0)
+        .subscription(Subscription::new("even", 0))
+        .max_messages(32);
+    let pulled = client.pull(&request).await.expect("pull");
+    assert_eq!(pulled.status, PullStatus::Found);
+    assert_eq!(pulled.next_begin_offset, 10);
+    let bodies: Vec<String> = pulled.messages.iter().map(text).collect();
+    assert_eq!(bodies, ["m0", "m2", "m4", "m6", "m8"]);
+    assert!(pulled.messages.iter().all(|m| m.broker_name == BROKER));
+
+    client
+        .update_consumer_offset(group, &queue, pulled.next_begin_offset)
+        .await
+        .expect("commit");
+    assert_eq!(
+        client
+            .query_consumer_offset(group, &queue)
+            .await
+            .expect("query"),
+        Some(10)
+    );
+    assert_eq!(
+        cluster
+            .committed_offset(BROKER, group, topic, 0)
+            .await
+            .expect("broker answers"),
+        Some(10),
+        "the broker holds the committed offset"
+    );
+
+    // Nothing new: a pull at the end answers at once without long polling.
+    let at_end = client
+        .pull(&PullRequest::new(group, queue.clone(), 10))
+        .await
+        .expect("pull at the end");
+    assert_eq!(at_end.status, PullStatus::NoNewMsg);
+    // An offset beyond the end is reported, not silently clamped.
+    let beyond = client
+        .pull(&PullRequest::new(group, queue.clone(), 50))
+        .await
+        .expect("pull beyond the end");
+    assert_eq!(beyond.status, PullStatus::OffsetIllegal);
+
+    let viewed = client
+        .view_message(&sent[3].offset_msg_id)
+        .await
+        .expect("view message by id");
+    assert_eq!(text(&viewed), "m3");
+    let searched = client
+        .search_offset(&queue, viewed.store_timestamp)
+        .await
+        .expect("search");
+    assert!(searched <= 3, "search by store time finds at or before m3");
+
+    let locked = client
+        .lock_batch(group, &queues, Duration::from_secs(3))
+        .await
+        .expect("lock");
+    assert_eq!(locked.len(), 2, "both queues locked: {locked:?}");
+    client
+        .unlock_batch(group, &queues, Duration::from_secs(3))
+        .await
+        .expect("unlock");
+
+    client.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_broker_refusal_names_the_request_and_the_code() {
+    let (cluster, namesrv) = cluster_with_topic("Refused", 1).await;
+    let client = Client::start(ClientConfig::new(&namesrv)).expect("client starts");
+    let missing = rocketmq_actor::MessageQueue::new("NoSuchTopic", BROKER, 0);
+    match client.max_offset(&missing).await {
+        Err(Error::TopicRouteNotFound(topic)) => assert!(topic.contains("NoSuchTopic")),
+        other => panic!("expected a missing route, got {other:?}"),
+    }
+    let broker: std::net::SocketAddr = cluster
+        .broker_addr(BROKER)
+        .expect("broker address")
+        .parse()
+        .expect("socket address");
+    let nowhere = rocketmq_actor::message::offset_msg_id(broker, 1 << 40);
+    match client.view_message(&nowhere).await {
+        Err(e) => assert!(
+            !e.to_string().is_empty(),
+            "an unknown message id is an error"
+        ),
+        Ok(message) => panic!("no message is stored there, got {message:?}"),
+    }
+    match client.view_message("not-an-id").await {
+        Err(Error::Protocol(_)) => {}
+        other => panic!("a malformed id is a protocol error, got {other:?}"),
+    }
+    client.shutdown().await;
+    cluster.shutdown().await;
+}
+
+/// Two clients configured with the same IP in one process share the pid too: their default
+/// ids must still differ, so the group splits the queues instead of both taking all of them.
+#[actix_rt::test]
+async fn clients_with_the_same_ip_and_pid_split_the_queues() {
+    let topic = "SameIp";
+    let group = "same_ip_group";
+    let (cluster, namesrv) = cluster_with_topic(topic, 8).await;
+    let same_ip = || {
+        let mut config = ClientConfig::new(&namesrv);
+        config.client_ip = "10.9.8.7".into();
+        Client::start(config).expect("client starts")
+    };
+    let (first_client, second_client) = (same_ip(), same_ip());
+    assert_ne!(first_client.client_id(), second_client.client_id());
+    assert!(first_client.client_id().starts_with("10.9.8.7@"));
+    let start = |client: Client| {
+        PushConsumer::builder()
+            .client(client)
+            .group(group)
+            .subscribe(topic, "*")
+            .listener_fn(|_messages, ctx| async move { (ConsumeStatus::Success, ctx) })
+            .start()
+    };
+    let first = start(first_client).await.expect("first consumer starts");
+    let second = start(second_client).await.expect("second consumer starts");
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    loop {
+        first.rebalance().await;
+        second.rebalance().await;
+        let a: BTreeSet<_> = first
+            .owned_queues()
+            .await
+            .into_iter()
+            .filter(|q| q.topic == topic)
+            .collect();
+        let b: BTreeSet<_> = second
+            .owned_queues()
+            .await
+            .into_iter()
+            .filter(|q| q.topic == topic)
+            .collect();
+        if a.len() == 4 && b.len() == 4 {
+            assert!(a.is_disjoint(&b), "each queue has one owner: {a:?} / {b:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the queues were not split: {a:?} / {b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.shutdown().await;
+    second.shutdown().await;
+    cluster.shutdown().await;
+}
+
+/// A plain multi-threaded tokio program, no actix system anywhere: the cluster, the producer and
+/// the consumer start and work, their actors running on the crate's own runtime thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_runs_from_a_multi_threaded_tokio_runtime() {
+    let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
+        .await
+        .expect("cluster starts outside actix");
+    cluster.create_topic("Tokio", 2).await.expect("topic");
+    let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    // Handles move between tokio's worker threads.
+    let sent = tokio::spawn({
+        let producer = producer.clone();
+        async move { send_numbered(&producer, "Tokio", 0..20).await.len() }
+    })
+    .await
+    .expect("send task");
+    assert_eq!(sent, 20);
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = PushConsumer::builder()
+        .client(client.clone())
+        .group("tokio_group")
+        .subscribe("Tokio", "*")
+        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
+        .listener_fn(move |messages, ctx| {
+            for m in &messages {
+                let _ = tx.send(text(m));
+            }
+            async move { (ConsumeStatus::Success, ctx) }
+        })
+        .start()
+        .await
+        .expect("consumer starts outside actix");
+    let got: BTreeSet<String> = receive(&mut rx, 20).await.into_iter().collect();
+    let expected: BTreeSet<String> = (0..20).map(body_of).collect();
+    assert_eq!(got, expected);
+    let consumer = tokio::spawn(async move {
+        consumer.shutdown().await;
+    });
+    consumer.await.expect("shutdown from another task");
+    client.shutdown().await;
+    cluster.shutdown().await;
+}
+
+/// A synchronous `main` (no async runtime at all) can start and stop a cluster and a consumer by
+/// blocking on the futures.
+#[test]
+fn starting_works_from_a_synchronous_main() {
+    let cluster = futures::executor::block_on(EmbeddedCluster::start(EmbeddedConfig::ephemeral()))
+        .expect("cluster starts from a synchronous main");
+    futures::executor::block_on(cluster.create_topic("Sync", 1)).expect("topic");
+    let consumer = futures::executor::block_on(
+        PushConsumer::builder()
+            .namesrv_addr(cluster.namesrv_addr())
+            .group("sync_group")
+            .subscribe("Sync", "*")
+            .listener_fn(|_messages, ctx| async move { (ConsumeStatus::Success, ctx) })
+            .start(),
+    )
+    .expect("consumer starts from a synchronous main");
+    // Polled in a bounded loop: there is no event to await from outside a runtime.
+    let mut owned = Vec::new();
+    for _ in 0..1500 {
+        owned = futures::executor::block_on(consumer.owned_queues());
+        owned.retain(|q| q.topic == "Sync");
+        if !owned.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(owned, vec![mq("Sync", 0)], "the consumer took the queue");
+    futures::executor::block_on(consumer.shutdown());
+    futures::executor::block_on(cluster.shutdown());
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Client>();
+    assert_send_sync::<Producer>();
+    assert_send_sync::<PushConsumer>();
+    assert_send_sync::<EmbeddedCluster>();
+    assert_send_sync::<Error>();
+}
