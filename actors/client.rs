@@ -25,15 +25,15 @@ use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
     decode_json, encode_json, ConsumerListBody, HeartbeatData, LockBatchResponseBody,
-    TopicRouteData,
+    ResetOffsetBody, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
     GetConsumerListByGroupRequestHeader, GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
     GetRouteInfoRequestHeader, HeartbeatRequestHeader, OffsetResponseHeader,
-    QueryConsumerOffsetResponseHeader, SearchOffsetRequestHeader, UnregisterClientRequestHeader,
-    ViewMessageRequestHeader,
+    QueryConsumerOffsetResponseHeader, ResetOffsetRequestHeader, SearchOffsetRequestHeader,
+    UnregisterClientRequestHeader, ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
@@ -895,6 +895,84 @@ impl Client {
         let command = send_back_command(group, queue, message, delay_level, max_reconsume_times);
         self.invoke_master(queue, command, timeout).await?;
         Ok(())
+    }
+
+    /// Resets `group`'s offsets of `topic` to the first message stored at or after
+    /// `timestamp_ms` (`-1`: the end of each queue), as Java's admin `resetOffsetByTimestamp`:
+    /// INVOKE_BROKER_TO_RESET_OFFSET to the master of every broker of the topic. A broker
+    /// resets its stored offsets itself (RocketMQ 5 and rocketmq-rust: the group's consumers
+    /// see the new offset at their next pull) or tells the group's live clients
+    /// (RESET_CONSUMER_CLIENT_OFFSET, RocketMQ 4 and the embedded broker); when it answers
+    /// that no client is online, the offsets are written directly (UPDATE_CONSUMER_OFFSET).
+    /// Without `force` an offset only moves back. Returns each queue's new offset.
+    pub async fn reset_offset_by_timestamp(
+        &self,
+        group: &str,
+        topic: &str,
+        timestamp_ms: i64,
+        force: bool,
+    ) -> Result<Vec<(MessageQueue, i64)>> {
+        let route = self.refresh_route(topic).await?;
+        let mut table = Vec::new();
+        for broker in &route.data.broker_datas {
+            let Some(addr) = broker.master_addr() else {
+                continue;
+            };
+            let header = ResetOffsetRequestHeader {
+                topic: topic.to_owned(),
+                group: group.to_owned(),
+                queue_id: -1,
+                // -1 means "no explicit offset" (Java sends it so).
+                offset: Some(-1),
+                timestamp: timestamp_ms,
+                is_force: force,
+            };
+            let command = RemotingCommand::request_with_header(
+                request_code::INVOKE_BROKER_TO_RESET_OFFSET,
+                &header,
+            );
+            let response = self.request(addr, command, self.request_timeout()).await?;
+            match response.code {
+                response_code::SUCCESS => {
+                    let body =
+                        ResetOffsetBody::decode(response.body.as_deref().unwrap_or_default())?;
+                    table.extend(body.offset_table);
+                }
+                response_code::CONSUMER_NOT_ONLINE => {
+                    let queues: Vec<MessageQueue> = route
+                        .consume_queues
+                        .iter()
+                        .filter(|q| q.broker_name == broker.broker_name)
+                        .cloned()
+                        .collect();
+                    for queue in queues {
+                        let target = if timestamp_ms < 0 {
+                            self.max_offset(&queue).await?
+                        } else {
+                            self.search_offset(&queue, timestamp_ms).await?
+                        };
+                        let current = self.query_consumer_offset(group, &queue).await?;
+                        let offset = match current {
+                            Some(current) if !force && target >= current => current,
+                            _ => {
+                                self.update_consumer_offset(group, &queue, target).await?;
+                                target
+                            }
+                        };
+                        table.push((queue, offset));
+                    }
+                }
+                _ => {
+                    return Err(broker_error(
+                        addr,
+                        request_code::INVOKE_BROKER_TO_RESET_OFFSET,
+                        response,
+                    ))
+                }
+            }
+        }
+        table.sort();
+        Ok(table)
     }
 
     /// VIEW_MESSAGE_BY_ID: the stored message an offset message id (`offset_msg_id` of a send

@@ -55,6 +55,17 @@ pub struct UpdateOffset {
     pub offset: i64,
 }
 
+/// Sets a queue's offset in memory, up or down (a pull consumer's `update_consume_offset`, a
+/// lite consumer's commit); persisted with the next periodic persist.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StoreOffset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The offset (next offset to consume).
+    pub offset: i64,
+}
+
 /// Forces a queue's offset and persists it at once (resets; `freeze` for OFFSET_ILLEGAL).
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
@@ -263,6 +274,14 @@ impl Handler<UpdateOffset> for OffsetStore {
 
     fn handle(&mut self, msg: UpdateOffset, _ctx: &mut Self::Context) {
         self.table.update(&msg.queue, msg.offset, true);
+    }
+}
+
+impl Handler<StoreOffset> for OffsetStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: StoreOffset, _ctx: &mut Self::Context) {
+        self.table.update(&msg.queue, msg.offset, false);
     }
 }
 

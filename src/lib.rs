@@ -103,6 +103,24 @@ pub mod embedded {
     pub use crate::broker::{BrokerConfig, Fault};
 }
 
+/// The pull consumer kinds: [`PullConsumer`](pull::PullConsumer) (Java
+/// `DefaultMQPullConsumer`), [`PullScheduleService`](pull::PullScheduleService) (Java
+/// `MQPullConsumerScheduleService`) and [`LitePullConsumer`](pull::LitePullConsumer) (Java
+/// `DefaultLitePullConsumer`, with a `Stream`).
+pub mod pull {
+    pub use crate::actors::lite_pull::{
+        LitePullConsumer, LitePullConsumerBuilder, TopicQueueChangeListener,
+    };
+    pub use crate::actors::member::{MessageQueueListener, QueueChange};
+    pub use crate::actors::pull_consumer::{PullConsumer, PullConsumerBuilder};
+    pub use crate::actors::schedule::{
+        PullScheduleService, PullScheduleServiceBuilder, PullTaskCallback, PullTaskContext,
+        DEFAULT_PULL_NEXT_DELAY,
+    };
+    pub use crate::consumer::pull_config::{LitePullConsumerConfig, PullConsumerConfig};
+    pub use crate::rpc::{PullResult, PullStatus};
+}
+
 /// Helpers the command-line tool and examples share.
 pub mod util {
     /// Wall-clock milliseconds since the Unix epoch.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use clap::{Parser, Subcommand};
@@ -15,7 +15,9 @@ use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
 use rocketmq_actor::consumer::ConsumeStatus;
 use rocketmq_actor::consumer::{ConsumeFromWhere, MessageModel, OrderlyStatus};
 use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
 use rocketmq_actor::util::now_ms;
+use rocketmq_actor::MessageQueue;
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageExt};
@@ -45,6 +47,28 @@ enum Command {
     Broker(BrokerArgs),
     /// Start the embedded broker, produce, consume with a push consumer, print both summaries.
     Demo(DemoArgs),
+    /// Reset a group's offsets of a topic by time (as mqadmin resetOffsetByTime) and print the
+    /// new offset of each queue as a JSON line.
+    ResetOffset(ResetOffsetArgs),
+}
+
+#[derive(clap::Args)]
+struct ResetOffsetArgs {
+    /// Name-server addresses, `;`-separated.
+    #[arg(long)]
+    namesrv: String,
+    /// Consumer group.
+    #[arg(long)]
+    group: String,
+    /// Topic.
+    #[arg(long)]
+    topic: String,
+    /// first, last, or a Unix time in ms.
+    #[arg(long)]
+    to: String,
+    /// Only move offsets back (do not skip unconsumed messages forward).
+    #[arg(long)]
+    no_force: bool,
 }
 
 #[derive(clap::Args)]
@@ -116,6 +140,17 @@ struct ConsumeOptions {
     /// Orderly per key (KEYS / __SHARDINGKEY): keys of one queue run concurrently.
     #[arg(long, conflicts_with = "orderly")]
     orderly_by_key: bool,
+    /// Consumer kind: push (listener), lite (poll loop of a lite pull consumer) or schedule
+    /// (pull schedule service, a task per queue).
+    #[arg(long, value_enum, default_value_t = ConsumeMode::Push)]
+    mode: ConsumeMode,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+enum ConsumeMode {
+    Push,
+    Lite,
+    Schedule,
 }
 
 #[derive(clap::Args)]
@@ -162,6 +197,7 @@ fn main() -> ExitCode {
         Command::Consume(args) => system.block_on(consume(&args.namesrv, &args.consume)),
         Command::Broker(args) => system.block_on(broker(args)),
         Command::Demo(args) => system.block_on(demo(args)),
+        Command::ResetOffset(args) => system.block_on(reset_offset(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -353,37 +389,85 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             .then(|| std::io::BufWriter::new(std::io::stdout())),
     }));
     let broadcast = options.broadcast;
-    let builder = PushConsumer::builder()
-        .namesrv_addr(namesrv)
-        .group(&options.group)
-        .subscribe(&options.topic, &options.expr)
-        .configure(|c| {
-            c.consume_from_where = from;
-            c.consume_timestamp = timestamp;
-            if broadcast {
-                c.message_model = MessageModel::Broadcasting;
-            }
-        });
-    let listener_tally = tally.clone();
-    let builder = if options.orderly || options.orderly_by_key {
-        builder
-            .key_ordered(options.orderly_by_key)
-            .orderly_listener_fn(move |messages, ctx| {
-                record(&listener_tally, &messages);
-                async move { (OrderlyStatus::Success, ctx) }
-            })
-    } else {
-        builder.listener_fn(move |messages, ctx| {
-            record(&listener_tally, &messages);
-            async move { (ConsumeStatus::Success, ctx) }
-        })
-    };
-    let consumer = builder.start().await?;
-    tokio::select! {
-        _ = done_rx => {}
-        _ = tokio::signal::ctrl_c() => {}
+    if options.mode != ConsumeMode::Push && (options.orderly || options.orderly_by_key) {
+        return Err("--orderly and --orderly-by-key need --mode push".into());
     }
-    consumer.shutdown().await;
+    match options.mode {
+        ConsumeMode::Push => {
+            let consumer = start_push(namesrv, options, from, timestamp, tally.clone()).await?;
+            tokio::select! {
+                _ = done_rx => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            consumer.shutdown().await;
+        }
+        ConsumeMode::Lite => {
+            let consumer = LitePullConsumer::builder()
+                .namesrv_addr(namesrv)
+                .group(&options.group)
+                .subscribe(&options.topic, &options.expr)
+                .configure(|c| {
+                    c.consume_from_where = from;
+                    c.consume_timestamp_ms = options.from.parse().ok();
+                    c.pull_batch_size = 32;
+                    if broadcast {
+                        c.base.message_model = MessageModel::Broadcasting;
+                    }
+                })
+                .start()
+                .await?;
+            let poll_loop = async {
+                loop {
+                    let batch = consumer.poll_timeout(Duration::from_millis(500)).await;
+                    if !batch.is_empty() {
+                        record(&tally, &batch);
+                    }
+                }
+            };
+            tokio::select! {
+                _ = done_rx => {}
+                _ = tokio::signal::ctrl_c() => {}
+                _ = poll_loop => {}
+            }
+            consumer.shutdown().await;
+        }
+        ConsumeMode::Schedule => {
+            let task_tally = tally.clone();
+            let start_at = options.from.clone();
+            let expr = options.expr.clone();
+            let service = PullScheduleService::builder()
+                .namesrv_addr(namesrv)
+                .group(&options.group)
+                .configure(|c| {
+                    if broadcast {
+                        c.message_model = MessageModel::Broadcasting;
+                    }
+                })
+                .register_pull_task_fn(&options.topic, move |queue, mut ctx| {
+                    let (tally, start_at, expr) =
+                        (task_tally.clone(), start_at.clone(), expr.clone());
+                    async move {
+                        let consumer = ctx.pull_consumer().clone();
+                        if let Err(e) =
+                            schedule_step(&consumer, &queue, &expr, &start_at, &tally).await
+                        {
+                            tracing::warn!(%queue, error = %e, "pull task failed");
+                            ctx.set_pull_next_delay(Duration::from_secs(1));
+                        } else {
+                            ctx.set_pull_next_delay(Duration::ZERO);
+                        }
+                        ctx
+                    }
+                })
+                .start()
+                .await?;
+            tokio::select! {
+                _ = done_rx => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            service.shutdown().await;
+        }
+    }
     let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(out) = t.print.as_mut() {
         out.flush()?;
@@ -411,6 +495,96 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             },
         })
     );
+    Ok(())
+}
+
+/// Starts the push consumer of `consume`.
+async fn start_push(
+    namesrv: &str,
+    options: &ConsumeOptions,
+    from: ConsumeFromWhere,
+    timestamp: Option<String>,
+    tally: Arc<Mutex<Tally>>,
+) -> CliResult<PushConsumer> {
+    let broadcast = options.broadcast;
+    let builder = PushConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(&options.group)
+        .subscribe(&options.topic, &options.expr)
+        .configure(|c| {
+            c.consume_from_where = from;
+            c.consume_timestamp = timestamp;
+            if broadcast {
+                c.message_model = MessageModel::Broadcasting;
+            }
+        });
+    let builder = if options.orderly || options.orderly_by_key {
+        builder
+            .key_ordered(options.orderly_by_key)
+            .orderly_listener_fn(move |messages, ctx| {
+                record(&tally, &messages);
+                async move { (OrderlyStatus::Success, ctx) }
+            })
+    } else {
+        builder.listener_fn(move |messages, ctx| {
+            record(&tally, &messages);
+            async move { (ConsumeStatus::Success, ctx) }
+        })
+    };
+    Ok(builder.start().await?)
+}
+
+/// One run of the schedule-service task of `consume --mode schedule`: from the stored offset
+/// (or `--from`), one long-polling pull of 32, counted, offset moved on.
+async fn schedule_step(
+    consumer: &PullConsumer,
+    queue: &MessageQueue,
+    expr: &str,
+    start_at: &str,
+    tally: &Mutex<Tally>,
+) -> rocketmq_actor::Result<()> {
+    let offset = match consumer.fetch_consume_offset(queue, false).await? {
+        Some(offset) => offset,
+        None => match start_at {
+            "first" => consumer.min_offset(queue).await?,
+            "last" => consumer.max_offset(queue).await?,
+            ms => {
+                let ms: i64 = ms.parse().unwrap_or(0);
+                consumer.search_offset(queue, ms).await?
+            }
+        },
+    };
+    let result = consumer
+        .pull_block_if_not_found(queue, expr, offset, 32)
+        .await?;
+    if result.status == PullStatus::Found && !result.messages.is_empty() {
+        record(tally, &result.messages);
+    }
+    consumer
+        .update_consume_offset(queue, result.next_begin_offset)
+        .await;
+    Ok(())
+}
+
+async fn reset_offset(args: ResetOffsetArgs) -> CliResult {
+    let timestamp = match args.to.as_str() {
+        "first" => 0,
+        "last" => -1,
+        ms => ms
+            .parse::<i64>()
+            .map_err(|_| format!("--to must be first, last or a Unix time in ms, not {ms:?}"))?,
+    };
+    let client = Client::start(ClientConfig::new(&args.namesrv))?;
+    let result = client
+        .reset_offset_by_timestamp(&args.group, &args.topic, timestamp, !args.no_force)
+        .await;
+    client.shutdown().await;
+    for (queue, offset) in result? {
+        println!(
+            "{}",
+            json!({"broker": queue.broker_name, "queue_id": queue.queue_id, "offset": offset})
+        );
+    }
     Ok(())
 }
 
@@ -468,6 +642,7 @@ async fn demo(args: DemoArgs) -> CliResult {
             print: false,
             orderly: false,
             orderly_by_key: false,
+            mode: ConsumeMode::Push,
         },
     )
     .await?;

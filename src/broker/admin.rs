@@ -331,6 +331,33 @@ impl BrokerCore {
         self.start_call(target, command, now_ms, waiter, out);
     }
 
+    /// INVOKE_BROKER_TO_RESET_OFFSET (admin "reset offset by time"): computes every queue's
+    /// offset at the timestamp, pushes RESET_CONSUMER_CLIENT_OFFSET to the group's live clients
+    /// and answers the table (Java `AdminBrokerProcessor.resetOffset`).
+    pub(super) fn on_invoke_reset_offset(
+        &mut self,
+        req: &RemotingCommand,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let header: ResetOffsetRequestHeader = read_header(req)?;
+        let (table, actions) = self
+            .reset_offsets(
+                &header.topic,
+                &header.group,
+                header.timestamp,
+                header.is_force,
+            )
+            .map_err(|(code, remark)| Failure::new(code, remark))?;
+        out.extend(actions);
+        let body = ResetOffsetBody {
+            offset_table: table.into_iter().collect(),
+        }
+        .encode();
+        Ok(Some(
+            RemotingCommand::response_to(req, response_code::SUCCESS, None).with_body(body),
+        ))
+    }
+
     pub(super) fn on_client_response(
         &mut self,
         _conn: ConnId,

@@ -536,6 +536,7 @@ impl BrokerCore {
             rc::UNLOCK_BATCH_MQ => self.on_unlock(req),
             rc::CONSUMER_SEND_MSG_BACK => self.on_send_back(req, now_ms, out),
             rc::UPDATE_AND_CREATE_TOPIC => self.on_update_topic(req, out),
+            rc::INVOKE_BROKER_TO_RESET_OFFSET => self.on_invoke_reset_offset(req, out),
             rc::GET_CONSUMER_RUNNING_INFO | rc::CONSUME_MESSAGE_DIRECTLY => {
                 self.on_forward_to_client(conn, req, now_ms, out)
             }

@@ -35,6 +35,7 @@ pub(crate) mod offset;
 pub(crate) mod orderly;
 #[allow(dead_code)]
 pub(crate) mod process_queue;
+pub mod pull_config;
 #[allow(dead_code)]
 pub(crate) mod retry;
 pub(crate) mod serde_duration;
@@ -45,6 +46,7 @@ pub use config::{
 };
 pub use offset::{decode_local_offsets, encode_local_offsets};
 pub use orderly::{OrderlyContext, OrderlyStatus};
+pub use pull_config::{may_pull_lite, LitePullConsumerConfig, PullConsumerConfig};
 pub use retry::{dlq_topic, retry_topic, DELAY_LEVELS};
 
 pub use crate::actors::consumer::{ConsumerStats, PushConsumer, PushConsumerBuilder};

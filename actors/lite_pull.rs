@@ -1,0 +1,1219 @@
+//! The lite pull consumer (Java `DefaultLitePullConsumer`): queues are pulled in the
+//! background into a bounded buffer; the application takes messages with `poll` or as a
+//! `Stream`, seeks, pauses, and commits what it has taken.
+//!
+//! Shape: a [`LiteRoot`] actor owns the buffer, the per-queue positions (the offset after the
+//! last message `poll` returned, the "consumed" offset) and the flow-control counts; a
+//! [`LiteQueue`] actor per assigned queue loops: ask the root for admission (flow control,
+//! pause) → `Client::pull` → deliver to the root. Every seek, pause or reset bumps the queue's
+//! epoch, so a pull already under way when it happened is discarded on delivery. Queues come
+//! from `assign`, or from the group's division (`subscribe`, through the [`Member`] actor).
+//!
+//! At-least-once: only the offsets of messages `poll` has returned are ever committed —
+//! automatically (at the next poll after `auto_commit_interval`, and at shutdown) or by
+//! `commit_sync` / `commit`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::{Stream, StreamExt};
+use tokio::sync::oneshot;
+
+use crate::actors::client::Client;
+use crate::actors::consumer::StopActor;
+use crate::actors::member::{
+    Leave, Member, MemberSpec, OffsetsReset, QueueChange, RecipientQueueListener,
+};
+use crate::actors::offset_store::{
+    LoadOffset, OffsetStore, PersistAll, PersistAndRemove, ReadOffset, StoreOffset,
+};
+use crate::actors::pull_consumer::resolve_client;
+use crate::actors::runtime;
+use crate::consumer::config::ConsumeFromWhere;
+use crate::consumer::offset::StoredOffset;
+use crate::consumer::pull_config::{may_pull_lite, LitePullConsumerConfig};
+use crate::error::{Error, Result};
+use crate::message::{MessageExt, MessageQueue};
+use crate::rpc::{PullRequest, PullStatus, Subscription};
+
+/// Wait before re-asking for admission when the cache is full (Java 50 ms).
+const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
+/// Wait before re-asking for admission while paused (Java 1 s; a resume wakes the queue).
+const PAUSED_DELAY: Duration = Duration::from_secs(1);
+/// Wait before retrying a queue whose start offset could not be read.
+const START_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Told a subscribed topic's queue set whenever it changes (Java
+/// `TopicMessageQueueChangeListener`), checked every `topic_metadata_check_interval`.
+pub type TopicQueueChangeListener = Box<dyn Fn(&str, &[MessageQueue]) + Send + 'static>;
+
+/// Builds a [`LitePullConsumer`].
+pub struct LitePullConsumerBuilder {
+    config: LitePullConsumerConfig,
+    namesrv_addr: Option<String>,
+    client: Option<Client>,
+    subscriptions: BTreeMap<String, String>,
+    assigned: Option<Vec<MessageQueue>>,
+    topic_listeners: Vec<(String, TopicQueueChangeListener)>,
+}
+
+impl LitePullConsumerBuilder {
+    /// The name servers (a client instance is created and shut down with the consumer).
+    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
+        self.namesrv_addr = Some(addr.into());
+        self
+    }
+
+    /// Shares an existing client instance instead.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The consumer group.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.config.base.consumer_group = group.into();
+        self
+    }
+
+    /// Changes configuration values in place.
+    pub fn configure(mut self, change: impl FnOnce(&mut LitePullConsumerConfig)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
+    /// Subscribes to `topic` with a tag expression; the group divides its queues.
+    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
+        self.subscriptions.insert(topic.into(), expression.into());
+        self
+    }
+
+    /// Pulls exactly these queues (no division among the group; Java `assign`).
+    pub fn assign(mut self, queues: Vec<MessageQueue>) -> Self {
+        self.assigned = Some(queues);
+        self
+    }
+
+    /// Told `topic`'s queue set on every change.
+    pub fn topic_queue_change_listener(
+        mut self,
+        topic: impl Into<String>,
+        listener: impl Fn(&str, &[MessageQueue]) + Send + 'static,
+    ) -> Self {
+        self.topic_listeners
+            .push((topic.into(), Box::new(listener)));
+        self
+    }
+
+    /// Validates, joins the group and starts pulling.
+    pub async fn start(self) -> Result<LitePullConsumer> {
+        runtime::run_on_actix(move || self.start_here()).await?
+    }
+
+    async fn start_here(self) -> Result<LitePullConsumer> {
+        self.config.validate()?;
+        let assign_mode = self.assigned.is_some();
+        if assign_mode != self.subscriptions.is_empty() {
+            return Err(Error::Config {
+                option: "subscribe/assign",
+                value: if assign_mode { "both" } else { "neither" }.into(),
+                allowed: "either subscriptions or assigned queues".into(),
+            });
+        }
+        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let mut expressions = self.subscriptions.clone();
+        if let Some(queues) = &self.assigned {
+            for queue in queues {
+                expressions
+                    .entry(queue.topic.clone())
+                    .or_insert_with(|| "*".into());
+            }
+        }
+        let now = crate::actors::now_ms();
+        let subscriptions: BTreeMap<String, Arc<Subscription>> = expressions
+            .iter()
+            .map(|(topic, expr)| (topic.clone(), Arc::new(Subscription::new(expr, now))))
+            .collect();
+        let root = LiteRoot {
+            client: client.clone(),
+            group: self.config.base.consumer_group.as_str().into(),
+            config: self.config.clone(),
+            subscriptions,
+            offsets: None,
+            queues: BTreeMap::new(),
+            buffer: VecDeque::new(),
+            buffered: 0,
+            waiters: VecDeque::new(),
+            last_commit: Instant::now(),
+            topic_listeners: self.topic_listeners,
+            topic_queues: BTreeMap::new(),
+            pending: Vec::new(),
+            stopping: false,
+        }
+        .start();
+        let (member, offsets) = Member::start(MemberSpec {
+            client: client.clone(),
+            own_client,
+            config: self.config.base.clone(),
+            topics: expressions,
+            consume_from_where: self.config.consume_from_where,
+            listener: (!assign_mode)
+                .then(|| Box::new(RecipientQueueListener(root.clone().recipient())) as _),
+            reset_target: Some(root.clone().recipient()),
+            rebalance: !assign_mode,
+        })
+        .await?;
+        root.send(SetOffsets(offsets.clone())).await?;
+        if let Some(queues) = self.assigned {
+            root.send(Assign(queues)).await?;
+        }
+        Ok(LitePullConsumer {
+            inner: Arc::new(LiteInner {
+                client,
+                config: self.config,
+                root,
+                member,
+                offsets,
+            }),
+        })
+    }
+}
+
+/// A running lite pull consumer. Cheap to clone, `Send + Sync`.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use futures::StreamExt;
+/// use rocketmq_actor::pull::LitePullConsumer;
+/// let consumer = LitePullConsumer::builder()
+///     .namesrv_addr("127.0.0.1:9876")
+///     .group("my-group")
+///     .subscribe("TopicTest", "*")
+///     .start()
+///     .await?;
+/// let mut messages = consumer.stream();
+/// while let Some(message) = messages.next().await {
+///     println!("{} {:?}", message.msg_id(), message.body());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LitePullConsumer {
+    inner: Arc<LiteInner>,
+}
+
+struct LiteInner {
+    client: Client,
+    config: LitePullConsumerConfig,
+    root: Addr<LiteRoot>,
+    member: Addr<Member>,
+    offsets: Addr<OffsetStore>,
+}
+
+impl LitePullConsumer {
+    /// Starts building a lite pull consumer.
+    pub fn builder() -> LitePullConsumerBuilder {
+        LitePullConsumerBuilder {
+            config: LitePullConsumerConfig::new(""),
+            namesrv_addr: None,
+            client: None,
+            subscriptions: BTreeMap::new(),
+            assigned: None,
+            topic_listeners: Vec::new(),
+        }
+    }
+
+    /// The client id brokers know this consumer by.
+    pub fn client_id(&self) -> &str {
+        self.inner.client.client_id()
+    }
+
+    /// The next batch (at most `pull_batch_size` messages of one queue), waiting up to
+    /// `poll_timeout`; empty when nothing came. With auto-commit, first commits what earlier
+    /// polls returned once `auto_commit_interval` has passed.
+    pub async fn poll(&self) -> Vec<MessageExt> {
+        self.poll_timeout(self.inner.config.poll_timeout).await
+    }
+
+    /// [`LitePullConsumer::poll`] with its own timeout.
+    pub async fn poll_timeout(&self, timeout: Duration) -> Vec<MessageExt> {
+        let Ok(waiter) = self.inner.root.send(Poll).await else {
+            return Vec::new();
+        };
+        match waiter {
+            PollAnswer::Ready(messages) => messages,
+            PollAnswer::Wait(rx) => tokio::time::timeout(timeout, rx)
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Every message, in batches as polled, as a `Stream` that ends when the consumer shuts
+    /// down.
+    pub fn stream(&self) -> impl Stream<Item = MessageExt> + Send + 'static {
+        let consumer = self.clone();
+        futures::stream::unfold(consumer, |consumer| async move {
+            loop {
+                if consumer.inner.root.connected() {
+                    let batch = consumer.poll().await;
+                    if !batch.is_empty() {
+                        return Some((futures::stream::iter(batch), consumer));
+                    }
+                } else {
+                    return None;
+                }
+            }
+        })
+        .flatten()
+    }
+
+    /// The queues pulled now.
+    pub async fn assignment(&self) -> Vec<MessageQueue> {
+        self.inner.root.send(Assignment).await.unwrap_or_default()
+    }
+
+    /// Pulls exactly `queues` from now on (assign mode).
+    pub async fn assign(&self, queues: Vec<MessageQueue>) -> Result<()> {
+        self.inner.root.send(Assign(queues)).await?;
+        Ok(())
+    }
+
+    /// The next poll returns `queue`'s messages from `offset` (which must lie within the
+    /// queue's stored range); what was buffered for it is dropped.
+    pub async fn seek(&self, queue: &MessageQueue, offset: i64) -> Result<()> {
+        let min = self.inner.client.min_offset(queue).await?;
+        let max = self.inner.client.max_offset(queue).await?;
+        if offset < min || offset > max {
+            return Err(Error::Config {
+                option: "seek offset",
+                value: offset.to_string(),
+                allowed: format!("{min}..={max} for {queue}"),
+            });
+        }
+        self.inner.root.send(Seek(queue.clone(), offset)).await?
+    }
+
+    /// Seeks to the queue's first stored message.
+    pub async fn seek_to_begin(&self, queue: &MessageQueue) -> Result<()> {
+        let min = self.inner.client.min_offset(queue).await?;
+        self.seek(queue, min).await
+    }
+
+    /// Seeks past the queue's last message (only new ones come).
+    pub async fn seek_to_end(&self, queue: &MessageQueue) -> Result<()> {
+        let max = self.inner.client.max_offset(queue).await?;
+        self.seek(queue, max).await
+    }
+
+    /// The offset of the first message stored at or after `timestamp_ms`.
+    pub async fn offset_for_timestamp(
+        &self,
+        queue: &MessageQueue,
+        timestamp_ms: i64,
+    ) -> Result<i64> {
+        self.inner.client.search_offset(queue, timestamp_ms).await
+    }
+
+    /// Stops pulling `queues`; nothing of theirs is returned until resumed (buffered messages
+    /// are dropped and pulled again after the resume).
+    pub async fn pause(&self, queues: &[MessageQueue]) {
+        let _ = self.inner.root.send(SetPaused(queues.to_vec(), true)).await;
+    }
+
+    /// Resumes `queues` after [`LitePullConsumer::pause`].
+    pub async fn resume(&self, queues: &[MessageQueue]) {
+        let _ = self
+            .inner
+            .root
+            .send(SetPaused(queues.to_vec(), false))
+            .await;
+    }
+
+    /// Commits the offsets of everything polled so far and persists them now.
+    pub async fn commit_sync(&self) -> Result<()> {
+        self.inner.root.send(CommitConsumed).await?;
+        self.inner.offsets.send(PersistAll).await?
+    }
+
+    /// Commits the given offsets (next offset to consume per queue) and persists them now.
+    pub async fn commit(&self, offsets: &BTreeMap<MessageQueue, i64>) -> Result<()> {
+        for (queue, offset) in offsets {
+            self.inner
+                .offsets
+                .send(StoreOffset {
+                    queue: queue.clone(),
+                    offset: *offset,
+                })
+                .await?;
+        }
+        self.inner.offsets.send(PersistAll).await?
+    }
+
+    /// The committed offset of `queue` (this client's, else the store's); `None` when none.
+    pub async fn committed(&self, queue: &MessageQueue) -> Result<Option<i64>> {
+        if let Some(offset) = self.inner.offsets.send(ReadOffset(queue.clone())).await? {
+            return Ok(Some(offset));
+        }
+        match self
+            .inner
+            .offsets
+            .send(LoadOffset {
+                queue: queue.clone(),
+                exact: true,
+            })
+            .await?
+        {
+            StoredOffset::Found(offset) => Ok(Some(offset)),
+            StoredOffset::NotFound => Ok(None),
+            StoredOffset::Unavailable => Err(Error::NameServerUnavailable(format!(
+                "the committed offset of {queue} could not be read"
+            ))),
+        }
+    }
+
+    /// Stops pulling; with auto-commit commits what was polled; persists offsets; leaves the
+    /// group.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.root.send(Shutdown).await;
+        let _ = self.inner.member.send(Leave).await;
+    }
+}
+
+/// A batch from a queue actor, for the buffer.
+struct Batch {
+    queue: MessageQueue,
+    epoch: u64,
+    messages: Vec<MessageExt>,
+    bytes: u64,
+}
+
+/// The root's view of one assigned queue.
+struct Slot {
+    actor: Addr<LiteQueue>,
+    epoch: u64,
+    /// The offset after the last message `poll` returned (what a commit stores).
+    consumed: Option<i64>,
+    /// The offset the next pull reads from (for the span).
+    pulled_to: Option<i64>,
+    cached_count: u64,
+    cached_bytes: u64,
+    paused: bool,
+}
+
+pub(crate) struct LiteRoot {
+    client: Client,
+    group: Arc<str>,
+    config: LitePullConsumerConfig,
+    subscriptions: BTreeMap<String, Arc<Subscription>>,
+    offsets: Option<Addr<OffsetStore>>,
+    queues: BTreeMap<MessageQueue, Slot>,
+    buffer: VecDeque<Batch>,
+    buffered: u64,
+    waiters: VecDeque<oneshot::Sender<Vec<MessageExt>>>,
+    last_commit: Instant,
+    topic_listeners: Vec<(String, TopicQueueChangeListener)>,
+    topic_queues: BTreeMap<String, Vec<MessageQueue>>,
+    /// Divisions that came before the offset store: applied once it is there.
+    pending: Vec<QueueChange>,
+    stopping: bool,
+}
+
+impl Actor for LiteRoot {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(65_536);
+        if !self.topic_listeners.is_empty() {
+            ctx.run_interval(self.config.topic_metadata_check_interval, |act, ctx| {
+                act.check_topics(ctx)
+            });
+            self.check_topics(ctx);
+        }
+    }
+}
+
+impl LiteRoot {
+    fn check_topics(&mut self, ctx: &mut Context<Self>) {
+        let client = self.client.clone();
+        let topics: BTreeSet<String> = self
+            .topic_listeners
+            .iter()
+            .map(|(t, _)| t.clone())
+            .collect();
+        ctx.spawn(
+            async move {
+                let mut found = Vec::new();
+                for topic in topics {
+                    if let Ok(queues) = client.fetch_subscribe_message_queues(&topic).await {
+                        found.push((topic, queues));
+                    }
+                }
+                found
+            }
+            .into_actor(self)
+            .map(|found, act, _ctx| {
+                for (topic, queues) in found {
+                    if act.topic_queues.get(&topic) != Some(&queues) {
+                        for (t, listener) in &act.topic_listeners {
+                            if *t == topic {
+                                listener(&topic, &queues);
+                            }
+                        }
+                        act.topic_queues.insert(topic, queues);
+                    }
+                }
+            }),
+        );
+    }
+
+    /// Starts a queue actor for each new queue; stops and forgets the others. Returns the
+    /// queues that went away.
+    fn set_assignment(
+        &mut self,
+        queues: &[MessageQueue],
+        topic: Option<&str>,
+        ctx: &mut Context<Self>,
+    ) -> Vec<MessageQueue> {
+        let wanted: BTreeSet<&MessageQueue> = queues.iter().collect();
+        let gone: Vec<MessageQueue> = self
+            .queues
+            .keys()
+            .filter(|q| topic.is_none_or(|t| q.topic == t) && !wanted.contains(q))
+            .cloned()
+            .collect();
+        for queue in &gone {
+            self.drop_queue(queue);
+        }
+        let (Some(offsets), false) = (self.offsets.clone(), self.stopping) else {
+            return gone;
+        };
+        for queue in queues {
+            if self.queues.contains_key(queue) {
+                continue;
+            }
+            let subscription = self
+                .subscriptions
+                .get(&queue.topic)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Subscription::all(0)));
+            let mut request = PullRequest::new(self.group.clone(), queue.clone(), 0)
+                .subscription(subscription)
+                .max_messages(self.config.pull_batch_size as i32);
+            request.suspend = Some(self.config.base.broker_suspend_max_time);
+            request.timeout = self.config.base.consumer_timeout_when_suspend;
+            let actor = LiteQueue {
+                client: self.client.clone(),
+                root: Some(ctx.address().recipient()),
+                offsets: offsets.clone(),
+                request,
+                epoch: 0,
+                chain: 0,
+                started: false,
+                consume_from_where: self.config.consume_from_where,
+                consume_timestamp_ms: self.config.consume_timestamp_ms,
+                error_delay: self.config.pull_delay_on_exception,
+            };
+            let addr = actor.start();
+            tracing::info!(queue = %queue, "lite pull queue started");
+            self.queues.insert(
+                queue.clone(),
+                Slot {
+                    actor: addr,
+                    epoch: 0,
+                    consumed: None,
+                    pulled_to: None,
+                    cached_count: 0,
+                    cached_bytes: 0,
+                    paused: false,
+                },
+            );
+        }
+        gone
+    }
+
+    fn drop_queue(&mut self, queue: &MessageQueue) {
+        if let Some(slot) = self.queues.remove(queue) {
+            slot.actor.do_send(StopActor);
+            self.discard_buffered(queue);
+            tracing::info!(%queue, "lite pull queue stopped");
+        }
+    }
+
+    fn discard_buffered(&mut self, queue: &MessageQueue) {
+        let before = self.buffer.len();
+        let mut dropped = 0u64;
+        self.buffer.retain(|b| {
+            let keep = b.queue != *queue;
+            if !keep {
+                dropped += b.messages.len() as u64;
+            }
+            keep
+        });
+        if self.buffer.len() != before {
+            self.buffered = self.buffered.saturating_sub(dropped);
+        }
+        if let Some(slot) = self.queues.get_mut(queue) {
+            slot.cached_count = 0;
+            slot.cached_bytes = 0;
+        }
+    }
+
+    /// Repositions `queue` at `offset`: a new epoch, the buffer emptied of it, the queue actor
+    /// restarted there, and `offset` as its consumed position.
+    fn reposition(&mut self, queue: &MessageQueue, offset: i64) {
+        self.discard_buffered(queue);
+        if let Some(slot) = self.queues.get_mut(queue) {
+            slot.epoch += 1;
+            slot.consumed = Some(offset);
+            slot.pulled_to = Some(offset);
+            slot.actor.do_send(Restart {
+                epoch: slot.epoch,
+                offset,
+            });
+        }
+    }
+
+    /// Stores every consumed position in the offset store (persisted periodically).
+    fn commit_consumed(&mut self) {
+        let Some(offsets) = &self.offsets else { return };
+        for (queue, slot) in &self.queues {
+            if let Some(offset) = slot.consumed {
+                offsets.do_send(StoreOffset {
+                    queue: queue.clone(),
+                    offset,
+                });
+            }
+        }
+        self.last_commit = Instant::now();
+    }
+
+    /// The next deliverable batch, its positions recorded as consumed.
+    fn take_batch(&mut self) -> Option<Vec<MessageExt>> {
+        while let Some(batch) = self.buffer.pop_front() {
+            self.buffered = self.buffered.saturating_sub(batch.messages.len() as u64);
+            let Some(slot) = self.queues.get_mut(&batch.queue) else {
+                continue;
+            };
+            if slot.epoch != batch.epoch {
+                continue;
+            }
+            slot.cached_count = slot
+                .cached_count
+                .saturating_sub(batch.messages.len() as u64);
+            slot.cached_bytes = slot.cached_bytes.saturating_sub(batch.bytes);
+            if let Some(last) = batch.messages.last() {
+                slot.consumed = Some(last.queue_offset + 1);
+            }
+            return Some(batch.messages);
+        }
+        None
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SetOffsets(Addr<OffsetStore>);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Assign(Vec<MessageQueue>);
+
+#[derive(Message)]
+#[rtype(result = "Vec<MessageQueue>")]
+struct Assignment;
+
+#[derive(Message)]
+#[rtype(result = "PollAnswer")]
+struct Poll;
+
+enum PollAnswer {
+    Ready(Vec<MessageExt>),
+    Wait(oneshot::Receiver<Vec<MessageExt>>),
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+struct Seek(MessageQueue, i64);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SetPaused(Vec<MessageQueue>, bool);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CommitConsumed;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Shutdown;
+
+/// A queue actor asks whether it may pull now, at `epoch`.
+#[derive(Message)]
+#[rtype(result = "Admission")]
+struct Admit {
+    queue: MessageQueue,
+    epoch: u64,
+    offset: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    Go,
+    Wait(Duration),
+    Stale,
+}
+
+/// A queue actor hands over a pull's answer.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Deliver {
+    queue: MessageQueue,
+    epoch: u64,
+    status: PullStatus,
+    next_offset: i64,
+    messages: Vec<MessageExt>,
+}
+
+/// A queue actor found its start offset.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Started {
+    queue: MessageQueue,
+    offset: i64,
+}
+
+impl Handler<SetOffsets> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetOffsets, ctx: &mut Self::Context) {
+        self.offsets = Some(msg.0);
+        for change in std::mem::take(&mut self.pending) {
+            self.set_assignment(&change.divided, Some(&change.topic), ctx);
+        }
+    }
+}
+
+impl Handler<Assign> for LiteRoot {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: Assign, ctx: &mut Self::Context) -> Self::Result {
+        let gone = self.set_assignment(&msg.0, None, ctx);
+        let offsets = self.offsets.clone();
+        Box::pin(async move {
+            if let Some(offsets) = offsets {
+                for queue in gone {
+                    let _ = offsets.send(PersistAndRemove(queue)).await;
+                }
+            }
+        })
+    }
+}
+
+impl Handler<QueueChange> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: QueueChange, ctx: &mut Self::Context) {
+        if self.offsets.is_none() {
+            self.pending.push(msg);
+            return;
+        }
+        if self.config.auto_commit {
+            // What was polled from a queue about to go is committed before the member persists.
+            self.commit_consumed();
+        }
+        self.set_assignment(&msg.divided, Some(&msg.topic), ctx);
+    }
+}
+
+impl Handler<Assignment> for LiteRoot {
+    type Result = MessageResult<Assignment>;
+
+    fn handle(&mut self, _msg: Assignment, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.queues.keys().cloned().collect())
+    }
+}
+
+impl Handler<Poll> for LiteRoot {
+    type Result = MessageResult<Poll>;
+
+    fn handle(&mut self, _msg: Poll, _ctx: &mut Self::Context) -> Self::Result {
+        if self.config.auto_commit && self.last_commit.elapsed() >= self.config.auto_commit_interval
+        {
+            // Earlier polls' messages count as handled once the application polls again.
+            self.commit_consumed();
+        }
+        if let Some(batch) = self.take_batch() {
+            return MessageResult(PollAnswer::Ready(batch));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.waiters.retain(|w| !w.is_closed());
+        self.waiters.push_back(tx);
+        MessageResult(PollAnswer::Wait(rx))
+    }
+}
+
+impl Handler<Seek> for LiteRoot {
+    type Result = Result<()>;
+
+    fn handle(&mut self, msg: Seek, _ctx: &mut Self::Context) -> Result<()> {
+        if !self.queues.contains_key(&msg.0) {
+            return Err(Error::Config {
+                option: "seek queue",
+                value: msg.0.to_string(),
+                allowed: "a queue assigned to this consumer".into(),
+            });
+        }
+        tracing::info!(queue = %msg.0, offset = msg.1, "seek");
+        self.reposition(&msg.0, msg.1);
+        Ok(())
+    }
+}
+
+impl Handler<SetPaused> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetPaused, _ctx: &mut Self::Context) {
+        for queue in msg.0 {
+            let Some(slot) = self.queues.get_mut(&queue) else {
+                continue;
+            };
+            if slot.paused == msg.1 {
+                continue;
+            }
+            slot.paused = msg.1;
+            if msg.1 {
+                // What was buffered is pulled again after the resume, from the consumed point.
+                if let Some(offset) = slot.consumed {
+                    self.reposition(&queue, offset);
+                } else {
+                    self.discard_buffered(&queue);
+                }
+            } else {
+                slot.actor.do_send(Wake);
+            }
+        }
+    }
+}
+
+impl Handler<CommitConsumed> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, _msg: CommitConsumed, _ctx: &mut Self::Context) {
+        self.commit_consumed();
+    }
+}
+
+impl Handler<Shutdown> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) {
+        if self.config.auto_commit {
+            self.commit_consumed();
+        }
+        self.stopping = true;
+        let queues: Vec<MessageQueue> = self.queues.keys().cloned().collect();
+        for queue in queues {
+            self.drop_queue(&queue);
+        }
+        self.waiters.clear();
+        ctx.stop();
+    }
+}
+
+impl Handler<Admit> for LiteRoot {
+    type Result = MessageResult<Admit>;
+
+    fn handle(&mut self, msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
+        let buffered = self.buffered;
+        let Some(slot) = self.queues.get_mut(&msg.queue) else {
+            return MessageResult(Admission::Stale);
+        };
+        if slot.epoch != msg.epoch || self.stopping {
+            return MessageResult(Admission::Stale);
+        }
+        if slot.paused {
+            return MessageResult(Admission::Wait(PAUSED_DELAY));
+        }
+        slot.pulled_to = Some(msg.offset);
+        let span = slot
+            .consumed
+            .map_or(0, |consumed| (msg.offset - consumed).max(0) as u64);
+        if may_pull_lite(
+            &self.config,
+            slot.cached_count,
+            slot.cached_bytes,
+            span,
+            buffered,
+        ) {
+            MessageResult(Admission::Go)
+        } else {
+            MessageResult(Admission::Wait(FLOW_CONTROL_DELAY))
+        }
+    }
+}
+
+impl Handler<Started> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: Started, _ctx: &mut Self::Context) {
+        if let Some(slot) = self.queues.get_mut(&msg.queue) {
+            slot.consumed.get_or_insert(msg.offset);
+            slot.pulled_to.get_or_insert(msg.offset);
+        }
+    }
+}
+
+impl Handler<Deliver> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, _ctx: &mut Self::Context) {
+        let Some(slot) = self.queues.get(&msg.queue) else {
+            return;
+        };
+        if slot.epoch != msg.epoch || slot.paused {
+            return;
+        }
+        if msg.status == PullStatus::OffsetIllegal {
+            // Out of range, or reset on the broker (server-side reset): continue from where
+            // the broker says, as the consumed position too.
+            tracing::info!(queue = %msg.queue, offset = msg.next_offset, "offset moved by the broker; adopting it");
+            self.reposition(&msg.queue, msg.next_offset);
+            return;
+        }
+        if msg.messages.is_empty() {
+            return;
+        }
+        let bytes: u64 = msg.messages.iter().map(|m| m.body().len() as u64).sum();
+        let count = msg.messages.len() as u64;
+        if let Some(slot) = self.queues.get_mut(&msg.queue) {
+            slot.cached_count += count;
+            slot.cached_bytes += bytes;
+        }
+        self.buffered += count;
+        self.buffer.push_back(Batch {
+            queue: msg.queue,
+            epoch: msg.epoch,
+            messages: msg.messages,
+            bytes,
+        });
+        while let Some(waiter) = self.waiters.pop_front() {
+            if waiter.is_closed() {
+                continue;
+            }
+            if let Some(batch) = self.take_batch() {
+                if let Err(batch) = waiter.send(batch) {
+                    // The poller gave up just now: the batch goes back to the front.
+                    self.push_front_again(batch);
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+}
+
+impl Handler<OffsetsReset> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: OffsetsReset, _ctx: &mut Self::Context) {
+        for (queue, offset) in msg.0 {
+            if self.queues.contains_key(&queue) {
+                tracing::info!(%queue, offset, "offset reset by the broker");
+                self.reposition(&queue, offset);
+            }
+        }
+    }
+}
+
+impl LiteRoot {
+    /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
+    fn push_front_again(&mut self, messages: Vec<MessageExt>) {
+        let Some(first) = messages.first() else {
+            return;
+        };
+        let queue = MessageQueue::new(first.topic(), &first.broker_name, first.queue_id);
+        let Some(slot) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let bytes: u64 = messages.iter().map(|m| m.body().len() as u64).sum();
+        slot.cached_count += messages.len() as u64;
+        slot.cached_bytes += bytes;
+        slot.consumed = Some(first.queue_offset);
+        self.buffered += messages.len() as u64;
+        self.buffer.push_front(Batch {
+            queue,
+            epoch: slot.epoch,
+            messages,
+            bytes,
+        });
+    }
+}
+
+/// The pull loop of one queue.
+pub(crate) struct LiteQueue {
+    client: Client,
+    root: Option<Recipient<LiteEvent>>,
+    offsets: Addr<OffsetStore>,
+    request: PullRequest,
+    epoch: u64,
+    /// Bumped by every restart or wake: only the newest chain of steps goes on, so a wake
+    /// never doubles the loop.
+    chain: u64,
+    started: bool,
+    consume_from_where: ConsumeFromWhere,
+    consume_timestamp_ms: Option<i64>,
+    error_delay: Duration,
+}
+
+/// What a queue actor sends its root (one recipient type for the three messages).
+#[derive(Message)]
+#[rtype(result = "LiteReply")]
+enum LiteEvent {
+    Admit(Admit),
+    Deliver(Deliver),
+    Started(Started),
+}
+
+enum LiteReply {
+    Admission(Admission),
+    Done,
+}
+
+impl Handler<LiteEvent> for LiteRoot {
+    type Result = MessageResult<LiteEvent>;
+
+    fn handle(&mut self, msg: LiteEvent, ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(match msg {
+            LiteEvent::Admit(admit) => {
+                LiteReply::Admission(<Self as Handler<Admit>>::handle(self, admit, ctx).0)
+            }
+            LiteEvent::Deliver(deliver) => {
+                <Self as Handler<Deliver>>::handle(self, deliver, ctx);
+                LiteReply::Done
+            }
+            LiteEvent::Started(started) => {
+                <Self as Handler<Started>>::handle(self, started, ctx);
+                LiteReply::Done
+            }
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Restart {
+    epoch: u64,
+    offset: i64,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Wake;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Step(u64);
+
+/// How a step of the loop ended.
+enum StepEnd {
+    /// The root no longer wants this queue: wait for a restart or a stop.
+    Idle,
+    /// Step again after the delay.
+    Again(Duration),
+    /// Pulled: continue from this offset at once.
+    Advance(i64),
+}
+
+impl Actor for LiteQueue {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.notify(Step(self.chain));
+    }
+}
+
+/// Where a queue without a committed offset starts.
+async fn start_offset(
+    client: &Client,
+    offsets: &Addr<OffsetStore>,
+    queue: &MessageQueue,
+    from: ConsumeFromWhere,
+    timestamp_ms: Option<i64>,
+) -> Result<i64> {
+    match offsets
+        .send(LoadOffset {
+            queue: queue.clone(),
+            exact: true,
+        })
+        .await?
+    {
+        StoredOffset::Found(offset) if offset >= 0 => return Ok(offset),
+        StoredOffset::Unavailable => {
+            return Err(Error::NameServerUnavailable(format!(
+                "the committed offset of {queue} could not be read"
+            )))
+        }
+        _ => {}
+    }
+    match from {
+        ConsumeFromWhere::FirstOffset => client.min_offset(queue).await,
+        ConsumeFromWhere::LastOffset => client.max_offset(queue).await,
+        ConsumeFromWhere::Timestamp => {
+            let ts = timestamp_ms.unwrap_or_else(|| crate::actors::now_ms() - 30 * 60 * 1000);
+            client.search_offset(queue, ts).await
+        }
+    }
+}
+
+impl LiteQueue {
+    fn start(&mut self, chain: u64, root: Recipient<LiteEvent>, ctx: &mut Context<Self>) {
+        let client = self.client.clone();
+        let offsets = self.offsets.clone();
+        let queue = self.request.queue.clone();
+        let (from, ts) = (self.consume_from_where, self.consume_timestamp_ms);
+        ctx.spawn(
+            async move { start_offset(&client, &offsets, &queue, from, ts).await }
+                .into_actor(self)
+                .then(move |found, act, _ctx| {
+                    let queue = act.request.queue.clone();
+                    let started = match found {
+                        // A restart (seek, reset) that came meanwhile wins.
+                        Ok(offset) if chain == act.chain && !act.started => {
+                            act.request.offset = offset;
+                            act.started = true;
+                            Some(offset)
+                        }
+                        Ok(_) => None,
+                        Err(e) => {
+                            tracing::warn!(%queue, error = %e, "cannot find where to start; retrying");
+                            None
+                        }
+                    };
+                    async move {
+                        if let Some(offset) = started {
+                            let _ = root.send(LiteEvent::Started(Started { queue, offset })).await;
+                        }
+                    }
+                    .into_actor(act)
+                })
+                .map(move |_, act, ctx| {
+                    if chain != act.chain {
+                        return;
+                    }
+                    if act.started {
+                        ctx.notify(Step(chain));
+                    } else {
+                        ctx.notify_later(Step(chain), START_RETRY_DELAY);
+                    }
+                }),
+        );
+    }
+}
+
+impl Handler<Step> for LiteQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Step, ctx: &mut Self::Context) {
+        let chain = msg.0;
+        if chain != self.chain {
+            return;
+        }
+        let Some(root) = self.root.clone() else {
+            return;
+        };
+        if !self.started {
+            self.start(chain, root, ctx);
+            return;
+        }
+        let admit = Admit {
+            queue: self.request.queue.clone(),
+            epoch: self.epoch,
+            offset: self.request.offset,
+        };
+        let client = self.client.clone();
+        let request = self.request.clone();
+        let epoch = self.epoch;
+        let error_delay = self.error_delay;
+        // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
+        ctx.spawn(
+            async move {
+                match root.send(LiteEvent::Admit(admit)).await {
+                    Ok(LiteReply::Admission(Admission::Go)) => {}
+                    Ok(LiteReply::Admission(Admission::Wait(delay))) => {
+                        return StepEnd::Again(delay)
+                    }
+                    _ => return StepEnd::Idle,
+                }
+                match client.pull(&request).await {
+                    Ok(result) => {
+                        let next = result.next_begin_offset;
+                        let deliver = Deliver {
+                            queue: request.queue.clone(),
+                            epoch,
+                            status: result.status,
+                            next_offset: next,
+                            messages: result.messages,
+                        };
+                        let _ = root.send(LiteEvent::Deliver(deliver)).await;
+                        StepEnd::Advance(next)
+                    }
+                    Err(e) => {
+                        tracing::debug!(queue = %request.queue, error = %e, "lite pull failed");
+                        StepEnd::Again(error_delay)
+                    }
+                }
+            }
+            .into_actor(self)
+            .map(move |end, act, ctx| {
+                if chain != act.chain {
+                    return; // restarted meanwhile: the new chain carries on
+                }
+                match end {
+                    StepEnd::Idle => {}
+                    StepEnd::Again(delay) => {
+                        ctx.notify_later(Step(chain), delay);
+                    }
+                    StepEnd::Advance(next) => {
+                        if act.epoch == epoch {
+                            act.request.offset = next;
+                        }
+                        ctx.notify(Step(chain));
+                    }
+                }
+            }),
+        );
+    }
+}
+
+impl Handler<Restart> for LiteQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Restart, ctx: &mut Self::Context) {
+        self.epoch = msg.epoch;
+        self.request.offset = msg.offset;
+        self.started = true;
+        self.chain += 1;
+        ctx.notify(Step(self.chain));
+    }
+}
+
+impl Handler<Wake> for LiteQueue {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
+        self.chain += 1;
+        ctx.notify(Step(self.chain));
+    }
+}
+
+impl Handler<StopActor> for LiteQueue {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopActor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,537 @@
+//! The group member of the pull consumer kinds: what makes a pull consumer, a schedule service or
+//! a subscribing lite pull consumer one member of its group.
+//!
+//! It heartbeats the brokers of its topics (consume type CONSUME_ACTIVELY), divides each topic's
+//! queues among the group's members (every `rebalance_interval`, on NOTIFY_CONSUMER_IDS_CHANGED,
+//! at start) and tells its [`MessageQueueListener`] `(topic, all, divided)` whenever a division
+//! changes; queues it lost have their offsets persisted after the listener returned (so a
+//! schedule-service task stops first). It owns the group's offset store and applies offset
+//! resets pushed by brokers (RESET_CONSUMER_CLIENT_OFFSET), forwarding them to whoever pulls.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::actors::client::{Client, RegisterConsumer, UnregisterConsumer};
+use crate::actors::connection::ServerRequest;
+use crate::actors::offset_store::{
+    OffsetBackend, OffsetStore, PersistAll, PersistAndRemove, SetOffset,
+};
+use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
+use crate::consumer::config::{ConsumeFromWhere, MessageModel};
+use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
+use crate::consumer::pull_config::PullConsumerConfig;
+use crate::error::{Error, ResponseCode, Result};
+use crate::message::MessageQueue;
+use crate::protocol::body::{
+    self, ConsumeType, ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody,
+};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::RemotingCommand;
+use crate::rpc::Subscription;
+
+/// Told the queues of a topic whenever this member's share of them changes (Java
+/// `MessageQueueListener`): `all` the topic's readable queues, `divided` those this member now
+/// owns (all of them when broadcasting).
+///
+/// ```
+/// use rocketmq_actor::pull::MessageQueueListener;
+/// use rocketmq_actor::MessageQueue;
+///
+/// struct Log;
+///
+/// #[async_trait::async_trait(?Send)]
+/// impl MessageQueueListener for Log {
+///     async fn message_queue_changed(&self, topic: &str, all: &[MessageQueue], divided: &[MessageQueue]) {
+///         println!("{topic}: {} of {} queues are mine", divided.len(), all.len());
+///     }
+/// }
+/// ```
+#[async_trait::async_trait(?Send)]
+pub trait MessageQueueListener: Send + 'static {
+    /// The division of `topic` changed; the member waits for this call before it persists and
+    /// forgets the offsets of queues it lost.
+    async fn message_queue_changed(
+        &self,
+        topic: &str,
+        all: &[MessageQueue],
+        divided: &[MessageQueue],
+    );
+}
+
+/// A division change, as an actor listener receives it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct QueueChange {
+    /// The topic.
+    pub topic: String,
+    /// Its readable queues.
+    pub all: Vec<MessageQueue>,
+    /// The queues this member owns now.
+    pub divided: Vec<MessageQueue>,
+}
+
+/// A closure listener.
+pub(crate) struct FnQueueListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F> MessageQueueListener for FnQueueListener<F>
+where
+    F: Fn(&str, &[MessageQueue], &[MessageQueue]) + Send + 'static,
+{
+    async fn message_queue_changed(
+        &self,
+        topic: &str,
+        all: &[MessageQueue],
+        divided: &[MessageQueue],
+    ) {
+        (self.0)(topic, all, divided)
+    }
+}
+
+/// An actor listener: the member waits until the actor handled the change.
+pub(crate) struct RecipientQueueListener(pub Recipient<QueueChange>);
+
+#[async_trait::async_trait(?Send)]
+impl MessageQueueListener for RecipientQueueListener {
+    async fn message_queue_changed(
+        &self,
+        topic: &str,
+        all: &[MessageQueue],
+        divided: &[MessageQueue],
+    ) {
+        let change = QueueChange {
+            topic: topic.to_owned(),
+            all: all.to_vec(),
+            divided: divided.to_vec(),
+        };
+        if let Err(e) = self.0.send(change).await {
+            tracing::warn!(%topic, error = %e, "queue listener actor unavailable");
+        }
+    }
+}
+
+/// Offsets a broker reset (RESET_CONSUMER_CLIENT_OFFSET), after the offset store has them.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub(crate) struct OffsetsReset(pub Vec<(MessageQueue, i64)>);
+
+/// What a member is started with.
+pub(crate) struct MemberSpec {
+    pub client: Client,
+    pub own_client: bool,
+    pub config: PullConsumerConfig,
+    /// Topic → tag expression, as heartbeats describe the subscriptions.
+    pub topics: BTreeMap<String, String>,
+    pub consume_from_where: ConsumeFromWhere,
+    pub listener: Option<Box<dyn MessageQueueListener>>,
+    pub reset_target: Option<Recipient<OffsetsReset>>,
+    /// Divide queues (subscribe mode); off for a lite consumer with assigned queues.
+    pub rebalance: bool,
+}
+
+/// Triggers a rebalance now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Rebalance;
+
+/// The queues of `topic` this member owns now.
+#[derive(Message)]
+#[rtype(result = "Vec<MessageQueue>")]
+pub(crate) struct Divided(pub String);
+
+/// Persists every offset, says goodbye to the brokers and stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Leave;
+
+/// The member actor. Use it through the pull consumer kinds.
+pub(crate) struct Member {
+    client: Client,
+    own_client: bool,
+    group: Arc<str>,
+    config: PullConsumerConfig,
+    topics: BTreeMap<String, String>,
+    sub_version: i64,
+    consume_from_where: ConsumeFromWhere,
+    listener: Option<Rc<dyn MessageQueueListener>>,
+    reset_target: Option<Recipient<OffsetsReset>>,
+    rebalance_enabled: bool,
+    strategy: Rc<dyn AllocateStrategy>,
+    divided: BTreeMap<String, BTreeSet<MessageQueue>>,
+    offsets: Addr<OffsetStore>,
+    rebalancing: bool,
+    again: bool,
+}
+
+impl Member {
+    /// Starts the member on the current arbiter: offset store, registration with the client
+    /// instance, first heartbeat, first rebalance.
+    pub(crate) async fn start(spec: MemberSpec) -> Result<(Addr<Member>, Addr<OffsetStore>)> {
+        spec.config.validate()?;
+        let group: Arc<str> = spec.config.consumer_group.as_str().into();
+        let backend = match spec.config.message_model {
+            MessageModel::Clustering => OffsetBackend::Remote,
+            MessageModel::Broadcasting => {
+                let dir = spec.config.offset_store_dir.clone().unwrap_or_else(|| {
+                    default_offset_store_dir(
+                        &std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from),
+                    )
+                });
+                OffsetBackend::LocalFile(local_offsets_path(&dir, "DEFAULT", &group))
+            }
+        };
+        let offsets = OffsetStore::new(
+            spec.client.clone(),
+            group.to_string(),
+            backend,
+            spec.config.persist_consumer_offset_interval,
+        )?
+        .start();
+        for topic in spec.topics.keys() {
+            if let Err(e) = spec.client.refresh_route(topic).await {
+                tracing::info!(%topic, error = %e, "no route yet; the topic is picked up when it appears");
+            }
+        }
+        let member = Member {
+            strategy: Rc::from(strategy_for(&spec.config.allocate_strategy)),
+            client: spec.client.clone(),
+            own_client: spec.own_client,
+            group: group.clone(),
+            config: spec.config,
+            topics: spec.topics,
+            sub_version: crate::actors::now_ms(),
+            consume_from_where: spec.consume_from_where,
+            listener: spec.listener.map(Rc::from),
+            reset_target: spec.reset_target,
+            rebalance_enabled: spec.rebalance,
+            divided: BTreeMap::new(),
+            offsets: offsets.clone(),
+            rebalancing: false,
+            again: false,
+        };
+        let heartbeat = member.heartbeat_future();
+        let addr = member.start();
+        spec.client
+            .actor()
+            .send(RegisterConsumer {
+                group: group.to_string(),
+                handler: addr.clone().recipient(),
+            })
+            .await??;
+        if let Err(e) = heartbeat.await {
+            tracing::warn!(%group, error = %e, "first heartbeat failed; rebalancing will retry");
+        }
+        addr.send(Rebalance).await?;
+        Ok((addr, offsets))
+    }
+
+    fn heartbeat_data(&self) -> HeartbeatData {
+        HeartbeatData {
+            client_id: self.client.client_id().to_owned(),
+            producer_data_set: vec![ProducerData {
+                group_name: "CLIENT_INNER_PRODUCER".into(),
+            }],
+            consumer_data_set: vec![ConsumerData {
+                group_name: self.group.to_string(),
+                consume_type: ConsumeType::ConsumeActively,
+                message_model: match self.config.message_model {
+                    MessageModel::Clustering => body::MessageModel::Clustering,
+                    MessageModel::Broadcasting => body::MessageModel::Broadcasting,
+                },
+                consume_from_where: match self.consume_from_where {
+                    ConsumeFromWhere::LastOffset => body::ConsumeFromWhere::ConsumeFromLastOffset,
+                    ConsumeFromWhere::FirstOffset => body::ConsumeFromWhere::ConsumeFromFirstOffset,
+                    ConsumeFromWhere::Timestamp => body::ConsumeFromWhere::ConsumeFromTimestamp,
+                },
+                subscription_data_set: self
+                    .topics
+                    .iter()
+                    .map(|(topic, expr)| Subscription::new(expr, self.sub_version).to_wire(topic))
+                    .collect(),
+                unit_mode: false,
+            }],
+            heartbeat_fingerprint: 0,
+            without_sub: false,
+        }
+    }
+
+    /// HEART_BEAT to every broker of the topics; resolves with the first failure, if any.
+    fn heartbeat_future(&self) -> impl std::future::Future<Output = Result<()>> + 'static {
+        let client = self.client.clone();
+        let topics: Vec<String> = self.topics.keys().cloned().collect();
+        let data = self.heartbeat_data();
+        async move {
+            let mut first_error = None;
+            for addr in broker_addrs(&client, &topics).await {
+                if let Err(e) = client.heartbeat(&addr, &data).await {
+                    tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        }
+    }
+
+    fn trigger(&mut self, ctx: &mut Context<Self>) {
+        if !self.rebalance_enabled {
+            return;
+        }
+        if self.rebalancing {
+            self.again = true;
+            return;
+        }
+        self.rebalancing = true;
+        let client = self.client.clone();
+        let group = self.group.clone();
+        let clustering = self.config.message_model == MessageModel::Clustering;
+        let strategy = self.strategy.clone();
+        let topics: Vec<String> = self.topics.keys().cloned().collect();
+        let heartbeat = self.heartbeat_future();
+        let plan = async move {
+            let mut plan = Vec::new();
+            let mut not_member = false;
+            for topic in topics {
+                match divide(&client, &group, &topic, clustering, strategy.as_ref()).await {
+                    Ok((all, divided)) => plan.push((topic, all, divided)),
+                    Err(Error::NotAMember(broker)) => {
+                        tracing::debug!(%topic, %broker, "not listed by the broker yet; heartbeating");
+                        not_member = true;
+                    }
+                    Err(e) => tracing::warn!(%topic, error = %e, "rebalance failed for the topic"),
+                }
+            }
+            if not_member {
+                let _ = heartbeat.await;
+            }
+            (plan, not_member)
+        };
+        ctx.spawn(
+            plan.into_actor(self)
+                .then(|(plan, not_member), act, ctx| {
+                    if not_member {
+                        // The broker will list us after the heartbeat just sent: try again soon.
+                        ctx.notify_later(Rebalance, std::time::Duration::from_secs(1));
+                    }
+                    act.apply(plan)
+                })
+                .map(|_, act, ctx| {
+                    act.rebalancing = false;
+                    if std::mem::take(&mut act.again) {
+                        act.trigger(ctx);
+                    }
+                }),
+        );
+    }
+
+    /// Records the new divisions, tells the listener about each change, then persists and
+    /// forgets the offsets of the queues that went away.
+    fn apply(
+        &mut self,
+        plan: Vec<(String, Vec<MessageQueue>, BTreeSet<MessageQueue>)>,
+    ) -> impl ActorFuture<Self, Output = ()> {
+        let mut changes = Vec::new();
+        for (topic, all, divided) in plan {
+            let previous = self.divided.get(&topic).cloned().unwrap_or_default();
+            if previous == divided {
+                continue;
+            }
+            let removed: Vec<MessageQueue> = previous.difference(&divided).cloned().collect();
+            tracing::info!(group = %self.group, %topic, owned = divided.len(), of = all.len(), "queues divided");
+            self.divided.insert(topic.clone(), divided.clone());
+            changes.push((topic, all, divided.into_iter().collect::<Vec<_>>(), removed));
+        }
+        let listener = self.listener.clone();
+        let offsets = self.offsets.clone();
+        async move {
+            for (topic, all, divided, removed) in changes {
+                if let Some(listener) = &listener {
+                    listener.message_queue_changed(&topic, &all, &divided).await;
+                }
+                for queue in removed {
+                    match offsets.send(PersistAndRemove(queue.clone())).await {
+                        Ok(Err(e)) => tracing::warn!(%queue, error = %e, "offset of a released queue not persisted"),
+                        Err(e) => tracing::warn!(%queue, error = %e, "offset store unavailable"),
+                        Ok(Ok(())) => {}
+                    }
+                }
+            }
+        }
+        .into_actor(self)
+    }
+
+    fn reset_offsets(&mut self, command: RemotingCommand) -> impl ActorFuture<Self, Output = ()> {
+        let offsets = self.offsets.clone();
+        let target = self.reset_target.clone();
+        async move {
+            let body = match ResetOffsetBody::decode(command.body.as_deref().unwrap_or_default()) {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed RESET_CONSUMER_CLIENT_OFFSET body");
+                    return;
+                }
+            };
+            for (queue, offset) in &body.offset_table {
+                tracing::info!(%queue, offset, "offset reset by the broker");
+                let set = SetOffset {
+                    queue: queue.clone(),
+                    offset: *offset,
+                    freeze: false,
+                };
+                if let Ok(Err(e)) = offsets.send(set).await {
+                    tracing::warn!(%queue, error = %e, "reset offset not persisted");
+                }
+            }
+            if let Some(target) = target {
+                let _ = target.send(OffsetsReset(body.offset_table)).await;
+            }
+        }
+        .into_actor(self)
+    }
+}
+
+/// Every broker address of the topics' routes: the heartbeat targets.
+async fn broker_addrs(client: &Client, topics: &[String]) -> BTreeSet<String> {
+    let mut addrs = BTreeSet::new();
+    for topic in topics {
+        if let Ok(route) = client.route(topic).await {
+            addrs.extend(route.all_addrs().map(str::to_owned));
+        }
+    }
+    addrs
+}
+
+/// The topic's readable queues and this member's share of them.
+async fn divide(
+    client: &Client,
+    group: &str,
+    topic: &str,
+    clustering: bool,
+    strategy: &dyn AllocateStrategy,
+) -> Result<(Vec<MessageQueue>, BTreeSet<MessageQueue>)> {
+    let route = client.route(topic).await?;
+    let all = route.consume_queues.clone();
+    if !clustering {
+        let divided = all.iter().cloned().collect();
+        return Ok((all, divided));
+    }
+    let (addr, members) = match client.consumer_ids(group, topic).await {
+        Err(Error::Broker {
+            code: ResponseCode(response_code::SYSTEM_ERROR),
+            peer,
+            ..
+        }) => return Err(Error::NotAMember(peer)),
+        other => other?,
+    };
+    let me = client.client_id();
+    if !members.iter().any(|id| id == me) {
+        return Err(Error::NotAMember(addr));
+    }
+    let divided = allocate_sorted(strategy, group, me, &all, &members);
+    Ok((all, divided))
+}
+
+impl Actor for Member {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Timers are armed here so that a restarted member re-arms them.
+        ctx.run_interval(self.config.rebalance_interval, |act, ctx| act.trigger(ctx));
+        ctx.run_interval(self.config.heartbeat_broker_interval, |act, ctx| {
+            ctx.spawn(act.heartbeat_future().into_actor(act).map(|_, _, _| ()));
+        });
+    }
+}
+
+impl Handler<Rebalance> for Member {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Rebalance, ctx: &mut Self::Context) {
+        self.trigger(ctx);
+    }
+}
+
+impl Handler<Divided> for Member {
+    type Result = MessageResult<Divided>;
+
+    fn handle(&mut self, msg: Divided, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.divided
+                .get(&msg.0)
+                .map(|d| d.iter().cloned().collect())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+impl Handler<Leave> for Member {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: Leave, _ctx: &mut Self::Context) -> Self::Result {
+        self.rebalance_enabled = false;
+        let client = self.client.clone();
+        let offsets = self.offsets.clone();
+        let group = self.group.clone();
+        let topics: Vec<String> = self.topics.keys().cloned().collect();
+        let own_client = self.own_client;
+        Box::pin(
+            async move {
+                match offsets.send(PersistAll).await {
+                    Ok(Err(e)) => {
+                        tracing::warn!(%group, error = %e, "offsets not persisted at shutdown")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, error = %e, "offset store unavailable at shutdown")
+                    }
+                    Ok(Ok(())) => {}
+                }
+                for addr in broker_addrs(&client, &topics).await {
+                    if let Err(e) = client.unregister_client(&addr, None, Some(&group)).await {
+                        tracing::debug!(broker = %addr, error = %e, "unregister failed");
+                    }
+                }
+                let _ = client
+                    .actor()
+                    .send(UnregisterConsumer(group.to_string()))
+                    .await;
+                if own_client {
+                    client.shutdown().await;
+                }
+            }
+            .into_actor(self)
+            .map(|_, act, ctx| {
+                act.offsets.do_send(crate::actors::consumer::StopActor);
+                ctx.stop();
+            }),
+        )
+    }
+}
+
+impl Handler<ServerRequest> for Member {
+    type Result = ResponseActFuture<Self, Option<RemotingCommand>>;
+
+    fn handle(&mut self, msg: ServerRequest, ctx: &mut Self::Context) -> Self::Result {
+        let command = msg.command;
+        match command.code {
+            request_code::NOTIFY_CONSUMER_IDS_CHANGED => {
+                self.trigger(ctx);
+                Box::pin(fut::ready(None))
+            }
+            request_code::RESET_CONSUMER_CLIENT_OFFSET => {
+                Box::pin(self.reset_offsets(command).map(|_, _, _| None))
+            }
+            code => {
+                let answer = RemotingCommand::response(
+                    response_code::REQUEST_CODE_NOT_SUPPORTED,
+                    Some(format!(
+                        "request code {code} is not supported by a pull consumer"
+                    )),
+                );
+                Box::pin(fut::ready(Some(answer)))
+            }
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The pull consumer (Java `DefaultMQPullConsumer`): the application decides what to pull and
+//! when; the runtime keeps it a member of its group (heartbeats, queue division told to a
+//! [`MessageQueueListener`]) and keeps its offsets (in memory, persisted every
+//! `persist_consumer_offset_interval` and at shutdown, to the brokers or a local file).
+//!
+//! The handle is cheap to clone and `Send + Sync`: pulls go straight through the base
+//! [`Client`]; offsets go to the group's offset store actor; division to the member actor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::actors::client::{Client, ClientConfig};
+use crate::actors::member::{
+    Divided, FnQueueListener, Leave, Member, MemberSpec, MessageQueueListener, QueueChange,
+    Rebalance, RecipientQueueListener,
+};
+use crate::actors::offset_store::{LoadOffset, OffsetStore, PersistAll, ReadOffset, StoreOffset};
+use crate::actors::producer::{Producer, ProducerConfig};
+use crate::actors::runtime;
+use crate::consumer::config::ConsumeFromWhere;
+use crate::consumer::offset::StoredOffset;
+use crate::consumer::pull_config::PullConsumerConfig;
+use crate::consumer::retry::build_retry_message;
+use crate::consumer::retry::SEND_BACK_TIMEOUT;
+use crate::error::{Error, Result};
+use crate::message::{MessageExt, MessageQueue};
+use crate::rpc::{PullRequest, PullResult, Subscription};
+
+/// Builds a [`PullConsumer`].
+pub struct PullConsumerBuilder {
+    config: PullConsumerConfig,
+    namesrv_addr: Option<String>,
+    client: Option<Client>,
+    topics: Vec<String>,
+    listener: Option<Box<dyn MessageQueueListener>>,
+}
+
+impl PullConsumerBuilder {
+    /// The name servers (a client instance is created for this consumer and shut down with it).
+    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
+        self.namesrv_addr = Some(addr.into());
+        self
+    }
+
+    /// Shares an existing client instance instead.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The consumer group.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.config.consumer_group = group.into();
+        self
+    }
+
+    /// Replaces the configuration (the group given before is kept if the new one has none).
+    pub fn config(mut self, config: PullConsumerConfig) -> Self {
+        let group = std::mem::take(&mut self.config.consumer_group);
+        self.config = config;
+        if self.config.consumer_group.is_empty() {
+            self.config.consumer_group = group;
+        }
+        self
+    }
+
+    /// Changes configuration values in place.
+    pub fn configure(mut self, change: impl FnOnce(&mut PullConsumerConfig)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
+    /// Takes part in the division of `topic`'s queues among the group (Java
+    /// `setRegisterTopics`); the listener hears of every change.
+    pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
+        let topic = topic.into();
+        if !self.topics.contains(&topic) {
+            self.topics.push(topic);
+        }
+        self
+    }
+
+    /// Told `(topic, all, divided)` on every division change of the subscribed topics.
+    pub fn message_queue_listener(mut self, listener: impl MessageQueueListener) -> Self {
+        self.listener = Some(Box::new(listener));
+        self
+    }
+
+    /// A closure told `(topic, all, divided)` on every change.
+    pub fn message_queue_listener_fn<F>(self, f: F) -> Self
+    where
+        F: Fn(&str, &[MessageQueue], &[MessageQueue]) + Send + 'static,
+    {
+        self.message_queue_listener(FnQueueListener(f))
+    }
+
+    /// An actor told every change as a [`QueueChange`].
+    pub fn message_queue_listener_actor(self, recipient: Recipient<QueueChange>) -> Self {
+        self.message_queue_listener(RecipientQueueListener(recipient))
+    }
+
+    /// Validates the configuration, joins the group (heartbeat, first division) and returns
+    /// the handle.
+    pub async fn start(self) -> Result<PullConsumer> {
+        runtime::run_on_actix(move || self.start_here()).await?
+    }
+
+    async fn start_here(self) -> Result<PullConsumer> {
+        self.config.validate()?;
+        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let topics: BTreeMap<String, String> = self
+            .topics
+            .into_iter()
+            .map(|t| (t, "*".to_owned()))
+            .collect();
+        let (member, offsets) = Member::start(MemberSpec {
+            client: client.clone(),
+            own_client,
+            config: self.config.clone(),
+            topics,
+            consume_from_where: ConsumeFromWhere::LastOffset,
+            listener: self.listener,
+            reset_target: None,
+            rebalance: true,
+        })
+        .await?;
+        Ok(PullConsumer::from_parts(
+            client,
+            self.config,
+            member,
+            offsets,
+        ))
+    }
+}
+
+/// The client of a consumer: the given one, or a new one on the given name servers.
+pub(crate) fn resolve_client(
+    client: Option<Client>,
+    namesrv_addr: Option<String>,
+) -> Result<(Client, bool)> {
+    match (client, namesrv_addr) {
+        (Some(client), _) => Ok((client, false)),
+        (None, Some(addr)) => Ok((Client::start(ClientConfig::new(addr))?, true)),
+        (None, None) => Err(Error::Config {
+            option: "namesrv_addr",
+            value: "none".into(),
+            allowed: "a name-server address or a client".into(),
+        }),
+    }
+}
+
+/// A running pull consumer. Cheap to clone, `Send + Sync`.
+///
+/// ```no_run
+/// # async fn demo() -> rocketmq_actor::Result<()> {
+/// use rocketmq_actor::pull::PullConsumer;
+/// use rocketmq_actor::rpc::PullStatus;
+/// let consumer = PullConsumer::builder()
+///     .namesrv_addr("127.0.0.1:9876")
+///     .group("my-group")
+///     .start()
+///     .await?;
+/// for queue in consumer.fetch_subscribe_message_queues("TopicTest").await? {
+///     let offset = consumer.fetch_consume_offset(&queue, false).await?.unwrap_or(0);
+///     let result = consumer.pull_block_if_not_found(&queue, "*", offset, 32).await?;
+///     if result.status == PullStatus::Found {
+///         println!("{queue}: {} messages", result.messages.len());
+///     }
+///     consumer.update_consume_offset(&queue, result.next_begin_offset).await;
+/// }
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PullConsumer {
+    inner: Arc<PullConsumerInner>,
+}
+
+struct PullConsumerInner {
+    client: Client,
+    group: Arc<str>,
+    config: PullConsumerConfig,
+    member: Addr<Member>,
+    offsets: Addr<OffsetStore>,
+    retry_producer: Producer,
+}
+
+impl std::fmt::Debug for PullConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullConsumer")
+            .field("group", &self.inner.group)
+            .field("client_id", &self.inner.client.client_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PullConsumer {
+    /// Starts building a pull consumer.
+    pub fn builder() -> PullConsumerBuilder {
+        PullConsumerBuilder {
+            config: PullConsumerConfig::new(""),
+            namesrv_addr: None,
+            client: None,
+            topics: Vec::new(),
+            listener: None,
+        }
+    }
+
+    pub(crate) fn from_parts(
+        client: Client,
+        config: PullConsumerConfig,
+        member: Addr<Member>,
+        offsets: Addr<OffsetStore>,
+    ) -> Self {
+        let retry_producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                group: "CLIENT_INNER_PRODUCER".into(),
+                ..ProducerConfig::default()
+            },
+        );
+        PullConsumer {
+            inner: Arc::new(PullConsumerInner {
+                group: config.consumer_group.as_str().into(),
+                client,
+                config,
+                member,
+                offsets,
+                retry_producer,
+            }),
+        }
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.inner.group
+    }
+
+    /// The client id brokers know this consumer by.
+    pub fn client_id(&self) -> &str {
+        self.inner.client.client_id()
+    }
+
+    /// The base client this consumer runs on.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PullConsumerConfig {
+        &self.inner.config
+    }
+
+    /// The readable queues of `topic`, asked of the name servers now.
+    pub async fn fetch_subscribe_message_queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
+        self.inner
+            .client
+            .fetch_subscribe_message_queues(topic)
+            .await
+    }
+
+    /// The queues of `topic` this member owns now (all of them when broadcasting).
+    pub async fn message_queues_divided(&self, topic: &str) -> Vec<MessageQueue> {
+        self.inner
+            .member
+            .send(Divided(topic.to_owned()))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Re-divides the subscribed topics now (it also happens every `rebalance_interval`).
+    pub async fn rebalance(&self) {
+        let _ = self.inner.member.send(Rebalance).await;
+    }
+
+    fn request(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: i64,
+        max: i32,
+    ) -> PullRequest {
+        let mut request = PullRequest::new(self.inner.group.clone(), queue.clone(), offset)
+            .subscription(Subscription::new(expression, 0))
+            .max_messages(max);
+        request.timeout = self.inner.config.consumer_pull_timeout;
+        request
+    }
+
+    /// Pulls up to `max` messages of `queue` from `offset` that match `expression` (tags
+    /// re-filtered exactly); answers at once when nothing is there.
+    pub async fn pull(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: i64,
+        max: i32,
+    ) -> Result<PullResult> {
+        let request = self.request(queue, expression, offset, max);
+        self.inner.client.pull(&request).await
+    }
+
+    /// Like [`PullConsumer::pull`], but the broker holds the request up to
+    /// `broker_suspend_max_time` until a message arrives (long polling).
+    pub async fn pull_block_if_not_found(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: i64,
+        max: i32,
+    ) -> Result<PullResult> {
+        let mut request = self.request(queue, expression, offset, max);
+        request.suspend = Some(self.inner.config.broker_suspend_max_time);
+        request.timeout = self.inner.config.consumer_timeout_when_suspend;
+        self.inner.client.pull(&request).await
+    }
+
+    /// The group's consume offset of `queue`: from memory first, then from the store (broker or
+    /// local file) — or from the store only with `from_store`. `None` when none is stored.
+    pub async fn fetch_consume_offset(
+        &self,
+        queue: &MessageQueue,
+        from_store: bool,
+    ) -> Result<Option<i64>> {
+        if !from_store {
+            if let Some(offset) = self.inner.offsets.send(ReadOffset(queue.clone())).await? {
+                return Ok(Some(offset));
+            }
+        }
+        let stored = self
+            .inner
+            .offsets
+            .send(LoadOffset {
+                queue: queue.clone(),
+                exact: true,
+            })
+            .await?;
+        match stored {
+            StoredOffset::Found(offset) => {
+                self.inner.offsets.do_send(StoreOffset {
+                    queue: queue.clone(),
+                    offset,
+                });
+                Ok(Some(offset))
+            }
+            StoredOffset::NotFound => Ok(None),
+            StoredOffset::Unavailable => Err(Error::NameServerUnavailable(format!(
+                "the stored offset of {queue} could not be read"
+            ))),
+        }
+    }
+
+    /// Sets the group's consume offset of `queue` (up or down) in memory; it is persisted with
+    /// the next periodic persist, at shutdown, or by [`PullConsumer::persist_consume_offsets`].
+    pub async fn update_consume_offset(&self, queue: &MessageQueue, offset: i64) {
+        let _ = self
+            .inner
+            .offsets
+            .send(StoreOffset {
+                queue: queue.clone(),
+                offset,
+            })
+            .await;
+    }
+
+    /// Persists every offset now.
+    pub async fn persist_consume_offsets(&self) -> Result<()> {
+        self.inner.offsets.send(PersistAll).await?
+    }
+
+    /// The offset of the first message stored at or after `timestamp_ms`.
+    pub async fn search_offset(&self, queue: &MessageQueue, timestamp_ms: i64) -> Result<i64> {
+        self.inner.client.search_offset(queue, timestamp_ms).await
+    }
+
+    /// The queue's smallest stored offset.
+    pub async fn min_offset(&self, queue: &MessageQueue) -> Result<i64> {
+        self.inner.client.min_offset(queue).await
+    }
+
+    /// The queue's end offset (one past its last message).
+    pub async fn max_offset(&self, queue: &MessageQueue) -> Result<i64> {
+        self.inner.client.max_offset(queue).await
+    }
+
+    /// The store time of the queue's oldest message.
+    pub async fn earliest_msg_store_time(&self, queue: &MessageQueue) -> Result<i64> {
+        self.inner.client.earliest_msg_store_time(queue).await
+    }
+
+    /// Hands `message` back for redelivery through the group's retry topic after
+    /// `delay_level` (0 = by its reconsume count): CONSUMER_SEND_MSG_BACK, or, if the broker
+    /// refuses, a send to `%RETRY%<group>` (as Java does).
+    pub async fn send_message_back(&self, message: &MessageExt, delay_level: i32) -> Result<()> {
+        let queue = MessageQueue::new(message.topic(), &message.broker_name, message.queue_id);
+        let max = self.inner.config.max_reconsume_times;
+        let back = self
+            .inner
+            .client
+            .send_message_back(
+                &self.inner.group,
+                &queue,
+                message,
+                delay_level,
+                max,
+                SEND_BACK_TIMEOUT,
+            )
+            .await;
+        match back {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::warn!(%queue, offset = message.queue_offset, error = %e, "send-back failed; sending to the retry topic");
+                let retry = build_retry_message(message, &self.inner.group, max);
+                self.inner.retry_producer.send(retry).await.map(|_| ())
+            }
+        }
+    }
+
+    /// Persists every offset, leaves the group and stops. Other clones of the handle stop
+    /// working.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.member.send(Leave).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<PullConsumer>();
+        fn assert_send<T: Send>() {}
+        assert_send::<PullConsumerBuilder>();
+    }
+
+    #[test]
+    fn the_consumer_timeout_must_exceed_the_suspend_time() {
+        let mut config = PullConsumerConfig::new("g");
+        config.broker_suspend_max_time = Duration::from_secs(40);
+        assert!(config.validate().is_err());
+    }
+}
