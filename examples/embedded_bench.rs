@@ -181,10 +181,7 @@ fn body(index: usize, size: usize) -> Vec<u8> {
 }
 
 async fn held_pulls(cluster: &EmbeddedCluster) -> usize {
-    cluster
-        .with_core(BROKER, |core, _| (core.held_pull_count(), Vec::new()))
-        .await
-        .unwrap_or(0)
+    cluster.held_pulls(BROKER).await.unwrap_or(0)
 }
 
 async fn long_poll_wakeup(cluster: &EmbeddedCluster, rounds: usize) {
@@ -325,7 +322,14 @@ async fn throughput(cluster: &EmbeddedCluster, args: &Args, broker_tid: Option<u
     client.shutdown().await;
 }
 
+/// Queues of the big topic.
+const MILLION_QUEUES: i32 = 8;
+
 async fn big_topic(cluster: &EmbeddedCluster, args: &Args, broker_tid: Option<u64>) {
+    cluster
+        .create_topic("Million", MILLION_QUEUES)
+        .await
+        .expect("topic");
     let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     producer
@@ -333,26 +337,20 @@ async fn big_topic(cluster: &EmbeddedCluster, args: &Args, broker_tid: Option<u6
         .await
         .expect("warm-up send");
     let rss_before = proc_status_kib("VmRSS:");
-    let log_before = cluster
-        .with_core(BROKER, |core, _| {
-            (core.store().commit_log_max_offset(), Vec::new())
-        })
-        .await
-        .unwrap_or(0);
+    let log_before = cluster.commit_log_bytes(BROKER).await.unwrap_or(0);
     let meter = CpuMeter::start(broker_tid);
     let (sent, seconds) =
         pipelined_sends(&producer, "Million", args.million, args.inflight, args.size).await;
     let cpu = meter.report(sent);
     let rss_after = proc_status_kib("VmRSS:");
-    let (stored, log_after) = cluster
-        .with_core(BROKER, |core, _| {
-            let store = core.store();
-            let queues = store.topic("Million").map_or(0, |t| t.write_queue_nums);
-            let stored: i64 = (0..queues).map(|q| store.max_offset("Million", q)).sum();
-            ((stored, store.commit_log_max_offset()), Vec::new())
-        })
-        .await
-        .unwrap_or((0, 0));
+    let mut stored = 0;
+    for queue_id in 0..MILLION_QUEUES {
+        stored += cluster
+            .max_offset(BROKER, "Million", queue_id)
+            .await
+            .unwrap_or(0);
+    }
+    let log_after = cluster.commit_log_bytes(BROKER).await.unwrap_or(0);
     let log_bytes = (log_after - log_before) as f64;
     println!(
         "(c) a topic of {} messages ({stored} stored incl. warm-up, {sent} acknowledged) x {} B:",

@@ -648,12 +648,8 @@ async fn consume_from_second_batch_time(
             .send(Message::new(topic, "expired"))
             .await
             .expect("send succeeds");
-        let owned_topic = topic.to_owned();
         cluster
-            .with_core(BROKER, move |core, _| {
-                core.store_mut().truncate_before(&owned_topic, 0, 1);
-                ((), Vec::new())
-            })
+            .truncate_queue_before(BROKER, topic, 0, 1)
             .await
             .unwrap();
     }

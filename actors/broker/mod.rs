@@ -273,7 +273,7 @@ impl EmbeddedCluster {
     }
 
     /// Runs a closure on one broker's core; the actions it returns are executed.
-    pub async fn with_core<R, F>(&self, broker: &str, f: F) -> Result<R>
+    pub(crate) async fn with_core<R, F>(&self, broker: &str, f: F) -> Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&mut BrokerCore, i64) -> (R, Vec<Action>) + Send + 'static,
@@ -283,6 +283,37 @@ impl EmbeddedCluster {
             .send(WithCore(Box::new(f)))
             .await
             .map_err(Error::from)
+    }
+
+    /// How many long-polling pulls `broker` holds now (a test waits for its pull to be parked).
+    pub async fn held_pulls(&self, broker: &str) -> Result<usize> {
+        self.with_core(broker, |core, _| (core.held_pull_count(), Vec::new()))
+            .await
+    }
+
+    /// Drops the messages of a queue below `offset`, as retention does (a consumer then finds
+    /// its offset out of range).
+    pub async fn truncate_queue_before(
+        &self,
+        broker: &str,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+    ) -> Result<()> {
+        let topic = topic.to_owned();
+        self.with_core(broker, move |core, _| {
+            core.store_mut().truncate_before(&topic, queue_id, offset);
+            ((), Vec::new())
+        })
+        .await
+    }
+
+    /// The bytes `broker`'s commit log holds.
+    pub async fn commit_log_bytes(&self, broker: &str) -> Result<i64> {
+        self.with_core(broker, |core, _| {
+            (core.store().commit_log_max_offset(), Vec::new())
+        })
+        .await
     }
 
     /// Creates (or updates) a topic with `queues` read/write queues on every broker.
