@@ -14,11 +14,13 @@
 //! `commit_sync` / `commit`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures::{Stream, StreamExt};
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use tokio::sync::oneshot;
 
 use crate::actors::client::Client;
@@ -150,6 +152,8 @@ impl LitePullConsumerBuilder {
             topic_listeners: self.topic_listeners,
             topic_queues: BTreeMap::new(),
             pending: Vec::new(),
+            throttled: BTreeSet::new(),
+            marks: Vec::new(),
             stopping: false,
         }
         .start();
@@ -237,38 +241,87 @@ impl LitePullConsumer {
         self.poll_timeout(self.inner.config.poll_timeout).await
     }
 
-    /// [`LitePullConsumer::poll`] with its own timeout.
+    /// [`LitePullConsumer::poll`] with its own timeout. A batch that arrives while the
+    /// returned future is being dropped (a `select!` that took another branch) goes back to the
+    /// front of the buffer rather than being lost.
     pub async fn poll_timeout(&self, timeout: Duration) -> Vec<MessageExt> {
-        let Ok(waiter) = self.inner.root.send(Poll).await else {
-            return Vec::new();
+        self.take(timeout, false).await.messages
+    }
+
+    async fn take(&self, timeout: Duration, tracked: bool) -> Taken {
+        // The answer always comes through this channel, guarded from here on: a batch that
+        // reaches it after the caller gave up goes back to the buffer (see `PendingPoll`).
+        let (reply, rx) = oneshot::channel();
+        let mut pending = PendingPoll {
+            rx: Some(rx),
+            root: self.inner.root.clone(),
         };
-        match waiter {
-            PollAnswer::Ready(messages) => messages,
-            PollAnswer::Wait(rx) => tokio::time::timeout(timeout, rx)
-                .await
-                .ok()
-                .and_then(|r| r.ok())
-                .unwrap_or_default(),
+        if self.inner.root.send(Poll { tracked, reply }).await.is_err() {
+            return Taken::default();
+        }
+        let Some(rx) = pending.rx.as_mut() else {
+            return Taken::default();
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(taken)) => {
+                pending.rx = None;
+                taken
+            }
+            // Timed out: the guard's drop recovers a batch sent at the last moment.
+            _ => Taken::default(),
         }
     }
 
-    /// Every message, in batches as polled, as a `Stream` that ends when the consumer shuts
-    /// down.
-    pub fn stream(&self) -> impl Stream<Item = MessageExt> + Send + 'static {
-        let consumer = self.clone();
-        futures::stream::unfold(consumer, |consumer| async move {
+    /// Every message as a `Stream` that ends when the consumer shuts down. The stream is
+    /// `Unpin`, so `stream.next().await` works without pinning it first.
+    ///
+    /// At-least-once to the message: a commit (automatic or [`LitePullConsumer::commit_sync`])
+    /// covers only the messages the stream has yielded, and dropping the stream in the middle
+    /// of a batch puts its queue back at the first message not yielded, so nothing is skipped.
+    pub fn stream(&self) -> BoxStream<'static, MessageExt> {
+        let state = StreamState {
+            consumer: self.clone(),
+            current: None,
+        };
+        futures::stream::unfold(state, |mut state| async move {
             loop {
-                if consumer.inner.root.connected() {
-                    let batch = consumer.poll().await;
-                    if !batch.is_empty() {
-                        return Some((futures::stream::iter(batch), consumer));
+                if let Some(batch) = state.current.as_mut() {
+                    if let Some(message) = batch.next() {
+                        return Some((message, state));
                     }
-                } else {
+                    state.current = None;
+                }
+                if !state.consumer.inner.root.connected() {
                     return None;
+                }
+                let timeout = state.consumer.inner.config.poll_timeout;
+                let taken = state.consumer.take(timeout, true).await;
+                if let Some(mark) = taken.mark {
+                    state.current = Some(TrackedBatch {
+                        messages: taken.messages.into_iter(),
+                        mark,
+                        root: state.consumer.inner.root.clone(),
+                    });
                 }
             }
         })
-        .flatten()
+        .boxed()
+    }
+
+    /// The batches [`LitePullConsumer::poll`] returns (never empty), as a `Stream` that ends
+    /// when the consumer shuts down. A batch counts as taken once the stream yields it.
+    pub fn batches(&self) -> BoxStream<'static, Vec<MessageExt>> {
+        let consumer = self.clone();
+        futures::stream::unfold(consumer, |consumer| async move {
+            while consumer.inner.root.connected() {
+                let batch = consumer.poll().await;
+                if !batch.is_empty() {
+                    return Some((batch, consumer));
+                }
+            }
+            None
+        })
+        .boxed()
     }
 
     /// The queues pulled now.
@@ -383,6 +436,83 @@ impl LitePullConsumer {
     }
 }
 
+/// What one poll took from the buffer: the messages, and for a tracked take (the stream) the
+/// mark the taker moves as it hands them out.
+#[derive(Default)]
+struct Taken {
+    messages: Vec<MessageExt>,
+    epoch: u64,
+    mark: Option<Arc<TakenMark>>,
+}
+
+/// How far the stream has handed out a tracked batch: the offset after the last message it
+/// yielded, or -1 before the first. The root folds it into the consumed position at commits.
+struct TakenMark {
+    queue: MessageQueue,
+    epoch: u64,
+    next: AtomicI64,
+    /// Set when the queue is sought, reset, paused or dropped: the stream hands out no more
+    /// of this batch.
+    stale: AtomicBool,
+}
+
+/// A poll waiting for a batch; dropped unfinished, it gives back a batch that already arrived.
+struct PendingPoll {
+    rx: Option<oneshot::Receiver<Taken>>,
+    root: Addr<LiteRoot>,
+}
+
+impl Drop for PendingPoll {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            if let Ok(taken) = rx.try_recv() {
+                self.root.do_send(GiveBack(taken));
+            }
+        }
+    }
+}
+
+/// The stream's state: the consumer and the batch it is handing out.
+struct StreamState {
+    consumer: LitePullConsumer,
+    current: Option<TrackedBatch>,
+}
+
+/// A tracked batch being handed out one message at a time.
+struct TrackedBatch {
+    messages: std::vec::IntoIter<MessageExt>,
+    mark: Arc<TakenMark>,
+    root: Addr<LiteRoot>,
+}
+
+impl TrackedBatch {
+    fn next(&mut self) -> Option<MessageExt> {
+        if self.mark.stale.load(Ordering::SeqCst) {
+            self.messages = Vec::new().into_iter();
+            return None;
+        }
+        let message = self.messages.next()?;
+        self.mark
+            .next
+            .store(message.queue_offset + 1, Ordering::Relaxed);
+        Some(message)
+    }
+}
+
+impl Drop for TrackedBatch {
+    fn drop(&mut self) {
+        if let Some(first) = self.messages.as_slice().first() {
+            // Dropped half-way: the rest is read again rather than skipped.
+            self.root.do_send(Untaken {
+                queue: self.mark.queue.clone(),
+                epoch: self.mark.epoch,
+                offset: first.queue_offset,
+            });
+        }
+    }
+}
+
 /// A batch from a queue actor, for the buffer.
 struct Batch {
     queue: MessageQueue,
@@ -413,12 +543,16 @@ pub(crate) struct LiteRoot {
     queues: BTreeMap<MessageQueue, Slot>,
     buffer: VecDeque<Batch>,
     buffered: u64,
-    waiters: VecDeque<oneshot::Sender<Vec<MessageExt>>>,
+    waiters: VecDeque<(oneshot::Sender<Taken>, bool)>,
     last_commit: Instant,
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
     topic_queues: BTreeMap<String, Vec<MessageQueue>>,
     /// Divisions that came before the offset store: applied once it is there.
     pending: Vec<QueueChange>,
+    /// Queues told to wait for room in the cache: woken as soon as a poll makes some.
+    throttled: BTreeSet<MessageQueue>,
+    /// Tracked batches still being handed out by streams.
+    marks: Vec<Arc<TakenMark>>,
     stopping: bool,
 }
 
@@ -512,6 +646,7 @@ impl LiteRoot {
                 request,
                 epoch: 0,
                 chain: 0,
+                pulling: None,
                 started: false,
                 consume_from_where: self.config.consume_from_where,
                 consume_timestamp_ms: self.config.consume_timestamp_ms,
@@ -544,6 +679,9 @@ impl LiteRoot {
     }
 
     fn discard_buffered(&mut self, queue: &MessageQueue) {
+        for mark in self.marks.iter().filter(|m| m.queue == *queue) {
+            mark.stale.store(true, Ordering::SeqCst);
+        }
         let before = self.buffer.len();
         let mut dropped = 0u64;
         self.buffer.retain(|b| {
@@ -577,8 +715,24 @@ impl LiteRoot {
         }
     }
 
+    /// Moves each queue's consumed position past what the streams have yielded; forgets the
+    /// marks of batches the streams are done with.
+    fn fold_marks(&mut self) {
+        let queues = &mut self.queues;
+        self.marks.retain(|mark| {
+            let next = mark.next.load(Ordering::Relaxed);
+            if let Some(slot) = queues.get_mut(&mark.queue) {
+                if slot.epoch == mark.epoch && next >= 0 {
+                    slot.consumed = Some(slot.consumed.map_or(next, |c| c.max(next)));
+                }
+            }
+            Arc::strong_count(mark) > 1
+        });
+    }
+
     /// Stores every consumed position in the offset store (persisted periodically).
     fn commit_consumed(&mut self) {
+        self.fold_marks();
         let Some(offsets) = &self.offsets else { return };
         for (queue, slot) in &self.queues {
             if let Some(offset) = slot.consumed {
@@ -591,8 +745,9 @@ impl LiteRoot {
         self.last_commit = Instant::now();
     }
 
-    /// The next deliverable batch, its positions recorded as consumed.
-    fn take_batch(&mut self) -> Option<Vec<MessageExt>> {
+    /// The next deliverable batch, its positions recorded as consumed — at once, or for a
+    /// tracked take as the stream moves its mark.
+    fn take_batch(&mut self, tracked: bool) -> Option<Taken> {
         while let Some(batch) = self.buffer.pop_front() {
             self.buffered = self.buffered.saturating_sub(batch.messages.len() as u64);
             let Some(slot) = self.queues.get_mut(&batch.queue) else {
@@ -605,10 +760,32 @@ impl LiteRoot {
                 .cached_count
                 .saturating_sub(batch.messages.len() as u64);
             slot.cached_bytes = slot.cached_bytes.saturating_sub(batch.bytes);
-            if let Some(last) = batch.messages.last() {
-                slot.consumed = Some(last.queue_offset + 1);
+            let mark = if tracked {
+                let mark = Arc::new(TakenMark {
+                    queue: batch.queue.clone(),
+                    epoch: batch.epoch,
+                    next: AtomicI64::new(-1),
+                    stale: AtomicBool::new(false),
+                });
+                self.marks.push(mark.clone());
+                Some(mark)
+            } else {
+                if let Some(last) = batch.messages.last() {
+                    slot.consumed = Some(last.queue_offset + 1);
+                }
+                None
+            };
+            // Room was made: throttled queues ask again now rather than at their timer.
+            for queue in std::mem::take(&mut self.throttled) {
+                if let Some(slot) = self.queues.get(&queue) {
+                    slot.actor.do_send(Wake);
+                }
             }
-            return Some(batch.messages);
+            return Some(Taken {
+                messages: batch.messages,
+                epoch: batch.epoch,
+                mark,
+            });
         }
         None
     }
@@ -626,13 +803,26 @@ struct Assign(Vec<MessageQueue>);
 #[rtype(result = "Vec<MessageQueue>")]
 struct Assignment;
 
+/// A poll: the next batch goes to `reply`, now or when one comes.
 #[derive(Message)]
-#[rtype(result = "PollAnswer")]
-struct Poll;
+#[rtype(result = "()")]
+struct Poll {
+    tracked: bool,
+    reply: oneshot::Sender<Taken>,
+}
 
-enum PollAnswer {
-    Ready(Vec<MessageExt>),
-    Wait(oneshot::Receiver<Vec<MessageExt>>),
+/// A batch taken by a poll that was abandoned before it could return it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct GiveBack(Taken);
+
+/// A stream dropped a tracked batch before yielding `offset` and what follows.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Untaken {
+    queue: MessageQueue,
+    epoch: u64,
+    offset: i64,
 }
 
 #[derive(Message)]
@@ -738,21 +928,27 @@ impl Handler<Assignment> for LiteRoot {
 }
 
 impl Handler<Poll> for LiteRoot {
-    type Result = MessageResult<Poll>;
+    type Result = ();
 
-    fn handle(&mut self, _msg: Poll, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: Poll, _ctx: &mut Self::Context) {
         if self.config.auto_commit && self.last_commit.elapsed() >= self.config.auto_commit_interval
         {
             // Earlier polls' messages count as handled once the application polls again.
             self.commit_consumed();
         }
-        if let Some(batch) = self.take_batch() {
-            return MessageResult(PollAnswer::Ready(batch));
+        if msg.reply.is_closed() {
+            return;
         }
-        let (tx, rx) = oneshot::channel();
-        self.waiters.retain(|w| !w.is_closed());
-        self.waiters.push_back(tx);
-        MessageResult(PollAnswer::Wait(rx))
+        if self.waiters.is_empty() {
+            if let Some(taken) = self.take_batch(msg.tracked) {
+                if let Err(taken) = msg.reply.send(taken) {
+                    self.push_front_again(taken);
+                }
+                return;
+            }
+        }
+        self.waiters.retain(|(w, _)| !w.is_closed());
+        self.waiters.push_back((msg.reply, msg.tracked));
     }
 }
 
@@ -777,6 +973,10 @@ impl Handler<SetPaused> for LiteRoot {
     type Result = ();
 
     fn handle(&mut self, msg: SetPaused, _ctx: &mut Self::Context) {
+        if msg.1 {
+            // Pausing rewinds to what the application has taken, streams included.
+            self.fold_marks();
+        }
         for queue in msg.0 {
             let Some(slot) = self.queues.get_mut(&queue) else {
                 continue;
@@ -828,6 +1028,8 @@ impl Handler<Admit> for LiteRoot {
     type Result = MessageResult<Admit>;
 
     fn handle(&mut self, msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
+        // The span is measured from what the application has taken, streams included.
+        self.fold_marks();
         let buffered = self.buffered;
         let Some(slot) = self.queues.get_mut(&msg.queue) else {
             return MessageResult(Admission::Stale);
@@ -851,6 +1053,7 @@ impl Handler<Admit> for LiteRoot {
         ) {
             MessageResult(Admission::Go)
         } else {
+            self.throttled.insert(msg.queue);
             MessageResult(Admission::Wait(FLOW_CONTROL_DELAY))
         }
     }
@@ -900,18 +1103,41 @@ impl Handler<Deliver> for LiteRoot {
             messages: msg.messages,
             bytes,
         });
-        while let Some(waiter) = self.waiters.pop_front() {
+        while let Some((waiter, tracked)) = self.waiters.pop_front() {
             if waiter.is_closed() {
                 continue;
             }
-            if let Some(batch) = self.take_batch() {
-                if let Err(batch) = waiter.send(batch) {
+            if let Some(taken) = self.take_batch(tracked) {
+                if let Err(taken) = waiter.send(taken) {
                     // The poller gave up just now: the batch goes back to the front.
-                    self.push_front_again(batch);
+                    self.push_front_again(taken);
                     continue;
                 }
             }
             break;
+        }
+    }
+}
+
+impl Handler<GiveBack> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: GiveBack, _ctx: &mut Self::Context) {
+        self.push_front_again(msg.0);
+    }
+}
+
+impl Handler<Untaken> for LiteRoot {
+    type Result = ();
+
+    fn handle(&mut self, msg: Untaken, _ctx: &mut Self::Context) {
+        self.fold_marks();
+        let Some(slot) = self.queues.get(&msg.queue) else {
+            return;
+        };
+        if slot.epoch == msg.epoch && !self.stopping {
+            tracing::debug!(queue = %msg.queue, offset = msg.offset, "stream dropped mid-batch; reading again from there");
+            self.reposition(&msg.queue, msg.offset);
         }
     }
 }
@@ -931,7 +1157,15 @@ impl Handler<OffsetsReset> for LiteRoot {
 
 impl LiteRoot {
     /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
-    fn push_front_again(&mut self, messages: Vec<MessageExt>) {
+    fn push_front_again(&mut self, taken: Taken) {
+        let Taken {
+            messages,
+            epoch,
+            mark,
+        } = taken;
+        if let Some(mark) = &mark {
+            self.marks.retain(|m| !Arc::ptr_eq(m, mark));
+        }
         let Some(first) = messages.first() else {
             return;
         };
@@ -939,6 +1173,9 @@ impl LiteRoot {
         let Some(slot) = self.queues.get_mut(&queue) else {
             return;
         };
+        if epoch != slot.epoch {
+            return; // sought or reset meanwhile: the batch is stale
+        }
         let bytes: u64 = messages.iter().map(|m| m.body().len() as u64).sum();
         slot.cached_count += messages.len() as u64;
         slot.cached_bytes += bytes;
@@ -963,6 +1200,8 @@ pub(crate) struct LiteQueue {
     /// Bumped by every restart or wake: only the newest chain of steps goes on, so a wake
     /// never doubles the loop.
     chain: u64,
+    /// The chain whose pull is under way, if any: a wake leaves a pull alone.
+    pulling: Option<u64>,
     started: bool,
     consume_from_where: ConsumeFromWhere,
     consume_timestamp_ms: Option<i64>,
@@ -1139,6 +1378,7 @@ impl Handler<Step> for LiteQueue {
         let epoch = self.epoch;
         let error_delay = self.error_delay;
         // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
+        self.pulling = Some(chain);
         ctx.spawn(
             async move {
                 match root.send(LiteEvent::Admit(admit)).await {
@@ -1169,6 +1409,14 @@ impl Handler<Step> for LiteQueue {
             }
             .into_actor(self)
             .map(move |end, act, ctx| {
+                if act.pulling == Some(chain) {
+                    act.pulling = None;
+                }
+                if let StepEnd::Advance(next) = end {
+                    if act.epoch == epoch {
+                        act.request.offset = next;
+                    }
+                }
                 if chain != act.chain {
                     return; // restarted meanwhile: the new chain carries on
                 }
@@ -1177,12 +1425,7 @@ impl Handler<Step> for LiteQueue {
                     StepEnd::Again(delay) => {
                         ctx.notify_later(Step(chain), delay);
                     }
-                    StepEnd::Advance(next) => {
-                        if act.epoch == epoch {
-                            act.request.offset = next;
-                        }
-                        ctx.notify(Step(chain));
-                    }
+                    StepEnd::Advance(_) => ctx.notify(Step(chain)),
                 }
             }),
         );
@@ -1205,6 +1448,9 @@ impl Handler<Wake> for LiteQueue {
     type Result = ();
 
     fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
+        if self.pulling == Some(self.chain) {
+            return; // a pull is under way; its chain asks again when it is done
+        }
         self.chain += 1;
         ctx.notify(Step(self.chain));
     }

@@ -459,7 +459,12 @@ impl Handler<RunTask> for PullTask {
                 act.context = context;
                 // The delay the callback asked for applies to the next run only.
                 act.context.next_delay = DEFAULT_PULL_NEXT_DELAY;
-                ctx.notify_later(RunTask, delay);
+                if delay.is_zero() {
+                    // A timer, even of zero, waits for the next millisecond tick.
+                    ctx.notify(RunTask);
+                } else {
+                    ctx.notify_later(RunTask, delay);
+                }
             }),
         );
     }

@@ -1,5 +1,5 @@
-//! Consumer throughput and CPU cost: a raw pull loop versus the push consumer, over the same
-//! data.
+//! Consumer throughput and CPU cost: a raw pull loop versus each consumer kind (push, lite
+//! pull stream, pull schedule service), over the same data.
 //!
 //! ```text
 //! cargo run --release --example consume_bench [-- --count 200000 --size 128]
@@ -12,12 +12,15 @@
 //! `scripts/real-cluster.sh`).
 //!
 //! It produces `--count` messages of `--size` bytes to a fresh topic, then reads them all back
-//! twice, each time from offset 0:
+//! once per consumer kind, each time from offset 0:
 //!
 //! 1. **raw**: PULL_MESSAGE with FLAG_SUBSCRIPTION, 32 messages per call, every queue
 //!    concurrently, each body decoded and counted — no consumer runtime (as `raw_pull`);
 //! 2. **push**: a push consumer with the default configuration (a new group starting at the first
-//!    offset) and a listener that only counts.
+//!    offset) and a listener that only counts;
+//! 3. **lite**: a lite pull consumer's `stream()` (pull batch 32, auto-commit);
+//! 4. **sched**: a pull schedule service whose task pulls 32 with long polling, counts and moves
+//!    its offset on, with no delay between runs.
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
 //! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
@@ -37,6 +40,7 @@ use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
 use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::pull::{LitePullConsumer, PullScheduleService};
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
@@ -304,6 +308,88 @@ async fn raw_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
     Ok(Phase::measure("raw", total, wall, before))
 }
 
+/// The lite pull consumer's `stream()` from the first offset: every message counted.
+async fn lite_phase(namesrv: &str, topic: &str, expected: usize) -> Result<Phase, String> {
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let consumer = LitePullConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(format!("consume_bench_lite_{}", std::process::id()))
+        .subscribe(topic, "*")
+        .configure(|c| {
+            c.consume_from_where = ConsumeFromWhere::FirstOffset;
+            c.pull_batch_size = RAW_PULL_BATCH as u32;
+        })
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stream = consumer.stream();
+    let mut count = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while count < expected {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(_message)) => count += 1,
+            _ => break,
+        }
+    }
+    let wall = started.elapsed();
+    let phase = Phase::measure("lite", count, wall, before);
+    consumer.shutdown().await;
+    Ok(phase)
+}
+
+/// A pull schedule service whose task pulls 32 with long polling and moves the offset on.
+async fn schedule_phase(namesrv: &str, topic: &str, expected: usize) -> Result<Phase, String> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let tally = Arc::new(Mutex::new((0usize, Some(done_tx))));
+    let task_tally = tally.clone();
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let service = PullScheduleService::builder()
+        .namesrv_addr(namesrv)
+        .group(format!("consume_bench_schedule_{}", std::process::id()))
+        .register_pull_task_fn(topic, move |queue, mut ctx| {
+            let tally = task_tally.clone();
+            async move {
+                let consumer = ctx.pull_consumer().clone();
+                let offset = consumer
+                    .fetch_consume_offset(&queue, false)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0);
+                if let Ok(result) = consumer
+                    .pull_block_if_not_found(&queue, "*", offset, RAW_PULL_BATCH)
+                    .await
+                {
+                    {
+                        let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+                        t.0 += result.messages.len();
+                        if t.0 >= expected {
+                            if let Some(done) = t.1.take() {
+                                let _ = done.send(());
+                            }
+                        }
+                    }
+                    consumer
+                        .update_consume_offset(&queue, result.next_begin_offset)
+                        .await;
+                }
+                ctx.set_pull_next_delay(Duration::ZERO);
+                ctx
+            }
+        })
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = tokio::time::timeout(Duration::from_secs(600), done_rx).await;
+    let wall = started.elapsed();
+    let count = tally.lock().unwrap_or_else(|e| e.into_inner()).0;
+    let phase = Phase::measure("sched", count, wall, before);
+    service.shutdown().await;
+    Ok(phase)
+}
+
 /// What the push listener records.
 struct Tally {
     count: usize,
@@ -396,6 +482,8 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
 
     let raw = raw_phase(namesrv, topic).await?;
     let (push, first_message) = push_phase(namesrv, topic, sent).await?;
+    let lite = lite_phase(namesrv, topic, sent).await?;
+    let schedule = schedule_phase(namesrv, topic, sent).await?;
     println!(
         "consumed from offset 0 ({}):",
         if embedded {
@@ -406,6 +494,8 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
     );
     raw.print();
     push.print();
+    lite.print();
+    schedule.print();
     println!(
         "  push/raw throughput ratio {:.2}; push CPU per message {:.2}x raw (main thread); first push message {:.1} ms after start()",
         push.rate() / raw.rate().max(f64::EPSILON),
@@ -432,16 +522,24 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "size": args.size,
             "raw": phase_json(&raw),
             "push": phase_json(&push),
+            "lite": phase_json(&lite),
+            "schedule": phase_json(&schedule),
             "push_over_raw": (push.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
+            "lite_over_raw": (lite.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
+            "schedule_over_raw": (schedule.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
             "push_first_message_ms": (first_message.as_secs_f64() * 10_000.0).round() / 10.0,
             "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             "cpu": cpu_model(),
         })
     );
-    if raw.messages != sent || push.messages < sent {
+    if raw.messages != sent
+        || push.messages < sent
+        || lite.messages < sent
+        || schedule.messages < sent
+    {
         return Err(format!(
-            "read back raw {} and push {} of {sent} messages",
-            raw.messages, push.messages
+            "read back raw {}, push {}, lite {} and schedule {} of {sent} messages",
+            raw.messages, push.messages, lite.messages, schedule.messages
         ));
     }
     Ok(())

@@ -517,6 +517,145 @@ async fn the_lite_stream_yields_every_message() {
 }
 
 #[actix_rt::test]
+async fn the_lite_stream_commits_only_what_it_yielded() {
+    let topic = "LiteStreamCommit";
+    let group = "lite_stream_commit";
+    // One queue, so the stream's order is the queue's order and a batch holds many messages.
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, topic, 0..40).await;
+    let manual = |namesrv: &str| {
+        lite(namesrv, group)
+            .subscribe(topic, "*")
+            .configure(|c| c.auto_commit = false)
+    };
+    let consumer = manual(&namesrv).start().await.expect("starts");
+    let mut stream = consumer.stream();
+    let mut first = Vec::new();
+    while first.len() < 5 {
+        let message = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("in time")
+            .expect("a message");
+        first.push(text(&message));
+    }
+    assert_eq!(first, (0..5).map(body_of).collect::<Vec<_>>());
+    // Commit mid-batch: only the five yielded count.
+    consumer.commit_sync().await.expect("committed");
+    let queues = consumer.assignment().await;
+    assert_eq!(queues.len(), 1);
+    assert_eq!(consumer.committed(&queues[0]).await.expect("read"), Some(5));
+
+    // Dropping the stream mid-batch skips nothing: a new stream starts at the sixth.
+    drop(stream);
+    let next: Vec<String> = tokio::time::timeout(
+        PATIENCE,
+        consumer
+            .stream()
+            .take(35)
+            .map(|m| text(&m))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the rest streamed");
+    assert_eq!(next, (5..40).map(body_of).collect::<Vec<_>>());
+    consumer.commit_sync().await.expect("committed");
+    consumer.shutdown().await;
+
+    // After a restart, only new messages come.
+    send_numbered(&producer, topic, 40..45).await;
+    let consumer = manual(&namesrv).start().await.expect("restarts");
+    let after: Vec<String> = tokio::time::timeout(
+        PATIENCE,
+        consumer
+            .stream()
+            .take(5)
+            .map(|m| text(&m))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the new messages streamed");
+    assert_eq!(after, (40..45).map(body_of).collect::<Vec<_>>());
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn the_lite_stream_runs_past_the_consume_span_without_a_commit() {
+    let topic = "LiteStreamSpan";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    // More than `consume_max_span` (2000) messages on one queue, never committed.
+    send_numbered(&producer(&cluster), topic, 0..2600).await;
+    let consumer = lite(&namesrv, "lite_stream_span")
+        .subscribe(topic, "*")
+        .configure(|c| {
+            c.auto_commit = false;
+            c.pull_batch_size = 32;
+        })
+        .start()
+        .await
+        .expect("starts");
+    let got: Vec<String> = tokio::time::timeout(
+        PATIENCE,
+        consumer
+            .stream()
+            .take(2600)
+            .map(|m| text(&m))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("all 2600 streamed: the span counts what the stream yielded");
+    assert_eq!(got, (0..2600).map(body_of).collect::<Vec<_>>());
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_paused_queue_stops_a_stream_mid_batch_and_resumes_where_it_stopped() {
+    let topic = "LiteStreamPause";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    send_numbered(&producer(&cluster), topic, 0..40).await;
+    let consumer = lite(&namesrv, "lite_stream_pause")
+        .subscribe(topic, "*")
+        .configure(|c| c.pull_batch_size = 20)
+        .start()
+        .await
+        .expect("starts");
+    let mut stream = consumer.stream();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let message = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("in time")
+            .expect("a message");
+        got.push(text(&message));
+    }
+    let queues = consumer.assignment().await;
+    consumer.pause(&queues).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), stream.next())
+            .await
+            .is_err(),
+        "nothing from a paused queue, not even the rest of the batch in hand"
+    );
+    consumer.resume(&queues).await;
+    while got.len() < 40 {
+        let message = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("in time")
+            .expect("a message");
+        got.push(text(&message));
+    }
+    assert_eq!(
+        got,
+        (0..40).map(body_of).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn a_reset_by_time_rewinds_running_push_and_lite_consumers() {
     let topic = "ResetRunning";
     let cluster = fast_retry_cluster(2).await;
