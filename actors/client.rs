@@ -550,6 +550,16 @@ impl Client {
         self.shared.cached_route(topic)
     }
 
+    /// Every broker address of every cached route: where a group member heartbeats (as Java
+    /// heartbeats every broker its client instance knows).
+    pub(crate) fn known_broker_addrs(&self) -> std::collections::BTreeSet<String> {
+        let routes = self.shared.routes.read().unwrap_or_else(|e| e.into_inner());
+        routes
+            .values()
+            .flat_map(|route| route.all_addrs().map(str::to_owned))
+            .collect()
+    }
+
     /// Puts a route the caller derived (the producer's auto-create route) into the cache, until
     /// the next refresh replaces or removes it.
     pub(crate) fn cache_route(&self, route: Arc<TopicRoute>) {

@@ -166,6 +166,7 @@ impl LitePullConsumerBuilder {
             listener: (!assign_mode)
                 .then(|| Box::new(RecipientQueueListener(root.clone().recipient())) as _),
             reset_target: Some(root.clone().recipient()),
+            reset_listener: None,
             rebalance: !assign_mode,
         })
         .await?;
@@ -422,9 +423,7 @@ impl LitePullConsumer {
         {
             StoredOffset::Found(offset) => Ok(Some(offset)),
             StoredOffset::NotFound => Ok(None),
-            StoredOffset::Unavailable => Err(Error::NameServerUnavailable(format!(
-                "the committed offset of {queue} could not be read"
-            ))),
+            StoredOffset::Unavailable => Err(Error::OffsetUnavailable(queue.to_string())),
         }
     }
 
@@ -647,6 +646,7 @@ impl LiteRoot {
                 epoch: 0,
                 chain: 0,
                 pulling: None,
+                woken: false,
                 started: false,
                 consume_from_where: self.config.consume_from_where,
                 consume_timestamp_ms: self.config.consume_timestamp_ms,
@@ -1202,6 +1202,8 @@ pub(crate) struct LiteQueue {
     chain: u64,
     /// The chain whose pull is under way, if any: a wake leaves a pull alone.
     pulling: Option<u64>,
+    /// A wake came during the pull: do not wait before the next step.
+    woken: bool,
     started: bool,
     consume_from_where: ConsumeFromWhere,
     consume_timestamp_ms: Option<i64>,
@@ -1291,11 +1293,7 @@ async fn start_offset(
         .await?
     {
         StoredOffset::Found(offset) if offset >= 0 => return Ok(offset),
-        StoredOffset::Unavailable => {
-            return Err(Error::NameServerUnavailable(format!(
-                "the committed offset of {queue} could not be read"
-            )))
-        }
+        StoredOffset::Unavailable => return Err(Error::OffsetUnavailable(queue.to_string())),
         _ => {}
     }
     match from {
@@ -1379,6 +1377,7 @@ impl Handler<Step> for LiteQueue {
         let error_delay = self.error_delay;
         // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
         self.pulling = Some(chain);
+        self.woken = false;
         ctx.spawn(
             async move {
                 match root.send(LiteEvent::Admit(admit)).await {
@@ -1422,6 +1421,9 @@ impl Handler<Step> for LiteQueue {
                 }
                 match end {
                     StepEnd::Idle => {}
+                    StepEnd::Again(_) if std::mem::take(&mut act.woken) => {
+                        ctx.notify(Step(chain));
+                    }
                     StepEnd::Again(delay) => {
                         ctx.notify_later(Step(chain), delay);
                     }
@@ -1449,7 +1451,9 @@ impl Handler<Wake> for LiteQueue {
 
     fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
         if self.pulling == Some(self.chain) {
-            return; // a pull is under way; its chain asks again when it is done
+            // A pull (or its admission) is under way: its chain asks again at once when done.
+            self.woken = true;
+            return;
         }
         self.chain += 1;
         ctx.notify(Step(self.chain));

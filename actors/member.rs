@@ -18,7 +18,7 @@ use actix::prelude::*;
 use crate::actors::client::{Client, RegisterConsumer, UnregisterConsumer};
 use crate::actors::connection::ServerRequest;
 use crate::actors::offset_store::{
-    OffsetBackend, OffsetStore, PersistAll, PersistAndRemove, SetOffset,
+    OffsetBackend, OffsetStore, PersistAll, PersistAndRemove, SetOffset, SetOwnership,
 };
 use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
@@ -114,6 +114,11 @@ impl MessageQueueListener for RecipientQueueListener {
     }
 }
 
+/// A closure told each queue's new offset when a broker resets the group's offsets.
+pub(crate) type ResetFn = dyn Fn(&MessageQueue, i64) + Send + 'static;
+/// A [`ResetFn`] as a builder holds it.
+pub(crate) type ResetListener = Box<ResetFn>;
+
 /// Offsets a broker reset (RESET_CONSUMER_CLIENT_OFFSET), after the offset store has them.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
@@ -129,6 +134,8 @@ pub(crate) struct MemberSpec {
     pub consume_from_where: ConsumeFromWhere,
     pub listener: Option<Box<dyn MessageQueueListener>>,
     pub reset_target: Option<Recipient<OffsetsReset>>,
+    /// The application's reset listener (a pull consumer's `offset_reset_listener_fn`).
+    pub reset_listener: Option<ResetListener>,
     /// Divide queues (subscribe mode); off for a lite consumer with assigned queues.
     pub rebalance: bool,
 }
@@ -137,6 +144,11 @@ pub(crate) struct MemberSpec {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Rebalance;
+
+/// Heartbeats every known broker now (a hand-pulling consumer just learned new ones).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct HeartbeatNow;
 
 /// The queues of `topic` this member owns now.
 #[derive(Message)]
@@ -159,12 +171,15 @@ pub(crate) struct Member {
     consume_from_where: ConsumeFromWhere,
     listener: Option<Rc<dyn MessageQueueListener>>,
     reset_target: Option<Recipient<OffsetsReset>>,
+    reset_listener: Option<Rc<ResetFn>>,
     rebalance_enabled: bool,
     strategy: Rc<dyn AllocateStrategy>,
     divided: BTreeMap<String, BTreeSet<MessageQueue>>,
     offsets: Addr<OffsetStore>,
     rebalancing: bool,
     again: bool,
+    /// The brokers heartbeated so far: a newly known one is heartbeated at once.
+    heartbeated: BTreeSet<String>,
 }
 
 impl Member {
@@ -207,11 +222,13 @@ impl Member {
             consume_from_where: spec.consume_from_where,
             listener: spec.listener.map(Rc::from),
             reset_target: spec.reset_target,
+            reset_listener: spec.reset_listener.map(Rc::from),
             rebalance_enabled: spec.rebalance,
             divided: BTreeMap::new(),
             offsets: offsets.clone(),
             rebalancing: false,
             again: false,
+            heartbeated: spec.client.known_broker_addrs(),
         };
         let heartbeat = member.heartbeat_future();
         let addr = member.start();
@@ -344,6 +361,12 @@ impl Member {
             self.divided.insert(topic.clone(), divided.clone());
             changes.push((topic, all, divided.into_iter().collect::<Vec<_>>(), removed));
         }
+        if !changes.is_empty() {
+            self.offsets.do_send(SetOwnership {
+                topics: self.topics.keys().cloned().collect(),
+                owned: self.divided.values().flatten().cloned().collect(),
+            });
+        }
         let listener = self.listener.clone();
         let offsets = self.offsets.clone();
         async move {
@@ -366,15 +389,31 @@ impl Member {
     fn reset_offsets(&mut self, command: RemotingCommand) -> impl ActorFuture<Self, Output = ()> {
         let offsets = self.offsets.clone();
         let target = self.reset_target.clone();
+        let listener = self.reset_listener.clone();
+        let body = ResetOffsetBody::decode(command.body.as_deref().unwrap_or_default());
+        // A queue of a divided topic that another member owns is that member's to reset.
+        let table: Vec<(MessageQueue, i64)> = match &body {
+            Ok(body) => body
+                .offset_table
+                .iter()
+                .filter(|(queue, _)| {
+                    !self.rebalance_enabled
+                        || !self.topics.contains_key(&queue.topic)
+                        || self
+                            .divided
+                            .get(&queue.topic)
+                            .is_some_and(|owned| owned.contains(queue))
+                })
+                .map(|(queue, offset)| (queue.clone(), *offset))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
         async move {
-            let body = match ResetOffsetBody::decode(command.body.as_deref().unwrap_or_default()) {
-                Ok(body) => body,
-                Err(e) => {
-                    tracing::warn!(error = %e, "malformed RESET_CONSUMER_CLIENT_OFFSET body");
-                    return;
-                }
-            };
-            for (queue, offset) in &body.offset_table {
+            if let Err(e) = body {
+                tracing::warn!(error = %e, "malformed RESET_CONSUMER_CLIENT_OFFSET body");
+                return;
+            }
+            for (queue, offset) in &table {
                 tracing::info!(%queue, offset, "offset reset by the broker");
                 let set = SetOffset {
                     queue: queue.clone(),
@@ -385,17 +424,24 @@ impl Member {
                     tracing::warn!(%queue, error = %e, "reset offset not persisted");
                 }
             }
+            if let Some(listener) = listener {
+                for (queue, offset) in &table {
+                    listener(queue, *offset);
+                }
+            }
             if let Some(target) = target {
-                let _ = target.send(OffsetsReset(body.offset_table)).await;
+                let _ = target.send(OffsetsReset(table)).await;
             }
         }
         .into_actor(self)
     }
 }
 
-/// Every broker address of the topics' routes: the heartbeat targets.
+/// Every broker address of the topics' routes and every other broker the client knows (those
+/// of topics pulled by hand, so that their brokers count this member as online and push it
+/// offset resets): the heartbeat targets.
 async fn broker_addrs(client: &Client, topics: &[String]) -> BTreeSet<String> {
-    let mut addrs = BTreeSet::new();
+    let mut addrs = client.known_broker_addrs();
     for topic in topics {
         if let Ok(route) = client.route(topic).await {
             addrs.extend(route.all_addrs().map(str::to_owned));
@@ -441,6 +487,7 @@ impl Actor for Member {
         // Timers are armed here so that a restarted member re-arms them.
         ctx.run_interval(self.config.rebalance_interval, |act, ctx| act.trigger(ctx));
         ctx.run_interval(self.config.heartbeat_broker_interval, |act, ctx| {
+            act.heartbeated.extend(act.client.known_broker_addrs());
             ctx.spawn(act.heartbeat_future().into_actor(act).map(|_, _, _| ()));
         });
     }
@@ -451,6 +498,22 @@ impl Handler<Rebalance> for Member {
 
     fn handle(&mut self, _msg: Rebalance, ctx: &mut Self::Context) {
         self.trigger(ctx);
+    }
+}
+
+impl Handler<HeartbeatNow> for Member {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _msg: HeartbeatNow, _ctx: &mut Self::Context) -> Self::Result {
+        let known = self.client.known_broker_addrs();
+        if known.is_subset(&self.heartbeated) {
+            return Box::pin(async {});
+        }
+        self.heartbeated.extend(known);
+        let heartbeat = self.heartbeat_future();
+        Box::pin(async move {
+            let _ = heartbeat.await;
+        })
     }
 }
 

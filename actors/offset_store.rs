@@ -7,7 +7,7 @@
 //! `.bak` copy in broadcasting mode. Writes of the file run on the blocking pool so the arbiter
 //! never blocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -83,10 +83,34 @@ pub struct SetOffset {
 #[rtype(result = "Result<()>")]
 pub struct PersistAndRemove(pub MessageQueue);
 
-/// Persists every offset now.
+/// Persists every offset now and waits for the store to confirm each (commits, shutdown):
+/// an error when one could not be written.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
 pub struct PersistAll;
+
+/// Holds an offset read from the store (a pull consumer's `fetch_consume_offset`) without
+/// marking it for writing back.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CacheOffset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The stored offset.
+    pub offset: i64,
+}
+
+/// A group member's current division: the topics it divides and the queues it owns of them.
+/// From then on, periodic persists write only owned queues of those topics (and changed ones
+/// of other topics), never an offset of a queue another member owns.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetOwnership {
+    /// The topics whose queues the group divides.
+    pub topics: BTreeSet<String>,
+    /// The queues this member owns.
+    pub owned: BTreeSet<MessageQueue>,
+}
 
 /// A copy of every in-memory offset.
 #[derive(Message)]
@@ -100,8 +124,10 @@ pub struct OffsetStore {
     backend: OffsetBackend,
     table: OffsetTable,
     persist_interval: Duration,
-    /// Local mode: offsets read from the file at start.
+    /// Local mode: the offsets the file holds (read at start, then as last written).
     loaded: BTreeMap<MessageQueue, i64>,
+    /// A group member's division, when the store belongs to one.
+    ownership: Option<SetOwnership>,
 }
 
 impl OffsetStore {
@@ -130,19 +156,32 @@ impl OffsetStore {
             table: OffsetTable::from_offsets(loaded.clone()),
             persist_interval,
             loaded,
+            ownership: None,
         })
     }
 
+    /// Persists `only` that queue (confirmed), or every queue: confirmed when `sync`, else
+    /// one-way (the periodic persist, which for a group member skips queues it does not own).
     fn persist_future(
         &mut self,
         only: Option<&MessageQueue>,
+        sync: bool,
     ) -> impl ActorFuture<Self, Output = Result<()>> {
-        let entries: Vec<(MessageQueue, i64)> = self
-            .table
-            .iter()
-            .filter(|(mq, _)| only.is_none_or(|o| o == *mq))
-            .map(|(mq, offset)| (mq.clone(), offset))
-            .collect();
+        let entries: Vec<(MessageQueue, i64)> = match (only, &self.ownership) {
+            (Some(queue), _) => self
+                .table
+                .read(queue)
+                .map(|offset| vec![(queue.clone(), offset)])
+                .unwrap_or_default(),
+            (None, Some(ownership)) if !sync => self
+                .table
+                .member_persist_entries(&ownership.topics, &ownership.owned),
+            (None, _) => self
+                .table
+                .iter()
+                .map(|(mq, offset)| (mq.clone(), offset))
+                .collect(),
+        };
         let client = self.client.clone();
         let group = self.group.clone();
         let backend = self.backend.clone();
@@ -151,65 +190,87 @@ impl OffsetStore {
             .iter()
             .map(|(mq, offset)| (mq.clone(), offset))
             .collect();
-        let sync = only.is_some();
+        let sync = sync || only.is_some();
         async move {
             match backend {
                 OffsetBackend::Remote => persist_remote(&client, &group, &entries, sync).await,
                 OffsetBackend::LocalFile(path) => {
                     let text = encode_local_offsets(&whole_table);
+                    let shown = path.display().to_string();
                     actix_rt::task::spawn_blocking(move || {
                         offset::fs::write_atomically(&path, text.as_bytes())
                     })
                     .await
-                    .map_err(|e| Error::Shutdown(format!("offset writer: {e}")))??;
-                    Ok(entries)
+                    .map_err(|e| Error::Shutdown(format!("offset file writer for {shown}: {e}")))?
+                    .map_err(|source| Error::OffsetFile {
+                        path: shown,
+                        source,
+                    })?;
+                    Ok((entries, None))
                 }
             }
+            .map(|(written, failed)| (written, failed, whole_table))
         }
         .into_actor(self)
         .map(|result, act, _ctx| {
-            let persisted = result?;
+            let (persisted, failed, whole_table) = result?;
+            if matches!(act.backend, OffsetBackend::LocalFile(_)) {
+                act.loaded = whole_table;
+            }
             for (mq, offset) in persisted {
                 act.table.mark_persisted(&mq, offset);
             }
-            Ok(())
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
         })
     }
 }
 
 /// Sends UPDATE_CONSUMER_OFFSET for each entry to its broker's master: one-way for the periodic
-/// persist (as Java), request/response when `sync` (queue drops, resets) so the caller knows the
-/// broker has it. Returns the entries that were written.
+/// persist (as Java), request/response, all at once, when `sync` (commits, queue drops, resets,
+/// shutdown) so the caller knows the broker has it. Returns the entries that were written and,
+/// when some were not, the first error (an error outright when none was written one-way).
 async fn persist_remote(
     client: &Client,
     group: &str,
     entries: &[(MessageQueue, i64)],
     sync: bool,
-) -> Result<Vec<(MessageQueue, i64)>> {
+) -> Result<(Vec<(MessageQueue, i64)>, Option<Error>)> {
+    let outcomes: Vec<Result<()>> = if sync {
+        futures::future::join_all(
+            entries
+                .iter()
+                .map(|(mq, offset)| client.update_consumer_offset(group, mq, *offset)),
+        )
+        .await
+    } else {
+        let mut outcomes = Vec::with_capacity(entries.len());
+        for (mq, offset) in entries {
+            outcomes.push(
+                client
+                    .update_consumer_offset_oneway(group, mq, *offset)
+                    .await,
+            );
+        }
+        outcomes
+    };
     let mut written = Vec::new();
     let mut first_error = None;
-    for (mq, offset) in entries {
-        let outcome = if sync {
-            client.update_consumer_offset(group, mq, *offset).await
-        } else {
-            client
-                .update_consumer_offset_oneway(group, mq, *offset)
-                .await
-        };
+    for ((mq, offset), outcome) in entries.iter().zip(outcomes) {
         match outcome {
             Ok(()) => written.push((mq.clone(), *offset)),
             Err(e) => {
+                tracing::warn!(queue = %mq, offset, error = %e, "offset not persisted");
                 first_error.get_or_insert(e);
             }
         }
     }
     match first_error {
-        Some(e) if written.is_empty() => Err(e),
-        Some(e) => {
-            tracing::warn!(error = %e, "some offsets were not persisted");
-            Ok(written)
-        }
-        None => Ok(written),
+        Some(e) if written.is_empty() && !sync => Err(e),
+        Some(e) if sync => Ok((written, Some(e))),
+        _ => Ok((written, None)),
     }
 }
 
@@ -219,7 +280,7 @@ impl Actor for OffsetStore {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(65_536);
         ctx.run_interval(self.persist_interval, |act, ctx| {
-            let persist = act.persist_future(None).map(|result, _act, _ctx| {
+            let persist = act.persist_future(None, false).map(|result, _act, _ctx| {
                 if let Err(e) = result {
                     tracing::warn!(error = %e, "periodic offset persist failed");
                 }
@@ -294,7 +355,7 @@ impl Handler<SetOffset> for OffsetStore {
         } else {
             self.table.reset(&msg.queue, msg.offset);
         }
-        Box::pin(self.persist_future(Some(&msg.queue)))
+        Box::pin(self.persist_future(Some(&msg.queue), true))
     }
 }
 
@@ -304,7 +365,7 @@ impl Handler<PersistAndRemove> for OffsetStore {
     fn handle(&mut self, msg: PersistAndRemove, _ctx: &mut Self::Context) -> Self::Result {
         let mq = msg.0;
         Box::pin(
-            self.persist_future(Some(&mq))
+            self.persist_future(Some(&mq), true)
                 .map(move |result, act, _ctx| {
                     // Local mode keeps the entry: the file holds every queue ever consumed.
                     if matches!(act.backend, OffsetBackend::Remote) {
@@ -320,7 +381,23 @@ impl Handler<PersistAll> for OffsetStore {
     type Result = ResponseActFuture<Self, Result<()>>;
 
     fn handle(&mut self, _msg: PersistAll, _ctx: &mut Self::Context) -> Self::Result {
-        Box::pin(self.persist_future(None))
+        Box::pin(self.persist_future(None, true))
+    }
+}
+
+impl Handler<CacheOffset> for OffsetStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: CacheOffset, _ctx: &mut Self::Context) {
+        self.table.load(&msg.queue, msg.offset);
+    }
+}
+
+impl Handler<SetOwnership> for OffsetStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetOwnership, _ctx: &mut Self::Context) {
+        self.ownership = Some(msg);
     }
 }
 

@@ -6,17 +6,21 @@
 //! The handle is cheap to clone and `Send + Sync`: pulls go straight through the base
 //! [`Client`]; offsets go to the group's offset store actor; division to the member actor.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
 
 use actix::prelude::*;
 
 use crate::actors::client::{Client, ClientConfig};
 use crate::actors::member::{
-    Divided, FnQueueListener, Leave, Member, MemberSpec, MessageQueueListener, QueueChange,
-    Rebalance, RecipientQueueListener,
+    Divided, FnQueueListener, HeartbeatNow, Leave, Member, MemberSpec, MessageQueueListener,
+    QueueChange, Rebalance, RecipientQueueListener, ResetListener,
 };
-use crate::actors::offset_store::{LoadOffset, OffsetStore, PersistAll, ReadOffset, StoreOffset};
+use crate::actors::offset_store::{
+    CacheOffset, LoadOffset, OffsetStore, PersistAll, ReadOffset, StoreOffset,
+};
 use crate::actors::producer::{Producer, ProducerConfig};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
@@ -35,6 +39,7 @@ pub struct PullConsumerBuilder {
     client: Option<Client>,
     topics: Vec<String>,
     listener: Option<Box<dyn MessageQueueListener>>,
+    reset_listener: Option<ResetListener>,
 }
 
 impl PullConsumerBuilder {
@@ -101,6 +106,18 @@ impl PullConsumerBuilder {
         self.message_queue_listener(RecipientQueueListener(recipient))
     }
 
+    /// Told `(queue, new offset)` when a broker resets the group's offsets (an admin's
+    /// `reset_offset_by_timestamp`), after the offset store holds the new offset. A loop that
+    /// reads [`PullConsumer::fetch_consume_offset`] before each pull follows a reset by itself;
+    /// one that keeps the next offset in a variable moves it here.
+    pub fn offset_reset_listener_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&MessageQueue, i64) + Send + 'static,
+    {
+        self.reset_listener = Some(Box::new(f));
+        self
+    }
+
     /// Validates the configuration, joins the group (heartbeat, first division) and returns
     /// the handle.
     pub async fn start(self) -> Result<PullConsumer> {
@@ -123,6 +140,7 @@ impl PullConsumerBuilder {
             consume_from_where: ConsumeFromWhere::LastOffset,
             listener: self.listener,
             reset_target: None,
+            reset_listener: self.reset_listener,
             rebalance: true,
         })
         .await?;
@@ -185,6 +203,30 @@ struct PullConsumerInner {
     member: Addr<Member>,
     offsets: Addr<OffsetStore>,
     retry_producer: Producer,
+    /// Cancelled at shutdown: held long polls answer "nothing new" at once, later pulls fail.
+    stopped: CancellationToken,
+    /// Per queue, children of `stopped`: a queue's held long polls end when it is revoked.
+    queue_stops: Mutex<HashMap<MessageQueue, CancellationToken>>,
+}
+
+impl PullConsumerInner {
+    fn queue_stop(&self, queue: &MessageQueue) -> CancellationToken {
+        let mut stops = self.queue_stops.lock().unwrap_or_else(|e| e.into_inner());
+        stops
+            .entry(queue.clone())
+            .or_insert_with(|| self.stopped.child_token())
+            .clone()
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.stopped.is_cancelled() {
+            return Err(Error::Shutdown(format!(
+                "the pull consumer of group {} was shut down",
+                self.group
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for PullConsumer {
@@ -205,6 +247,7 @@ impl PullConsumer {
             client: None,
             topics: Vec::new(),
             listener: None,
+            reset_listener: None,
         }
     }
 
@@ -229,8 +272,29 @@ impl PullConsumer {
                 member,
                 offsets,
                 retry_producer,
+                stopped: CancellationToken::new(),
+                queue_stops: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Ends the long polls held for `queue` now (they answer "nothing new"): its task is being
+    /// stopped and must not wait out a 20 s suspend.
+    pub(crate) fn end_long_polls(&self, queue: &MessageQueue) {
+        let stop = self
+            .inner
+            .queue_stops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(queue);
+        if let Some(stop) = stop {
+            stop.cancel();
+        }
+    }
+
+    /// Ends every held long poll; pulls after this fail with [`Error::Shutdown`].
+    pub(crate) fn end_all_long_polls(&self) {
+        self.inner.stopped.cancel();
     }
 
     /// The consumer group.
@@ -253,12 +317,18 @@ impl PullConsumer {
         &self.inner.config
     }
 
-    /// The readable queues of `topic`, asked of the name servers now.
+    /// The readable queues of `topic`, asked of the name servers now. Their brokers are
+    /// heartbeated at once, so they count this consumer as a live member of its group (and push
+    /// it offset resets) even for a topic it does not subscribe to.
     pub async fn fetch_subscribe_message_queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
-        self.inner
+        let queues = self
+            .inner
             .client
             .fetch_subscribe_message_queues(topic)
-            .await
+            .await?;
+        // Awaited: a commit right after must find the group known to the broker.
+        let _ = self.inner.member.send(HeartbeatNow).await;
+        Ok(queues)
     }
 
     /// The queues of `topic` this member owns now (all of them when broadcasting).
@@ -298,12 +368,16 @@ impl PullConsumer {
         offset: i64,
         max: i32,
     ) -> Result<PullResult> {
+        self.inner.check_running()?;
         let request = self.request(queue, expression, offset, max);
         self.inner.client.pull(&request).await
     }
 
     /// Like [`PullConsumer::pull`], but the broker holds the request up to
-    /// `broker_suspend_max_time` until a message arrives (long polling).
+    /// `broker_suspend_max_time` until a message arrives (long polling). At shutdown (or when a
+    /// schedule service's task of the queue is stopped) a held poll answers
+    /// [`PullStatus::NoNewMsg`](crate::rpc::PullStatus) at once with `next_begin_offset =
+    /// offset`, so the caller moves nothing on.
     pub async fn pull_block_if_not_found(
         &self,
         queue: &MessageQueue,
@@ -311,10 +385,18 @@ impl PullConsumer {
         offset: i64,
         max: i32,
     ) -> Result<PullResult> {
+        self.inner.check_running()?;
         let mut request = self.request(queue, expression, offset, max);
         request.suspend = Some(self.inner.config.broker_suspend_max_time);
         request.timeout = self.inner.config.consumer_timeout_when_suspend;
-        self.inner.client.pull(&request).await
+        let stop = self.inner.queue_stop(queue);
+        tokio::select! {
+            biased;
+            result = self.inner.client.pull(&request) => result,
+            // Shutdown or revocation: nothing is consumed, the offset stays where it was (the
+            // broker's late answer is dropped with the request).
+            () = stop.cancelled() => Ok(PullResult::nothing_new(offset)),
+        }
     }
 
     /// The group's consume offset of `queue`: from memory first, then from the store (broker or
@@ -339,16 +421,14 @@ impl PullConsumer {
             .await?;
         match stored {
             StoredOffset::Found(offset) => {
-                self.inner.offsets.do_send(StoreOffset {
+                self.inner.offsets.do_send(CacheOffset {
                     queue: queue.clone(),
                     offset,
                 });
                 Ok(Some(offset))
             }
             StoredOffset::NotFound => Ok(None),
-            StoredOffset::Unavailable => Err(Error::NameServerUnavailable(format!(
-                "the stored offset of {queue} could not be read"
-            ))),
+            StoredOffset::Unavailable => Err(Error::OffsetUnavailable(queue.to_string())),
         }
     }
 
@@ -365,7 +445,16 @@ impl PullConsumer {
             .await;
     }
 
-    /// Persists every offset now.
+    /// Sets an offset in memory without waiting (a reset re-applied by a pull task).
+    pub(crate) fn store_offset(&self, queue: &MessageQueue, offset: i64) {
+        self.inner.offsets.do_send(StoreOffset {
+            queue: queue.clone(),
+            offset,
+        });
+    }
+
+    /// Persists every offset now and waits until the store has each: an error names the first
+    /// that could not be written.
     pub async fn persist_consume_offsets(&self) -> Result<()> {
         self.inner.offsets.send(PersistAll).await?
     }
@@ -418,9 +507,11 @@ impl PullConsumer {
         }
     }
 
-    /// Persists every offset, leaves the group and stops. Other clones of the handle stop
-    /// working.
+    /// Ends held long polls (they answer "nothing new"), persists every offset, leaves the
+    /// group and stops. Other clones of the handle stop working: their pulls fail with
+    /// [`Error::Shutdown`].
     pub async fn shutdown(&self) {
+        self.end_all_long_polls();
         let _ = self.inner.member.send(Leave).await;
     }
 }

@@ -213,9 +213,7 @@ impl QueueActor {
                 StartOffset::Use(offset) => Ok(offset),
                 StartOffset::AskMaxOffset => shared.client.max_offset(&queue).await,
                 StartOffset::SearchByTimestamp(ts) => shared.client.search_offset(&queue, ts).await,
-                StartOffset::RetryLater => Err(Error::Shutdown(format!(
-                    "stored offset of {queue} unavailable"
-                ))),
+                StartOffset::RetryLater => Err(Error::OffsetUnavailable(queue.to_string())),
             }
         };
         ctx.spawn(lookup.into_actor(self).map(|result, act, ctx| match result {

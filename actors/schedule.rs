@@ -21,7 +21,9 @@ use futures::FutureExt;
 use tokio::sync::Semaphore;
 
 use crate::actors::client::Client;
-use crate::actors::member::{Member, MemberSpec, QueueChange, RecipientQueueListener};
+use crate::actors::member::{
+    Member, MemberSpec, OffsetsReset, QueueChange, RecipientQueueListener,
+};
 use crate::actors::pull_consumer::{resolve_client, PullConsumer};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
@@ -216,7 +218,8 @@ impl PullScheduleServiceBuilder {
             listener: Some(Box::new(RecipientQueueListener(
                 service.clone().recipient(),
             ))),
-            reset_target: None,
+            reset_target: Some(service.clone().recipient()),
+            reset_listener: None,
             rebalance: true,
         })
         .await?;
@@ -330,6 +333,10 @@ impl ScheduleService {
             .into_iter()
             .filter_map(|q| self.tasks.remove(&q).map(|task| (q, task)))
             .collect();
+        for (queue, _) in &stopping {
+            // A revoked queue's call in a long poll returns now, not after the suspend time.
+            consumer.end_long_polls(queue);
+        }
         if let Some(callback) = self.callbacks.get(&change.topic) {
             for queue in change.divided {
                 if self.tasks.contains_key(&queue) {
@@ -353,10 +360,24 @@ impl ScheduleService {
     }
 }
 
+/// Stops the tasks all at once (each after its running call, which may be a long poll).
 async fn stop_tasks(tasks: Vec<(MessageQueue, Addr<PullTask>)>) {
-    for (queue, task) in tasks {
+    futures::future::join_all(tasks.into_iter().map(|(queue, task)| async move {
         let _ = task.send(StopTask).await;
         tracing::info!(%queue, "pull task stopped");
+    }))
+    .await;
+}
+
+impl Handler<OffsetsReset> for ScheduleService {
+    type Result = ();
+
+    fn handle(&mut self, msg: OffsetsReset, _ctx: &mut Self::Context) {
+        for (queue, offset) in msg.0 {
+            if let Some(task) = self.tasks.get(&queue) {
+                task.do_send(ReapplyReset(offset));
+            }
+        }
     }
 }
 
@@ -396,6 +417,9 @@ impl Handler<StopAll> for ScheduleService {
 
     fn handle(&mut self, _msg: StopAll, _ctx: &mut Self::Context) -> Self::Result {
         self.callbacks.clear();
+        if let Some(consumer) = &self.consumer {
+            consumer.end_all_long_polls();
+        }
         let tasks: Vec<_> = std::mem::take(&mut self.tasks).into_iter().collect();
         Box::pin(
             stop_tasks(tasks)
@@ -420,6 +444,21 @@ struct RunTask;
 #[derive(Message)]
 #[rtype(result = "()")]
 struct StopTask;
+
+/// A broker reset the queue's offset. Handled only between two runs (the runs are in
+/// `ctx.wait`), so a call that was running — and may store the offset it pulled up to — cannot
+/// undo the reset: the reset is stored again after it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ReapplyReset(i64);
+
+impl Handler<ReapplyReset> for PullTask {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReapplyReset, _ctx: &mut Self::Context) {
+        self.context.consumer.store_offset(&self.queue, msg.0);
+    }
+}
 
 impl Actor for PullTask {
     type Context = Context<Self>;

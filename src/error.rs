@@ -175,6 +175,19 @@ pub enum Error {
     /// A message that cannot be sent as it is (empty topic or body, too large, mixed batch).
     #[error("message cannot be sent: {0}")]
     InvalidMessage(String),
+    /// The local offset file (broadcasting) could not be read or written.
+    #[error("offset file {path}: {source}")]
+    OffsetFile {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stored consume offset of a queue could not be read (broker unreachable or refusing):
+    /// the queue waits rather than guess where to start.
+    #[error("the stored offset of {0} could not be read")]
+    OffsetUnavailable(String),
     /// A local I/O error (offset files, sockets).
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -205,7 +218,15 @@ impl Error {
 /// A message to an actor that has stopped: the runtime is shutting down.
 impl From<actix::MailboxError> for Error {
     fn from(error: actix::MailboxError) -> Self {
-        Error::Shutdown(error.to_string())
+        Error::Shutdown(
+            match error {
+                actix::MailboxError::Closed => "the actor handling the call has stopped",
+                actix::MailboxError::Timeout => {
+                    "the actor handling the call did not answer in time"
+                }
+            }
+            .to_owned(),
+        )
     }
 }
 

@@ -244,6 +244,22 @@ pub struct PullResult {
     pub unfiltered: usize,
 }
 
+impl PullResult {
+    /// "Nothing new" at `offset`, answered locally (a long poll ended by a shutdown): the queue's
+    /// bounds are unknown, so `min_offset` and `max_offset` are `offset` too.
+    pub(crate) fn nothing_new(offset: i64) -> Self {
+        PullResult {
+            status: PullStatus::NoNewMsg,
+            next_begin_offset: offset,
+            min_offset: offset,
+            max_offset: offset,
+            suggest_broker_id: 0,
+            messages: Vec::new(),
+            unfiltered: 0,
+        }
+    }
+}
+
 /// The error for a response whose code is not a success for `request`.
 pub(crate) fn broker_error(peer: &str, request: i32, response: RemotingCommand) -> Error {
     Error::Broker {

@@ -731,3 +731,163 @@ async fn a_reset_by_time_rewinds_running_push_and_lite_consumers() {
     admin.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_reset_reaches_a_schedule_task_in_a_long_poll_and_a_hand_pulling_consumer() {
+    let topic = "ResetPullKinds";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, topic, 0..20).await;
+    let queue = mq(topic, 0);
+
+    // A schedule service whose task long-polls and stores the offset it pulled up to.
+    let (seen_tx, mut seen_rx) = unbounded_channel();
+    let service = PullScheduleService::builder()
+        .namesrv_addr(&namesrv)
+        .group("reset_schedule")
+        .configure(|c| c.persist_consumer_offset_interval = Duration::from_millis(100))
+        .register_pull_task_fn(topic, move |queue, mut ctx| {
+            let seen = seen_tx.clone();
+            async move {
+                let consumer = ctx.pull_consumer().clone();
+                let offset = match consumer.fetch_consume_offset(&queue, false).await {
+                    Ok(offset) => offset.unwrap_or(0),
+                    Err(_) => return ctx,
+                };
+                if let Ok(result) = consumer
+                    .pull_block_if_not_found(&queue, "*", offset, 32)
+                    .await
+                {
+                    for m in &result.messages {
+                        let _ = seen.send(text(m));
+                    }
+                    consumer
+                        .update_consume_offset(&queue, result.next_begin_offset)
+                        .await;
+                }
+                ctx.set_pull_next_delay(Duration::ZERO);
+                ctx
+            }
+        })
+        .start()
+        .await
+        .expect("schedule service starts");
+    let expected: Vec<String> = (0..20).map(body_of).collect();
+    assert_eq!(receive(&mut seen_rx, 20).await, expected);
+
+    // A pull consumer that subscribes to nothing and pulls by hand.
+    let (reset_tx, mut resets) = unbounded_channel();
+    let hand = pull_consumer(&namesrv, "reset_hand")
+        .offset_reset_listener_fn(move |queue, offset| {
+            let _ = reset_tx.send((queue.clone(), offset));
+        })
+        .start()
+        .await
+        .expect("pull consumer starts");
+    assert_eq!(
+        hand.fetch_subscribe_message_queues(topic)
+            .await
+            .expect("queues"),
+        vec![queue.clone()]
+    );
+    let pulled = hand.pull(&queue, "*", 0, 32).await.expect("pull");
+    assert_eq!(pulled.messages.len(), 20);
+    hand.update_consume_offset(&queue, pulled.next_begin_offset)
+        .await;
+    hand.persist_consume_offsets().await.expect("persisted");
+
+    // The task is now held in a long poll at offset 20, and its offset is on the broker (a
+    // group that never committed cannot be reset).
+    eventually("the task's pull is held", || async {
+        (cluster.held_pulls(BROKER).await.ok()? > 0).then_some(())
+    })
+    .await;
+    eventually("the task's offset is persisted", || async {
+        let committed = cluster
+            .committed_offset(BROKER, "reset_schedule", topic, 0)
+            .await
+            .ok()??;
+        (committed == 20).then_some(())
+    })
+    .await;
+    let admin = Client::start(ClientConfig::new(&namesrv)).expect("client");
+    let mut rewound = Vec::new();
+    for group in ["reset_schedule", "reset_hand"] {
+        rewound.push(
+            admin
+                .reset_offset_by_timestamp(group, topic, 0, true)
+                .await
+                .expect("reset"),
+        );
+    }
+    assert_eq!(rewound[0], vec![(queue.clone(), 0)]);
+    assert_eq!(rewound[1], vec![(queue.clone(), 0)]);
+    // The hand-pulling consumer was online (heartbeated when it fetched the queues): told.
+    assert_eq!(receive(&mut resets, 1).await, vec![(queue.clone(), 0)]);
+    assert_eq!(
+        hand.fetch_consume_offset(&queue, false)
+            .await
+            .expect("offset"),
+        Some(0)
+    );
+
+    // Wake the held poll: its call stores 21, which must not undo the reset.
+    send_numbered(&producer, topic, 20..21).await;
+    let again = receive(&mut seen_rx, 22).await;
+    assert_eq!(again[0], body_of(20), "the held poll's message");
+    assert_eq!(
+        again[1..],
+        (0..21).map(body_of).collect::<Vec<_>>()[..],
+        "then everything again from the reset point"
+    );
+    service.shutdown().await;
+    hand.shutdown().await;
+    admin.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_reset_of_a_group_with_no_live_member_rewrites_its_stored_offsets() {
+    let topic = "ResetOffline";
+    let group = "reset_offline";
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    send_numbered(&producer(&cluster), topic, 0..10).await;
+    // A member stores offsets, then leaves: the group is known but has no live member.
+    let member = pull_consumer(&namesrv, group)
+        .start()
+        .await
+        .expect("starts");
+    member
+        .fetch_subscribe_message_queues(topic)
+        .await
+        .expect("queues");
+    for q in 0..2 {
+        member.update_consume_offset(&mq(topic, q), 5).await;
+    }
+    member.persist_consume_offsets().await.expect("persisted");
+    member.shutdown().await;
+    let admin = Client::start(ClientConfig::new(&namesrv)).expect("client");
+    let table = admin
+        .reset_offset_by_timestamp(group, topic, 0, true)
+        .await
+        .expect("reset");
+    assert_eq!(table, vec![(mq(topic, 0), 0), (mq(topic, 1), 0)]);
+    for q in 0..2 {
+        assert_eq!(
+            cluster
+                .committed_offset(BROKER, group, topic, q)
+                .await
+                .expect("broker"),
+            Some(0)
+        );
+    }
+    // To the end: every queue's max offset.
+    let table = admin
+        .reset_offset_by_timestamp(group, topic, -1, true)
+        .await
+        .expect("reset to the end");
+    let ends: i64 = table.iter().map(|(_, offset)| offset).sum();
+    assert_eq!(ends, 10);
+    admin.shutdown().await;
+    cluster.shutdown().await;
+}

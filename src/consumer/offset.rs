@@ -201,6 +201,44 @@ impl OffsetTable {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// Records `offset` as read from the store for a queue not held yet: held, and already
+    /// persisted (a later persist does not write back a value the store may have moved on from).
+    pub fn load(&mut self, mq: &MessageQueue, offset: i64) {
+        if offset < 0 || self.entries.contains_key(mq) {
+            return;
+        }
+        self.entries.insert(
+            mq.clone(),
+            OffsetEntry {
+                offset,
+                frozen: false,
+                persisted: Some(offset),
+            },
+        );
+    }
+
+    /// What a periodic persist of a group member writes: for a topic whose queues the group
+    /// divides (`divided_topics`), the queues this member owns; for any other topic (queues the
+    /// application pulls by hand), those whose offset changed since it was last persisted or
+    /// read — so a member never writes back an offset of a queue it does not own.
+    pub fn member_persist_entries(
+        &self,
+        divided_topics: &BTreeSet<String>,
+        owned: &BTreeSet<MessageQueue>,
+    ) -> Vec<(MessageQueue, i64)> {
+        self.entries
+            .iter()
+            .filter(|(mq, entry)| {
+                if divided_topics.contains(&mq.topic) {
+                    owned.contains(*mq)
+                } else {
+                    entry.persisted != Some(entry.offset)
+                }
+            })
+            .map(|(mq, entry)| (mq.clone(), entry.offset))
+            .collect()
+    }
 }
 
 /// What the offset store (broker or local file) said about a queue's consume offset.
@@ -566,6 +604,44 @@ mod tests {
 
     fn mq(broker: &str, id: i32) -> MessageQueue {
         MessageQueue::new("T", broker, id)
+    }
+
+    #[test]
+    fn a_member_persists_owned_queues_and_changed_hand_pulled_ones() {
+        let mut t = OffsetTable::new();
+        let owned_q = MessageQueue::new("Sub", "a", 0);
+        let lost_q = MessageQueue::new("Sub", "a", 1);
+        let manual_read = MessageQueue::new("Manual", "a", 0);
+        let manual_moved = MessageQueue::new("Manual", "a", 1);
+        t.update(&owned_q, 5, false);
+        t.mark_persisted(&owned_q, 5);
+        t.update(&lost_q, 7, false);
+        t.load(&manual_read, 9);
+        t.load(&manual_moved, 3);
+        t.update(&manual_moved, 4, false);
+        let divided: BTreeSet<String> = ["Sub".to_owned()].into();
+        let owned: BTreeSet<MessageQueue> = [owned_q.clone()].into();
+        assert_eq!(
+            t.member_persist_entries(&divided, &owned),
+            vec![(manual_moved.clone(), 4), (owned_q.clone(), 5)],
+            "owned (even unchanged) and changed hand-pulled queues; not a lost one, not a read one"
+        );
+        t.mark_persisted(&manual_moved, 4);
+        assert_eq!(
+            t.member_persist_entries(&divided, &owned),
+            vec![(owned_q, 5)]
+        );
+    }
+
+    #[test]
+    fn a_loaded_offset_does_not_replace_a_held_one() {
+        let mut t = OffsetTable::new();
+        let q = mq("a", 0);
+        t.update(&q, 10, false);
+        t.load(&q, 3);
+        assert_eq!(t.read(&q), Some(10));
+        t.load(&mq("a", 1), -1);
+        assert_eq!(t.read(&mq("a", 1)), None);
     }
 
     #[test]

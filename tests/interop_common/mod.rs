@@ -126,9 +126,11 @@ pub async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<To
     wait_for_route(client, topic, &BROKERS).await
 }
 
-/// The name-server address, or `None` (after saying so) when the interop suite is not enabled.
+/// The name-server address of the real cluster (`ROCKETMQ_NAMESRV`). The interop tests are
+/// `#[ignore]`d, so a plain `cargo test` reports them as ignored; run with `--ignored`, this
+/// fails loudly when the address is missing rather than passing without a cluster.
 /// With `RUST_LOG` set, the runtime's tracing goes to stderr (`--nocapture` shows it).
-pub fn namesrv() -> Option<String> {
+pub fn namesrv() -> String {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -136,11 +138,11 @@ pub fn namesrv() -> Option<String> {
             .try_init();
     }
     match std::env::var("ROCKETMQ_NAMESRV") {
-        Ok(addr) if !addr.trim().is_empty() => Some(addr),
-        _ => {
-            eprintln!("skipping: ROCKETMQ_NAMESRV not set");
-            None
-        }
+        Ok(addr) if !addr.trim().is_empty() => addr,
+        _ => panic!(
+            "ROCKETMQ_NAMESRV is not set: start a cluster with scripts/real-cluster.sh start \
+             and export the address it prints"
+        ),
     }
 }
 
