@@ -641,14 +641,17 @@ impl Client {
             })
     }
 
-    /// PULL_MESSAGE: pulls from the queue's broker (the master, or the broker id the last answer
-    /// suggested), long-polling if the request says so, and re-filters by exact tag.
+    /// PULL_MESSAGE: pulls from the queue's broker (`request.broker_id`: the master, or the
+    /// slave an earlier answer suggested, the master when the route lists no such slave),
+    /// long-polling if the request says so, and re-filters by exact tag.
     pub async fn pull(&self, request: &PullRequest) -> Result<PullResult> {
         let queue = &request.queue;
         let route = self.route(&queue.topic).await?;
-        let addr = route.pull_addr(&queue.broker_name, 0).ok_or_else(|| {
-            Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
-        })?;
+        let addr = route
+            .pull_addr(&queue.broker_name, request.broker_id)
+            .ok_or_else(|| {
+                Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
+            })?;
         let conn = self.connection(addr).await?;
         let response = call(&conn, request.to_command(), request.timeout).await?;
         request.read_response(addr, response)

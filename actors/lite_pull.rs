@@ -1265,8 +1265,8 @@ enum StepEnd {
     Idle,
     /// Step again after the delay.
     Again(Duration),
-    /// Pulled: continue from this offset at once.
-    Advance(i64),
+    /// Pulled: continue from this offset at once, from the broker id the answer suggested.
+    Advance(i64, i64),
 }
 
 impl Actor for LiteQueue {
@@ -1390,6 +1390,7 @@ impl Handler<Step> for LiteQueue {
                 match client.pull(&request).await {
                     Ok(result) => {
                         let next = result.next_begin_offset;
+                        let broker_id = result.suggest_broker_id;
                         let deliver = Deliver {
                             queue: request.queue.clone(),
                             epoch,
@@ -1398,7 +1399,7 @@ impl Handler<Step> for LiteQueue {
                             messages: result.messages,
                         };
                         let _ = root.send(LiteEvent::Deliver(deliver)).await;
-                        StepEnd::Advance(next)
+                        StepEnd::Advance(next, broker_id)
                     }
                     Err(e) => {
                         tracing::debug!(queue = %request.queue, error = %e, "lite pull failed");
@@ -1411,9 +1412,10 @@ impl Handler<Step> for LiteQueue {
                 if act.pulling == Some(chain) {
                     act.pulling = None;
                 }
-                if let StepEnd::Advance(next) = end {
+                if let StepEnd::Advance(next, broker_id) = end {
                     if act.epoch == epoch {
                         act.request.offset = next;
+                        act.request.broker_id = broker_id;
                     }
                 }
                 if chain != act.chain {
@@ -1427,7 +1429,7 @@ impl Handler<Step> for LiteQueue {
                     StepEnd::Again(delay) => {
                         ctx.notify_later(Step(chain), delay);
                     }
-                    StepEnd::Advance(_) => ctx.notify(Step(chain)),
+                    StepEnd::Advance(..) => ctx.notify(Step(chain)),
                 }
             }),
         );

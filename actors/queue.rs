@@ -129,6 +129,8 @@ pub struct QueueActor {
     pub(crate) consume_scheduled: bool,
     /// Pull statistics and timestamps (mode-independent part of Java's ProcessQueue).
     pub(crate) last_pull_ms: i64,
+    /// The broker id the last pull answer suggested (0 = master).
+    pub(crate) pull_from_broker_id: i64,
     /// Offset of the next pull; `None` until the start offset is known.
     pub(crate) next_offset: Option<i64>,
     /// The committed offset last reported to the offset store.
@@ -176,6 +178,7 @@ impl QueueActor {
             offset_fixed: true,
             consume_scheduled: false,
             last_pull_ms: now,
+            pull_from_broker_id: 0,
             next_offset: None,
             committed: None,
             epoch: 0,
@@ -308,6 +311,7 @@ impl QueueActor {
             commit_offset: (flags.commit_offset > 0).then_some(flags.commit_offset),
             suspend: Some(flags.suspend_timeout),
             timeout: flags.request_timeout,
+            broker_id: self.pull_from_broker_id,
         });
         self.pull_in_flight = true;
         let epoch = self.epoch;
@@ -341,6 +345,7 @@ impl QueueActor {
                 return;
             }
         };
+        self.pull_from_broker_id = response.suggest_broker_id;
         if self.shared.paused.get() && !response.messages.is_empty() {
             // Suspended while this pull was held by the broker: fetch them again after resume.
             self.schedule_pull(crate::consumer::flow::PAUSED_DELAY, ctx);

@@ -109,6 +109,10 @@ pub struct PullRequest {
     pub suspend: Option<Duration>,
     /// The client-side timeout (must exceed `suspend`).
     pub timeout: Duration,
+    /// Which broker of the queue's broker set to pull from: 0 the master, else the slave the
+    /// last answer suggested (`PullResult::suggest_broker_id`, as Java follows it when the
+    /// master is busy or the messages are cold). A pull from a slave piggybacks no offset.
+    pub broker_id: i64,
 }
 
 impl PullRequest {
@@ -125,6 +129,7 @@ impl PullRequest {
             commit_offset: None,
             suspend: None,
             timeout: Duration::from_secs(10),
+            broker_id: 0,
         }
     }
 
@@ -157,7 +162,8 @@ impl PullRequest {
     /// The PULL_MESSAGE command.
     pub fn to_command(&self) -> RemotingCommand {
         let mut sys_flag = 0;
-        if self.commit_offset.is_some() {
+        // A slave does not take commits (Java clears the flag for a pull from a slave).
+        if self.commit_offset.is_some() && self.broker_id == 0 {
             sys_flag |= pull_sys_flag::COMMIT_OFFSET;
         }
         if self.suspend.is_some() {
@@ -388,6 +394,13 @@ mod tests {
         assert_eq!(long.ext("commitOffset"), Some("5"));
         assert_eq!(long.ext("suspendTimeoutMillis"), Some("15000"));
         assert_eq!(long.ext("queueOffset"), Some("7"));
+    }
+
+    #[test]
+    fn a_pull_from_a_slave_piggybacks_no_offset() {
+        let mut request = PullRequest::new("g", MessageQueue::new("T", "b", 3), 7).commit_offset(5);
+        request.broker_id = 1;
+        assert_eq!(request.to_command().ext("sysFlag"), Some("4"));
     }
 
     #[test]
