@@ -263,6 +263,15 @@ impl LitePullConsumer {
         let Some(rx) = pending.rx.as_mut() else {
             return Taken::default();
         };
+        // Usually a batch is buffered and the answer is already there: no timer for it.
+        match rx.try_recv() {
+            Ok(taken) => {
+                pending.rx = None;
+                return taken;
+            }
+            Err(oneshot::error::TryRecvError::Closed) => return Taken::default(),
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(taken)) => {
                 pending.rx = None;
@@ -274,39 +283,17 @@ impl LitePullConsumer {
     }
 
     /// Every message as a `Stream` that ends when the consumer shuts down. The stream is
-    /// `Unpin`, so `stream.next().await` works without pinning it first.
+    /// `Unpin` and `Send`, so `stream.next().await` works without pinning it first.
     ///
     /// At-least-once to the message: a commit (automatic or [`LitePullConsumer::commit_sync`])
     /// covers only the messages the stream has yielded, and dropping the stream in the middle
     /// of a batch puts its queue back at the first message not yielded, so nothing is skipped.
-    pub fn stream(&self) -> BoxStream<'static, MessageExt> {
-        let state = StreamState {
+    pub fn stream(&self) -> MessageStream {
+        MessageStream {
             consumer: self.clone(),
             current: None,
-        };
-        futures::stream::unfold(state, |mut state| async move {
-            loop {
-                if let Some(batch) = state.current.as_mut() {
-                    if let Some(message) = batch.next() {
-                        return Some((message, state));
-                    }
-                    state.current = None;
-                }
-                if !state.consumer.inner.root.connected() {
-                    return None;
-                }
-                let timeout = state.consumer.inner.config.poll_timeout;
-                let taken = state.consumer.take(timeout, true).await;
-                if let Some(mark) = taken.mark {
-                    state.current = Some(TrackedBatch {
-                        messages: taken.messages.into_iter(),
-                        mark,
-                        root: state.consumer.inner.root.clone(),
-                    });
-                }
-            }
-        })
-        .boxed()
+            pending: None,
+        }
     }
 
     /// The batches [`LitePullConsumer::poll`] returns (never empty), as a `Stream` that ends
@@ -472,10 +459,81 @@ impl Drop for PendingPoll {
     }
 }
 
-/// The stream's state: the consumer and the batch it is handing out.
-struct StreamState {
+/// The messages of a [`LitePullConsumer`], one at a time: what
+/// [`LitePullConsumer::stream`] returns.
+///
+/// ```no_run
+/// # async fn demo(consumer: rocketmq_actor::pull::LitePullConsumer) {
+/// use futures::StreamExt;
+/// let mut messages = consumer.stream();
+/// while let Some(message) = messages.next().await {
+///     println!("{} at {}", message.msg_id(), message.queue_offset);
+/// }
+/// # }
+/// ```
+pub struct MessageStream {
     consumer: LitePullConsumer,
+    /// The batch being handed out.
     current: Option<TrackedBatch>,
+    /// The poll for the next batch, while one is awaited.
+    pending: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Taken> + Send>>>,
+}
+
+impl std::fmt::Debug for MessageStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageStream")
+            .field(
+                "in_hand",
+                &self.current.as_ref().map_or(0, |b| b.messages.len()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl futures::Stream for MessageStream {
+    type Item = MessageExt;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<MessageExt>> {
+        // `Poll` is this module's actor message; the task poll goes by its full name.
+        use std::task::Poll as TaskPoll;
+        let this = self.get_mut();
+        loop {
+            // The common case: a message of the batch in hand, with no future polled.
+            if let Some(batch) = this.current.as_mut() {
+                if let Some(message) = batch.next() {
+                    return TaskPoll::Ready(Some(message));
+                }
+                this.current = None;
+            }
+            let pending = match this.pending.as_mut() {
+                Some(pending) => pending,
+                None => {
+                    if !this.consumer.inner.root.connected() {
+                        return TaskPoll::Ready(None);
+                    }
+                    let consumer = this.consumer.clone();
+                    let timeout = consumer.inner.config.poll_timeout;
+                    this.pending
+                        .insert(Box::pin(async move { consumer.take(timeout, true).await }))
+                }
+            };
+            let taken = match pending.as_mut().poll(cx) {
+                TaskPoll::Ready(taken) => taken,
+                TaskPoll::Pending => return TaskPoll::Pending,
+            };
+            this.pending = None;
+            if let Some(mark) = taken.mark {
+                this.current = Some(TrackedBatch {
+                    messages: taken.messages.into_iter(),
+                    mark,
+                    root: this.consumer.inner.root.clone(),
+                });
+            }
+        }
+    }
 }
 
 /// A tracked batch being handed out one message at a time.
@@ -647,6 +705,8 @@ impl LiteRoot {
                 chain: 0,
                 pulling: None,
                 woken: false,
+                delayed: None,
+                pre_admitted: false,
                 started: false,
                 consume_from_where: self.config.consume_from_where,
                 consume_timestamp_ms: self.config.consume_timestamp_ms,
@@ -775,11 +835,10 @@ impl LiteRoot {
                 }
                 None
             };
-            // Room was made: throttled queues ask again now rather than at their timer.
-            for queue in std::mem::take(&mut self.throttled) {
-                if let Some(slot) = self.queues.get(&queue) {
-                    slot.actor.do_send(Wake);
-                }
+            // Room was made: throttled queues that would now be admitted ask again at once
+            // rather than at their timer.
+            if !self.throttled.is_empty() {
+                self.wake_admissible();
             }
             return Some(Taken {
                 messages: batch.messages,
@@ -993,7 +1052,7 @@ impl Handler<SetPaused> for LiteRoot {
                     self.discard_buffered(&queue);
                 }
             } else {
-                slot.actor.do_send(Wake);
+                slot.actor.do_send(Wake { admitted: None });
             }
         }
     }
@@ -1030,7 +1089,6 @@ impl Handler<Admit> for LiteRoot {
     fn handle(&mut self, msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
         // The span is measured from what the application has taken, streams included.
         self.fold_marks();
-        let buffered = self.buffered;
         let Some(slot) = self.queues.get_mut(&msg.queue) else {
             return MessageResult(Admission::Stale);
         };
@@ -1041,16 +1099,10 @@ impl Handler<Admit> for LiteRoot {
             return MessageResult(Admission::Wait(PAUSED_DELAY));
         }
         slot.pulled_to = Some(msg.offset);
-        let span = slot
-            .consumed
-            .map_or(0, |consumed| (msg.offset - consumed).max(0) as u64);
-        if may_pull_lite(
-            &self.config,
-            slot.cached_count,
-            slot.cached_bytes,
-            span,
-            buffered,
-        ) {
+        let Some(slot) = self.queues.get(&msg.queue) else {
+            return MessageResult(Admission::Stale);
+        };
+        if self.admissible(slot, msg.offset) {
             MessageResult(Admission::Go)
         } else {
             self.throttled.insert(msg.queue);
@@ -1156,6 +1208,59 @@ impl Handler<OffsetsReset> for LiteRoot {
 }
 
 impl LiteRoot {
+    /// Whether `slot`'s queue may pull now (flow control: its cache, its span, the whole
+    /// buffer).
+    fn admissible(&self, slot: &Slot, offset: i64) -> bool {
+        let buffered = self.buffered;
+        let span = slot
+            .consumed
+            .map_or(0, |consumed| (offset - consumed).max(0) as u64);
+        may_pull_lite(
+            &self.config,
+            slot.cached_count,
+            slot.cached_bytes,
+            span,
+            buffered,
+        )
+    }
+
+    /// Whether the pull after a delivery may go at once; `Go` only, anything else is decided by
+    /// the queue's next [`Admit`].
+    fn admit_next(&mut self, queue: &MessageQueue, epoch: u64, offset: i64) -> Admission {
+        if self.stopping {
+            return Admission::Stale;
+        }
+        let Some(slot) = self.queues.get(queue) else {
+            return Admission::Stale;
+        };
+        if slot.epoch != epoch || slot.paused || !self.admissible(slot, offset) {
+            return Admission::Wait(Duration::ZERO);
+        }
+        if let Some(slot) = self.queues.get_mut(queue) {
+            slot.pulled_to = Some(offset);
+        }
+        Admission::Go
+    }
+
+    /// Wakes the throttled queues that flow control would admit now.
+    fn wake_admissible(&mut self) {
+        self.fold_marks();
+        let throttled = std::mem::take(&mut self.throttled);
+        for queue in throttled {
+            let Some(slot) = self.queues.get(&queue) else {
+                continue;
+            };
+            let offset = slot.pulled_to.unwrap_or(0);
+            if self.admissible(slot, offset) {
+                slot.actor.do_send(Wake {
+                    admitted: Some(slot.epoch),
+                });
+            } else {
+                self.throttled.insert(queue);
+            }
+        }
+    }
+
     /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
     fn push_front_again(&mut self, taken: Taken) {
         let Taken {
@@ -1204,6 +1309,11 @@ pub(crate) struct LiteQueue {
     pulling: Option<u64>,
     /// A wake came during the pull: do not wait before the next step.
     woken: bool,
+    /// The root admitted the next pull with its answer to the delivery.
+    pre_admitted: bool,
+    /// The delayed next step, cancelled by a wake or restart (an actix context polls every
+    /// pending item on each wake-up, so superseded timers must not pile up).
+    delayed: Option<SpawnHandle>,
     started: bool,
     consume_from_where: ConsumeFromWhere,
     consume_timestamp_ms: Option<i64>,
@@ -1233,8 +1343,11 @@ impl Handler<LiteEvent> for LiteRoot {
                 LiteReply::Admission(<Self as Handler<Admit>>::handle(self, admit, ctx).0)
             }
             LiteEvent::Deliver(deliver) => {
+                let (queue, epoch, next) =
+                    (deliver.queue.clone(), deliver.epoch, deliver.next_offset);
                 <Self as Handler<Deliver>>::handle(self, deliver, ctx);
-                LiteReply::Done
+                // The answer admits the next pull too, saving the queue a round trip.
+                LiteReply::Admission(self.admit_next(&queue, epoch, next))
             }
             LiteEvent::Started(started) => {
                 <Self as Handler<Started>>::handle(self, started, ctx);
@@ -1251,9 +1364,13 @@ struct Restart {
     offset: i64,
 }
 
+/// Pull again now: after a resume, or when room was made in the cache (`admitted`: the root
+/// already admitted the next pull of this epoch).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Wake;
+struct Wake {
+    admitted: Option<u64>,
+}
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -1265,8 +1382,9 @@ enum StepEnd {
     Idle,
     /// Step again after the delay.
     Again(Duration),
-    /// Pulled: continue from this offset at once, from the broker id the answer suggested.
-    Advance(i64, i64),
+    /// Pulled: continue from this offset at once, from the broker id the answer suggested;
+    /// `true` when the root already admitted that next pull.
+    Advance(i64, i64, bool),
 }
 
 impl Actor for LiteQueue {
@@ -1344,7 +1462,7 @@ impl LiteQueue {
                     if act.started {
                         ctx.notify(Step(chain));
                     } else {
-                        ctx.notify_later(Step(chain), START_RETRY_DELAY);
+                        act.delayed = Some(ctx.notify_later(Step(chain), START_RETRY_DELAY));
                     }
                 }),
         );
@@ -1378,14 +1496,17 @@ impl Handler<Step> for LiteQueue {
         // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
         self.pulling = Some(chain);
         self.woken = false;
+        let admitted = std::mem::take(&mut self.pre_admitted);
         ctx.spawn(
             async move {
-                match root.send(LiteEvent::Admit(admit)).await {
-                    Ok(LiteReply::Admission(Admission::Go)) => {}
-                    Ok(LiteReply::Admission(Admission::Wait(delay))) => {
-                        return StepEnd::Again(delay)
+                if !admitted {
+                    match root.send(LiteEvent::Admit(admit)).await {
+                        Ok(LiteReply::Admission(Admission::Go)) => {}
+                        Ok(LiteReply::Admission(Admission::Wait(delay))) => {
+                            return StepEnd::Again(delay)
+                        }
+                        _ => return StepEnd::Idle,
                     }
-                    _ => return StepEnd::Idle,
                 }
                 match client.pull(&request).await {
                     Ok(result) => {
@@ -1398,8 +1519,11 @@ impl Handler<Step> for LiteQueue {
                             next_offset: next,
                             messages: result.messages,
                         };
-                        let _ = root.send(LiteEvent::Deliver(deliver)).await;
-                        StepEnd::Advance(next, broker_id)
+                        let admitted = matches!(
+                            root.send(LiteEvent::Deliver(deliver)).await,
+                            Ok(LiteReply::Admission(Admission::Go))
+                        );
+                        StepEnd::Advance(next, broker_id, admitted)
                     }
                     Err(e) => {
                         tracing::debug!(queue = %request.queue, error = %e, "lite pull failed");
@@ -1412,10 +1536,11 @@ impl Handler<Step> for LiteQueue {
                 if act.pulling == Some(chain) {
                     act.pulling = None;
                 }
-                if let StepEnd::Advance(next, broker_id) = end {
+                if let StepEnd::Advance(next, broker_id, admitted) = end {
                     if act.epoch == epoch {
                         act.request.offset = next;
                         act.request.broker_id = broker_id;
+                        act.pre_admitted = admitted && chain == act.chain;
                     }
                 }
                 if chain != act.chain {
@@ -1427,7 +1552,7 @@ impl Handler<Step> for LiteQueue {
                         ctx.notify(Step(chain));
                     }
                     StepEnd::Again(delay) => {
-                        ctx.notify_later(Step(chain), delay);
+                        act.delayed = Some(ctx.notify_later(Step(chain), delay));
                     }
                     StepEnd::Advance(..) => ctx.notify(Step(chain)),
                 }
@@ -1443,7 +1568,11 @@ impl Handler<Restart> for LiteQueue {
         self.epoch = msg.epoch;
         self.request.offset = msg.offset;
         self.started = true;
+        self.pre_admitted = false;
         self.chain += 1;
+        if let Some(delayed) = self.delayed.take() {
+            ctx.cancel_future(delayed);
+        }
         ctx.notify(Step(self.chain));
     }
 }
@@ -1451,13 +1580,19 @@ impl Handler<Restart> for LiteQueue {
 impl Handler<Wake> for LiteQueue {
     type Result = ();
 
-    fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        if msg.admitted == Some(self.epoch) {
+            self.pre_admitted = true;
+        }
         if self.pulling == Some(self.chain) {
             // A pull (or its admission) is under way: its chain asks again at once when done.
             self.woken = true;
             return;
         }
         self.chain += 1;
+        if let Some(delayed) = self.delayed.take() {
+            ctx.cancel_future(delayed);
+        }
         ctx.notify(Step(self.chain));
     }
 }

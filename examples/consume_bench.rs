@@ -18,8 +18,11 @@
 //!    concurrently, each body decoded and counted — no consumer runtime (as `raw_pull`);
 //! 2. **push**: a push consumer with the default configuration (a new group starting at the first
 //!    offset) and a listener that only counts;
-//! 3. **lite**: a lite pull consumer's `stream()` (pull batch 32, auto-commit);
-//! 4. **sched**: a pull schedule service whose task pulls 32 with long polling, counts and moves
+//! 3. **pull**: a pull consumer's hand loop, every queue concurrently, `pull` of 32 and
+//!    `update_consume_offset` after each;
+//! 4. **lite**: a lite pull consumer's `stream()` (pull batch 32, auto-commit); **liteb** (not
+//!    run by default) its `batches()`;
+//! 5. **sched**: a pull schedule service whose task pulls 32 with long polling, counts and moves
 //!    its offset on, with no delay between runs.
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
@@ -40,7 +43,7 @@ use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
 use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
 use rocketmq_actor::protocol::RemotingCommand;
-use rocketmq_actor::pull::{LitePullConsumer, PullScheduleService};
+use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
@@ -72,6 +75,9 @@ struct Args {
     /// Batch sends in flight while producing.
     #[arg(long, default_value_t = 16)]
     inflight: usize,
+    /// The consumer phases to run after `raw` (comma-separated; for profiling one kind).
+    #[arg(long, default_value = "push,pull,lite,sched", value_delimiter = ',')]
+    phases: Vec<String>,
 }
 
 /// Messages per raw pull (the push consumer's default `pull_batch_size`).
@@ -308,13 +314,66 @@ async fn raw_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
     Ok(Phase::measure("raw", total, wall, before))
 }
 
-/// The lite pull consumer's `stream()` from the first offset: every message counted.
-async fn lite_phase(namesrv: &str, topic: &str, expected: usize) -> Result<Phase, String> {
+/// A pull consumer's hand loop: every queue concurrently, `pull` of 32 from offset 0 to its
+/// end, the offset stored after each pull (as a Java `DefaultMQPullConsumer` program does).
+async fn pull_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let consumer = PullConsumer::builder()
+        .namesrv_addr(namesrv)
+        .group(format!("consume_bench_pull_{}", std::process::id()))
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    let queues = consumer
+        .fetch_subscribe_message_queues(topic)
+        .await
+        .map_err(|e| e.to_string())?;
+    let loops = queues.into_iter().map(|queue| {
+        let consumer = consumer.clone();
+        async move {
+            let (mut offset, mut count) = (0i64, 0usize);
+            loop {
+                let result = consumer
+                    .pull(&queue, "*", offset, RAW_PULL_BATCH)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                count += result.messages.len();
+                if result.status != PullStatus::Found && result.next_begin_offset <= offset {
+                    return Ok::<usize, String>(count);
+                }
+                offset = result.next_begin_offset;
+                consumer.update_consume_offset(&queue, offset).await;
+            }
+        }
+    });
+    let mut total = 0;
+    for result in futures::future::join_all(loops).await {
+        total += result?;
+    }
+    let wall = started.elapsed();
+    let phase = Phase::measure("pull", total, wall, before);
+    consumer.shutdown().await;
+    Ok(phase)
+}
+
+/// The lite pull consumer's `stream()` (or, with `batches`, its `batches()`) from the first
+/// offset: every message counted.
+async fn lite_phase(
+    namesrv: &str,
+    topic: &str,
+    expected: usize,
+    batches: bool,
+) -> Result<Phase, String> {
     let before = CpuSample::now();
     let started = Instant::now();
     let consumer = LitePullConsumer::builder()
         .namesrv_addr(namesrv)
-        .group(format!("consume_bench_lite_{}", std::process::id()))
+        .group(format!(
+            "consume_bench_lite{}_{}",
+            if batches { "b" } else { "" },
+            std::process::id()
+        ))
         .subscribe(topic, "*")
         .configure(|c| {
             c.consume_from_where = ConsumeFromWhere::FirstOffset;
@@ -323,17 +382,30 @@ async fn lite_phase(namesrv: &str, topic: &str, expected: usize) -> Result<Phase
         .start()
         .await
         .map_err(|e| e.to_string())?;
-    let mut stream = consumer.stream();
     let mut count = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
-    while count < expected {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(_message)) => count += 1,
-            _ => break,
+    // One timer for the whole phase, not one per message.
+    let read = async {
+        if batches {
+            let mut batches = consumer.batches();
+            while count < expected {
+                match batches.next().await {
+                    Some(batch) => count += batch.len(),
+                    None => break,
+                }
+            }
+        } else {
+            let mut stream = consumer.stream();
+            while count < expected {
+                match stream.next().await {
+                    Some(_message) => count += 1,
+                    None => break,
+                }
+            }
         }
-    }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(600), read).await;
     let wall = started.elapsed();
-    let phase = Phase::measure("lite", count, wall, before);
+    let phase = Phase::measure(if batches { "liteb" } else { "lite" }, count, wall, before);
     consumer.shutdown().await;
     Ok(phase)
 }
@@ -481,9 +553,27 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
     );
 
     let raw = raw_phase(namesrv, topic).await?;
-    let (push, first_message) = push_phase(namesrv, topic, sent).await?;
-    let lite = lite_phase(namesrv, topic, sent).await?;
-    let schedule = schedule_phase(namesrv, topic, sent).await?;
+    let mut phases = Vec::new();
+    let mut first_push_message = None;
+    for name in &args.phases {
+        let phase = match name.as_str() {
+            "push" => {
+                let (phase, first) = push_phase(namesrv, topic, sent).await?;
+                first_push_message = Some(first);
+                phase
+            }
+            "pull" => pull_phase(namesrv, topic).await?,
+            "lite" => lite_phase(namesrv, topic, sent, false).await?,
+            "liteb" => lite_phase(namesrv, topic, sent, true).await?,
+            "sched" => schedule_phase(namesrv, topic, sent).await?,
+            other => {
+                return Err(format!(
+                    "unknown phase {other:?} (push, pull, lite, liteb, sched)"
+                ))
+            }
+        };
+        phases.push(phase);
+    }
     println!(
         "consumed from offset 0 ({}):",
         if embedded {
@@ -493,16 +583,24 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
         }
     );
     raw.print();
-    push.print();
-    lite.print();
-    schedule.print();
-    println!(
-        "  push/raw throughput ratio {:.2}; push CPU per message {:.2}x raw (main thread); first push message {:.1} ms after start()",
-        push.rate() / raw.rate().max(f64::EPSILON),
-        Phase::micros_per_message(push.main_thread_cpu, push.messages)
-            / Phase::micros_per_message(raw.main_thread_cpu, raw.messages).max(f64::EPSILON),
-        first_message.as_secs_f64() * 1000.0
-    );
+    let raw_cpu = Phase::micros_per_message(raw.main_thread_cpu, raw.messages).max(f64::EPSILON);
+    for phase in &phases {
+        phase.print();
+    }
+    for phase in &phases {
+        println!(
+            "  {}/raw throughput {:.2}; CPU per message {:.2} x raw (main thread)",
+            phase.name,
+            phase.rate() / raw.rate().max(f64::EPSILON),
+            Phase::micros_per_message(phase.main_thread_cpu, phase.messages) / raw_cpu,
+        );
+    }
+    if let Some(first) = first_push_message {
+        println!(
+            "  first push message {:.1} ms after start()",
+            first.as_secs_f64() * 1000.0
+        );
+    }
     let phase_json = |p: &Phase| {
         serde_json::json!({
             "messages": p.messages,
@@ -514,33 +612,36 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "main_thread_cpu_us_per_msg": (Phase::micros_per_message(p.main_thread_cpu, p.messages) * 100.0).round() / 100.0,
         })
     };
-    println!(
-        "{}",
-        serde_json::json!({
-            "broker": if embedded { "embedded, in process" } else { "external" },
-            "count": sent,
-            "size": args.size,
-            "raw": phase_json(&raw),
-            "push": phase_json(&push),
-            "lite": phase_json(&lite),
-            "schedule": phase_json(&schedule),
-            "push_over_raw": (push.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
-            "lite_over_raw": (lite.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
-            "schedule_over_raw": (schedule.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0,
-            "push_first_message_ms": (first_message.as_secs_f64() * 10_000.0).round() / 10.0,
-            "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            "cpu": cpu_model(),
-        })
-    );
-    if raw.messages != sent
-        || push.messages < sent
-        || lite.messages < sent
-        || schedule.messages < sent
-    {
+    let mut summary = serde_json::json!({
+        "broker": if embedded { "embedded, in process" } else { "external" },
+        "count": sent,
+        "size": args.size,
+        "raw": phase_json(&raw),
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu_model(),
+    });
+    for phase in &phases {
+        summary[phase.name] = phase_json(phase);
+        summary[format!("{}_over_raw", phase.name)] =
+            ((phase.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0).into();
+    }
+    if let Some(first) = first_push_message {
+        summary["push_first_message_ms"] = ((first.as_secs_f64() * 10_000.0).round() / 10.0).into();
+    }
+    println!("{summary}");
+    if raw.messages != sent {
         return Err(format!(
-            "read back raw {}, push {}, lite {} and schedule {} of {sent} messages",
-            raw.messages, push.messages, lite.messages, schedule.messages
+            "the raw loop read {} of {sent} messages",
+            raw.messages
         ));
+    }
+    for phase in &phases {
+        if phase.messages < sent {
+            return Err(format!(
+                "{} read {} of {sent} messages",
+                phase.name, phase.messages
+            ));
+        }
     }
     Ok(())
 }

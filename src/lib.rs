@@ -109,7 +109,7 @@ pub mod embedded {
 /// `DefaultLitePullConsumer`, with a `Stream`).
 pub mod pull {
     pub use crate::actors::lite_pull::{
-        LitePullConsumer, LitePullConsumerBuilder, TopicQueueChangeListener,
+        LitePullConsumer, LitePullConsumerBuilder, MessageStream, TopicQueueChangeListener,
     };
     pub use crate::actors::member::{MessageQueueListener, QueueChange};
     pub use crate::actors::pull_consumer::{PullConsumer, PullConsumerBuilder};

@@ -891,3 +891,53 @@ async fn a_reset_of_a_group_with_no_live_member_rewrites_its_stored_offsets() {
     admin.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn assigned_queues_come_as_batches_and_the_topic_listener_hears_new_queues() {
+    let topic = "LiteAssigned";
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    let producer = producer(&cluster);
+    for i in 0..20 {
+        producer
+            .send_to_queue(Message::new(topic, body_of(i)), &mq(topic, i as i32 % 2))
+            .await
+            .expect("sent");
+    }
+    let (tx, mut changes) = unbounded_channel();
+    let consumer = lite(&namesrv, "lite_assigned")
+        .assign(vec![mq(topic, 1)])
+        .topic_queue_change_listener(topic, move |topic, queues| {
+            let _ = tx.send((topic.to_owned(), queues.len()));
+        })
+        .configure(|c| c.topic_metadata_check_interval = Duration::from_millis(100))
+        .start()
+        .await
+        .expect("starts");
+    assert_eq!(
+        receive(&mut changes, 1).await,
+        vec![(topic.to_owned(), 2)],
+        "told the queue set at start"
+    );
+    let mut batches = consumer.batches();
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let batch = tokio::time::timeout(PATIENCE, batches.next())
+            .await
+            .expect("in time")
+            .expect("a batch");
+        assert!(!batch.is_empty(), "batches are never empty");
+        assert!(
+            batch.iter().all(|m| m.queue_id == 1),
+            "only the assigned queue"
+        );
+        got.extend(bodies(&batch));
+    }
+    let odd: Vec<String> = (0..20).filter(|i| i % 2 == 1).map(body_of).collect();
+    assert_eq!(got, odd);
+
+    // The topic grows: the listener hears of it.
+    cluster.create_topic(topic, 4).await.expect("more queues");
+    assert_eq!(receive(&mut changes, 1).await, vec![(topic.to_owned(), 4)]);
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
