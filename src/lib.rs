@@ -37,13 +37,15 @@
 //!
 //! | layer | items |
 //! |---|---|
-//! | consumers | [`PushConsumer`] ([`consumer`]: builder, listeners, [`PushConsumerConfig`], allocation strategies) |
+//! | push consumer | [`PushConsumer`] ([`consumer`]: builder, listeners, [`PushConsumerConfig`], allocation strategies) |
+//! | pull consumers | [`pull`]: [`PullConsumer`](pull::PullConsumer), [`PullScheduleService`](pull::PullScheduleService), [`LitePullConsumer`](pull::LitePullConsumer) with its [`MessageStream`](pull::MessageStream); offset resets by time with [`Client::reset_offset_by_timestamp`] |
 //! | producer | [`Producer`], [`ProducerConfig`], [`SendResult`] |
 //! | base layer | [`Client`] / [`ClientConfig`]: one per process, shared by every producer and consumer, with a typed method per RPC ([`rpc`]: [`PullRequest`](rpc::PullRequest), [`PullResult`](rpc::PullResult)) |
 //! | messages | [`Message`], [`MessageExt`], [`MessageQueue`] ([`message`]: properties, ids, the stored-record format) |
 //! | errors | [`Error`] ([`error`]) |
 //! | test double | `EmbeddedCluster` ([`embedded`], feature `embedded`) |
 //! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
+//! | helpers | [`filter`] (tag expressions, Java hash codes), [`route`] (a topic's route and queue sets), [`identity`] (client ip and instance name), [`util`] |
 //!
 //! # Features
 //!
@@ -132,6 +134,11 @@ pub mod util {
         crate::actors::now_ms()
     }
 }
+
+// The README's Rust snippets are compiled with the doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
 
 pub use actors::client::{Client, ClientConfig};
 pub use actors::connection::ConnectionConfig;

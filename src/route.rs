@@ -74,7 +74,7 @@ fn broker_data<'a>(data: &'a TopicRouteData, broker_name: &str) -> Option<&'a Br
 
 /// The consume queue set: queue ids `0..readQueueNums` of each readable broker, sorted by
 /// (topic, broker name, queue id) as Java sorts them before allocation.
-pub fn consume_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
+pub(crate) fn consume_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
     let mut queues: Vec<MessageQueue> = data
         .queue_datas
         .iter()
@@ -90,7 +90,7 @@ pub fn consume_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
 }
 
 /// The produce queue set: queue ids `0..writeQueueNums` of each writable broker that has a master.
-pub fn produce_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
+pub(crate) fn produce_queues(topic: &str, data: &TopicRouteData) -> Vec<MessageQueue> {
     let mut queues: Vec<MessageQueue> = data
         .queue_datas
         .iter()

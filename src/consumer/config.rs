@@ -6,6 +6,7 @@
 //! Unknown keys are rejected so that a typo does not silently fall back to a default.
 //!
 //! ```
+//! # #[cfg(feature = "toml")] {
 //! use std::time::Duration;
 //! use rocketmq_actor::consumer::{ConsumeMode, MessageModel, PushConsumerConfig};
 //!
@@ -24,6 +25,7 @@
 //! assert_eq!(cfg.message_model, MessageModel::Clustering);
 //! assert_eq!(cfg.consume_timeout, Duration::from_secs(300));
 //! assert_eq!(cfg.pull_threshold_for_queue, 1000); // Java default kept
+//! # }
 //! ```
 //!
 //! | key | default | allowed |
@@ -1194,6 +1196,7 @@ mod tests {
         assert!(c.validate().is_ok());
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn loads_toml_with_snake_case_keys_and_humantime_durations() {
         let c = PushConsumerConfig::from_toml_str(
@@ -1273,6 +1276,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn unknown_keys_and_bad_values_are_reported() {
         let (option, value, _) = config_option(
@@ -1305,6 +1309,7 @@ mod tests {
         .is_err());
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn key_ordered_is_an_orderly_only_opt_in() {
         let text = "consumer_group = \"g\"\nconsume_mode = \"orderly\"\nkey_ordered = true\n";
@@ -1323,6 +1328,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "toml")]
     #[test]
     fn toml_and_json_round_trip() {
         let c = PushConsumerConfig {

@@ -46,7 +46,7 @@ pub use config::{
 };
 pub use offset::{decode_local_offsets, encode_local_offsets};
 pub use orderly::{OrderlyContext, OrderlyStatus};
-pub use pull_config::{may_pull_lite, LitePullConsumerConfig, PullConsumerConfig};
+pub use pull_config::{LitePullConsumerConfig, PullConsumerConfig};
 pub use retry::{dlq_topic, retry_topic, DELAY_LEVELS};
 
 pub use crate::actors::consumer::{ConsumerStats, PushConsumer, PushConsumerBuilder};

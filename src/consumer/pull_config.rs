@@ -201,16 +201,7 @@ impl LitePullConsumerConfig {
 }
 
 /// Whether a cached queue may be pulled again: under the count, size and span thresholds.
-///
-/// ```
-/// use rocketmq_actor::consumer::{may_pull_lite, LitePullConsumerConfig};
-/// let config = LitePullConsumerConfig::new("g");
-/// assert!(may_pull_lite(&config, 999, 1 << 20, 10, 5_000));
-/// assert!(!may_pull_lite(&config, 1_000, 0, 0, 0), "queue count threshold");
-/// assert!(!may_pull_lite(&config, 1, 0, 2_000, 0), "span threshold");
-/// assert!(!may_pull_lite(&config, 1, 0, 0, 10_000), "threshold for all queues");
-/// ```
-pub fn may_pull_lite(
+pub(crate) fn may_pull_lite(
     config: &LitePullConsumerConfig,
     queue_count: u64,
     queue_bytes: u64,
@@ -279,6 +270,16 @@ mod tests {
             Error::Config { option, .. } => option,
             other => panic!("expected a config error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn lite_flow_control_stops_at_each_threshold() {
+        let config = LitePullConsumerConfig::new("g");
+        assert!(may_pull_lite(&config, 999, 1 << 20, 10, 5_000));
+        assert!(!may_pull_lite(&config, 1_000, 0, 0, 0), "queue count threshold");
+        assert!(!may_pull_lite(&config, 1, 100 << 20, 0, 0), "queue size threshold");
+        assert!(!may_pull_lite(&config, 1, 0, 2_000, 0), "span threshold");
+        assert!(!may_pull_lite(&config, 1, 0, 0, 10_000), "threshold for all queues");
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub mod option {
     }
 }
 
-#[cfg(test)]
+// Every test here reads or writes TOML.
+#[cfg(all(test, feature = "toml"))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
