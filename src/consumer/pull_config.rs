@@ -276,10 +276,19 @@ mod tests {
     fn lite_flow_control_stops_at_each_threshold() {
         let config = LitePullConsumerConfig::new("g");
         assert!(may_pull_lite(&config, 999, 1 << 20, 10, 5_000));
-        assert!(!may_pull_lite(&config, 1_000, 0, 0, 0), "queue count threshold");
-        assert!(!may_pull_lite(&config, 1, 100 << 20, 0, 0), "queue size threshold");
+        assert!(
+            !may_pull_lite(&config, 1_000, 0, 0, 0),
+            "queue count threshold"
+        );
+        assert!(
+            !may_pull_lite(&config, 1, 100 << 20, 0, 0),
+            "queue size threshold"
+        );
         assert!(!may_pull_lite(&config, 1, 0, 2_000, 0), "span threshold");
-        assert!(!may_pull_lite(&config, 1, 0, 0, 10_000), "threshold for all queues");
+        assert!(
+            !may_pull_lite(&config, 1, 0, 0, 10_000),
+            "threshold for all queues"
+        );
     }
 
     #[test]
