@@ -39,7 +39,7 @@ use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
 use crate::rpc::{
     broker_error, expect_success, lock_batch_command, query_offset_command, send_back_command,
-    update_offset_command, PullRequest, PullResult,
+    update_offset_command, PullRequest, PullResult, RawPullResult,
 };
 
 /// Settings shared by everything that uses one client instance.
@@ -645,6 +645,12 @@ impl Client {
     /// slave an earlier answer suggested, the master when the route lists no such slave),
     /// long-polling if the request says so, and re-filters by exact tag.
     pub async fn pull(&self, request: &PullRequest) -> Result<PullResult> {
+        self.pull_raw(request).await?.decode(request)
+    }
+
+    /// [`Client::pull`] with the messages left in their wire form, for a consumer that buffers
+    /// them and decodes each batch only when the application takes it.
+    pub(crate) async fn pull_raw(&self, request: &PullRequest) -> Result<RawPullResult> {
         let queue = &request.queue;
         let route = self.route(&queue.topic).await?;
         let addr = route
@@ -654,7 +660,7 @@ impl Client {
             })?;
         let conn = self.connection(addr).await?;
         let response = call(&conn, request.to_command(), request.timeout).await?;
-        request.read_response(addr, response)
+        request.read_raw_response(addr, response)
     }
 
     async fn invoke_master(

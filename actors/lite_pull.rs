@@ -37,8 +37,9 @@ use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::pull_config::{may_pull_lite, LitePullConsumerConfig};
 use crate::error::{Error, Result};
+use crate::message::decode::count_records;
 use crate::message::{MessageExt, MessageQueue};
-use crate::rpc::{PullRequest, PullStatus, Subscription};
+use crate::rpc::{decode_pulled, PullRequest, PullStatus, Subscription};
 
 /// Wait before re-asking for admission when the cache is full (Java 50 ms).
 const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
@@ -144,7 +145,7 @@ impl LitePullConsumerBuilder {
             config: self.config.clone(),
             subscriptions,
             offsets: None,
-            queues: BTreeMap::new(),
+            queues: Slots::default(),
             buffer: VecDeque::new(),
             buffered: 0,
             waiters: VecDeque::new(),
@@ -154,6 +155,7 @@ impl LitePullConsumerBuilder {
             pending: Vec::new(),
             throttled: BTreeSet::new(),
             marks: Vec::new(),
+            pending_advances: Vec::new(),
             stopping: false,
         }
         .start();
@@ -427,16 +429,22 @@ impl LitePullConsumer {
 #[derive(Default)]
 struct Taken {
     messages: Vec<MessageExt>,
+    /// The queue's slot (meaningless in an empty `Taken`).
+    slot: Option<SlotId>,
     epoch: u64,
+    /// The batch's end (see [`Batch::next_offset`]).
+    next_offset: i64,
     mark: Option<Arc<TakenMark>>,
 }
 
 /// How far the stream has handed out a tracked batch: the offset after the last message it
 /// yielded, or -1 before the first. The root folds it into the consumed position at commits.
 struct TakenMark {
-    queue: MessageQueue,
+    slot: SlotId,
     epoch: u64,
     next: AtomicI64,
+    /// What `next` becomes once the last message is yielded (filtered-out offsets included).
+    end: i64,
     /// Set when the queue is sought, reset, paused or dropped: the stream hands out no more
     /// of this batch.
     stale: AtomicBool,
@@ -550,9 +558,12 @@ impl TrackedBatch {
             return None;
         }
         let message = self.messages.next()?;
-        self.mark
-            .next
-            .store(message.queue_offset + 1, Ordering::Relaxed);
+        let next = if self.messages.len() == 0 {
+            self.mark.end
+        } else {
+            message.queue_offset + 1
+        };
+        self.mark.next.store(next, Ordering::Relaxed);
         Some(message)
     }
 }
@@ -562,7 +573,7 @@ impl Drop for TrackedBatch {
         if let Some(first) = self.messages.as_slice().first() {
             // Dropped half-way: the rest is read again rather than skipped.
             self.root.do_send(Untaken {
-                queue: self.mark.queue.clone(),
+                slot: self.mark.slot,
                 epoch: self.mark.epoch,
                 offset: first.queue_offset,
             });
@@ -572,14 +583,124 @@ impl Drop for TrackedBatch {
 
 /// A batch from a queue actor, for the buffer.
 struct Batch {
-    queue: MessageQueue,
+    slot: SlotId,
     epoch: u64,
-    messages: Vec<MessageExt>,
+    content: Content,
+    /// Messages counted for flow control (the body's records, or the decoded messages).
+    count: u64,
     bytes: u64,
+    /// Where the pull began: a body that cannot be decoded is pulled again from here.
+    from_offset: i64,
+    /// The offset after the batch, filtered-out messages included: the consumed position once
+    /// all of it is taken.
+    next_offset: i64,
+}
+
+/// A batch's messages: as they came off the wire (decoded when the application takes them, so
+/// a buffer of thousands stays compact and a taken batch is decoded hot in the cache), or
+/// decoded already (a batch given back); none at all marks a run of filtered-out offsets.
+enum Content {
+    Wire {
+        body: bytes::Bytes,
+        offset_delta: Option<i64>,
+    },
+    Decoded(Vec<MessageExt>),
+}
+
+/// Names a [`Slot`] on the data path, where looking a queue up by name (two strings) for every
+/// batch cost more than the rest of the root's work. The generation tells a reused index's new
+/// queue from the old one, whose actor may still be sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SlotId {
+    index: u32,
+    generation: u32,
+}
+
+/// The root's queues: by id on the data path, by name for the application's calls.
+#[derive(Default)]
+struct Slots {
+    entries: Vec<(u32, Option<Slot>)>,
+    free: Vec<u32>,
+    by_name: BTreeMap<MessageQueue, SlotId>,
+}
+
+impl Slots {
+    /// Adds `queue`, its slot made by `make` from the id it gets.
+    fn insert_with(&mut self, queue: MessageQueue, make: impl FnOnce(SlotId) -> Slot) -> SlotId {
+        let id = match self.free.pop() {
+            Some(index) => {
+                let entry = &mut self.entries[index as usize];
+                entry.0 = entry.0.wrapping_add(1);
+                SlotId {
+                    index,
+                    generation: entry.0,
+                }
+            }
+            None => {
+                self.entries.push((0, None));
+                SlotId {
+                    index: (self.entries.len() - 1) as u32,
+                    generation: 0,
+                }
+            }
+        };
+        self.entries[id.index as usize].1 = Some(make(id));
+        self.by_name.insert(queue, id);
+        id
+    }
+
+    fn remove(&mut self, queue: &MessageQueue) -> Option<Slot> {
+        let id = self.by_name.remove(queue)?;
+        self.free.push(id.index);
+        self.entries.get_mut(id.index as usize)?.1.take()
+    }
+
+    fn id(&self, queue: &MessageQueue) -> Option<SlotId> {
+        self.by_name.get(queue).copied()
+    }
+
+    fn at(&self, id: SlotId) -> Option<&Slot> {
+        match self.entries.get(id.index as usize) {
+            Some((generation, Some(slot))) if *generation == id.generation => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn at_mut(&mut self, id: SlotId) -> Option<&mut Slot> {
+        match self.entries.get_mut(id.index as usize) {
+            Some((generation, Some(slot))) if *generation == id.generation => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn contains_key(&self, queue: &MessageQueue) -> bool {
+        self.by_name.contains_key(queue)
+    }
+
+    fn get_mut(&mut self, queue: &MessageQueue) -> Option<&mut Slot> {
+        self.at_mut(self.id(queue)?)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &MessageQueue> {
+        self.by_name.keys()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &Slot)> {
+        self.by_name
+            .iter()
+            .filter_map(|(queue, id)| Some((queue, self.at(*id)?)))
+    }
 }
 
 /// The root's view of one assigned queue.
 struct Slot {
+    queue: MessageQueue,
+    /// What the queue is pulled for (the re-filter when a batch is decoded).
+    subscription: Arc<Subscription>,
+    /// Batches of this queue in the buffer.
+    queued: usize,
+    /// A consumed position to adopt once no stream holds a batch of this queue any more.
+    pending_consumed: Option<i64>,
     actor: Addr<LiteQueue>,
     epoch: u64,
     /// The offset after the last message `poll` returned (what a commit stores).
@@ -597,7 +718,7 @@ pub(crate) struct LiteRoot {
     config: LitePullConsumerConfig,
     subscriptions: BTreeMap<String, Arc<Subscription>>,
     offsets: Option<Addr<OffsetStore>>,
-    queues: BTreeMap<MessageQueue, Slot>,
+    queues: Slots,
     buffer: VecDeque<Batch>,
     buffered: u64,
     waiters: VecDeque<(oneshot::Sender<Taken>, bool)>,
@@ -607,9 +728,11 @@ pub(crate) struct LiteRoot {
     /// Divisions that came before the offset store: applied once it is there.
     pending: Vec<QueueChange>,
     /// Queues told to wait for room in the cache: woken as soon as a poll makes some.
-    throttled: BTreeSet<MessageQueue>,
+    throttled: BTreeSet<SlotId>,
     /// Tracked batches still being handed out by streams.
     marks: Vec<Arc<TakenMark>>,
+    /// Queues with a `pending_consumed` waiting for their streams' batches.
+    pending_advances: Vec<SlotId>,
     stopping: bool,
 }
 
@@ -691,14 +814,17 @@ impl LiteRoot {
                 .get(&queue.topic)
                 .cloned()
                 .unwrap_or_else(|| Arc::new(Subscription::all(0)));
+            let pulled_for = subscription.clone();
             let mut request = PullRequest::new(self.group.clone(), queue.clone(), 0)
                 .subscription(subscription)
                 .max_messages(self.config.pull_batch_size as i32);
             request.suspend = Some(self.config.base.broker_suspend_max_time);
             request.timeout = self.config.base.consumer_timeout_when_suspend;
-            let actor = LiteQueue {
+            let root = ctx.address().recipient();
+            let make = |slot| LiteQueue {
+                slot,
                 client: self.client.clone(),
-                root: Some(ctx.address().recipient()),
+                root: Some(root),
                 offsets: offsets.clone(),
                 request,
                 epoch: 0,
@@ -712,65 +838,90 @@ impl LiteRoot {
                 consume_timestamp_ms: self.config.consume_timestamp_ms,
                 error_delay: self.config.pull_delay_on_exception,
             };
-            let addr = actor.start();
+            self.queues.insert_with(queue.clone(), |id| Slot {
+                queue: queue.clone(),
+                subscription: pulled_for,
+                queued: 0,
+                pending_consumed: None,
+                actor: make(id).start(),
+                epoch: 0,
+                consumed: None,
+                pulled_to: None,
+                cached_count: 0,
+                cached_bytes: 0,
+                paused: false,
+            });
             tracing::info!(queue = %queue, "lite pull queue started");
-            self.queues.insert(
-                queue.clone(),
-                Slot {
-                    actor: addr,
-                    epoch: 0,
-                    consumed: None,
-                    pulled_to: None,
-                    cached_count: 0,
-                    cached_bytes: 0,
-                    paused: false,
-                },
-            );
         }
         gone
     }
 
     fn drop_queue(&mut self, queue: &MessageQueue) {
+        let id = self.queues.id(queue);
         if let Some(slot) = self.queues.remove(queue) {
             slot.actor.do_send(StopActor);
-            self.discard_buffered(queue);
+            if let Some(id) = id {
+                self.discard_slot(id);
+            }
             tracing::info!(%queue, "lite pull queue stopped");
         }
     }
 
     fn discard_buffered(&mut self, queue: &MessageQueue) {
-        for mark in self.marks.iter().filter(|m| m.queue == *queue) {
+        let Some(id) = self.queues.id(queue) else {
+            return;
+        };
+        self.discard_slot(id);
+    }
+
+    fn discard_slot(&mut self, id: SlotId) {
+        for mark in self.marks.iter().filter(|m| m.slot == id) {
             mark.stale.store(true, Ordering::SeqCst);
         }
         let before = self.buffer.len();
         let mut dropped = 0u64;
         self.buffer.retain(|b| {
-            let keep = b.queue != *queue;
+            let keep = b.slot != id;
             if !keep {
-                dropped += b.messages.len() as u64;
+                dropped += b.count;
             }
             keep
         });
         if self.buffer.len() != before {
             self.buffered = self.buffered.saturating_sub(dropped);
         }
-        if let Some(slot) = self.queues.get_mut(queue) {
+        if let Some(slot) = self.queues.at_mut(id) {
             slot.cached_count = 0;
             slot.cached_bytes = 0;
+            slot.queued = 0;
+            slot.pending_consumed = None;
         }
     }
 
     /// Repositions `queue` at `offset`: a new epoch, the buffer emptied of it, the queue actor
     /// restarted there, and `offset` as its consumed position.
     fn reposition(&mut self, queue: &MessageQueue, offset: i64) {
-        self.discard_buffered(queue);
-        if let Some(slot) = self.queues.get_mut(queue) {
+        if let Some(id) = self.queues.id(queue) {
+            self.reposition_slot(id, offset);
+        }
+    }
+
+    /// [`LiteRoot::reposition`] by slot.
+    fn reposition_slot(&mut self, id: SlotId, offset: i64) {
+        self.reposition_slot_after(id, offset, Duration::ZERO);
+    }
+
+    /// [`LiteRoot::reposition_slot`], the queue pulling again only after `delay`.
+    fn reposition_slot_after(&mut self, id: SlotId, offset: i64, delay: Duration) {
+        self.discard_slot(id);
+        if let Some(slot) = self.queues.at_mut(id) {
             slot.epoch += 1;
             slot.consumed = Some(offset);
             slot.pulled_to = Some(offset);
             slot.actor.do_send(Restart {
                 epoch: slot.epoch,
                 offset,
+                delay,
             });
         }
     }
@@ -781,20 +932,52 @@ impl LiteRoot {
         let queues = &mut self.queues;
         self.marks.retain(|mark| {
             let next = mark.next.load(Ordering::Relaxed);
-            if let Some(slot) = queues.get_mut(&mark.queue) {
+            if let Some(slot) = queues.at_mut(mark.slot) {
                 if slot.epoch == mark.epoch && next >= 0 {
                     slot.consumed = Some(slot.consumed.map_or(next, |c| c.max(next)));
                 }
             }
             Arc::strong_count(mark) > 1
         });
+        if !self.pending_advances.is_empty() {
+            let pending = std::mem::take(&mut self.pending_advances);
+            for id in pending {
+                if let Some(offset) = self
+                    .queues
+                    .at_mut(id)
+                    .and_then(|s| s.pending_consumed.take())
+                {
+                    self.advance_consumed(id, offset);
+                }
+            }
+        }
+    }
+
+    /// Moves the queue's consumed position to `offset` (after a run of filtered-out messages):
+    /// now, or once no stream holds an earlier batch of it.
+    fn advance_consumed(&mut self, id: SlotId, offset: i64) {
+        let held = self
+            .marks
+            .iter()
+            .any(|m| m.slot == id && Arc::strong_count(m) > 1);
+        let Some(slot) = self.queues.at_mut(id) else {
+            return;
+        };
+        if held {
+            slot.pending_consumed = Some(slot.pending_consumed.map_or(offset, |p| p.max(offset)));
+            if !self.pending_advances.contains(&id) {
+                self.pending_advances.push(id);
+            }
+        } else {
+            slot.consumed = Some(slot.consumed.map_or(offset, |c| c.max(offset)));
+        }
     }
 
     /// Stores every consumed position in the offset store (persisted periodically).
     fn commit_consumed(&mut self) {
         self.fold_marks();
         let Some(offsets) = &self.offsets else { return };
-        for (queue, slot) in &self.queues {
+        for (queue, slot) in self.queues.iter() {
             if let Some(offset) = slot.consumed {
                 offsets.do_send(StoreOffset {
                     queue: queue.clone(),
@@ -809,40 +992,73 @@ impl LiteRoot {
     /// tracked take as the stream moves its mark.
     fn take_batch(&mut self, tracked: bool) -> Option<Taken> {
         while let Some(batch) = self.buffer.pop_front() {
-            self.buffered = self.buffered.saturating_sub(batch.messages.len() as u64);
-            let Some(slot) = self.queues.get_mut(&batch.queue) else {
+            self.buffered = self.buffered.saturating_sub(batch.count);
+            let id = batch.slot;
+            let Some(slot) = self.queues.at_mut(id) else {
                 continue;
             };
+            slot.queued = slot.queued.saturating_sub(1);
             if slot.epoch != batch.epoch {
                 continue;
             }
-            slot.cached_count = slot
-                .cached_count
-                .saturating_sub(batch.messages.len() as u64);
+            slot.cached_count = slot.cached_count.saturating_sub(batch.count);
             slot.cached_bytes = slot.cached_bytes.saturating_sub(batch.bytes);
+            let decoded = match batch.content {
+                Content::Decoded(messages) => Ok(messages),
+                Content::Wire { body, offset_delta } => {
+                    decode_pulled(&body, &slot.subscription, &slot.queue, offset_delta)
+                        .map(|(messages, _)| messages)
+                }
+            };
+            // Room was made: throttled queues that would now be admitted ask again at once
+            // rather than at their timer. Only this queue's own limits moved, unless the whole
+            // buffer just fell under its limit — then every throttled queue may go.
+            let limit = u64::from(self.config.pull_threshold_for_all);
+            if self.buffered < limit && self.buffered + batch.count >= limit {
+                self.wake_admissible();
+            } else if self.throttled.contains(&id) {
+                self.wake_one(id);
+            }
+            let messages = match decoded {
+                Ok(messages) => messages,
+                Err(e) => {
+                    // Nothing of it was handed out: the queue reads it again after a pause.
+                    let queue = self.queues.at(id).map(|s| s.queue.to_string());
+                    tracing::warn!(queue = ?queue, offset = batch.from_offset, error = %e, "a pulled batch cannot be decoded; pulling it again");
+                    self.reposition_slot_after(
+                        id,
+                        batch.from_offset,
+                        self.config.pull_delay_on_exception,
+                    );
+                    continue;
+                }
+            };
+            if messages.is_empty() {
+                // All filtered out (or a marker of such a run): consumed past it, in order.
+                self.advance_consumed(id, batch.next_offset);
+                continue;
+            }
             let mark = if tracked {
                 let mark = Arc::new(TakenMark {
-                    queue: batch.queue.clone(),
+                    slot: id,
                     epoch: batch.epoch,
                     next: AtomicI64::new(-1),
+                    end: batch.next_offset,
                     stale: AtomicBool::new(false),
                 });
                 self.marks.push(mark.clone());
                 Some(mark)
             } else {
-                if let Some(last) = batch.messages.last() {
-                    slot.consumed = Some(last.queue_offset + 1);
+                if let Some(slot) = self.queues.at_mut(id) {
+                    slot.consumed = Some(batch.next_offset);
                 }
                 None
             };
-            // Room was made: throttled queues that would now be admitted ask again at once
-            // rather than at their timer.
-            if !self.throttled.is_empty() {
-                self.wake_admissible();
-            }
             return Some(Taken {
-                messages: batch.messages,
+                messages,
+                slot: Some(id),
                 epoch: batch.epoch,
+                next_offset: batch.next_offset,
                 mark,
             });
         }
@@ -879,7 +1095,7 @@ struct GiveBack(Taken);
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Untaken {
-    queue: MessageQueue,
+    slot: SlotId,
     epoch: u64,
     offset: i64,
 }
@@ -904,7 +1120,7 @@ struct Shutdown;
 #[derive(Message)]
 #[rtype(result = "Admission")]
 struct Admit {
-    queue: MessageQueue,
+    slot: SlotId,
     epoch: u64,
     offset: i64,
 }
@@ -920,18 +1136,23 @@ enum Admission {
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Deliver {
+    slot: SlotId,
     queue: MessageQueue,
     epoch: u64,
     status: PullStatus,
+    /// The offset the pull asked for.
+    from_offset: i64,
     next_offset: i64,
-    messages: Vec<MessageExt>,
+    /// The stored records, not decoded yet.
+    body: bytes::Bytes,
+    offset_delta: Option<i64>,
 }
 
 /// A queue actor found its start offset.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Started {
-    queue: MessageQueue,
+    slot: SlotId,
     offset: i64,
 }
 
@@ -1089,23 +1310,24 @@ impl Handler<Admit> for LiteRoot {
     fn handle(&mut self, msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
         // The span is measured from what the application has taken, streams included.
         self.fold_marks();
-        let Some(slot) = self.queues.get_mut(&msg.queue) else {
+        let stopping = self.stopping;
+        let Some(slot) = self.queues.at_mut(msg.slot) else {
             return MessageResult(Admission::Stale);
         };
-        if slot.epoch != msg.epoch || self.stopping {
+        if slot.epoch != msg.epoch || stopping {
             return MessageResult(Admission::Stale);
         }
         if slot.paused {
             return MessageResult(Admission::Wait(PAUSED_DELAY));
         }
         slot.pulled_to = Some(msg.offset);
-        let Some(slot) = self.queues.get(&msg.queue) else {
+        let Some(slot) = self.queues.at(msg.slot) else {
             return MessageResult(Admission::Stale);
         };
         if self.admissible(slot, msg.offset) {
             MessageResult(Admission::Go)
         } else {
-            self.throttled.insert(msg.queue);
+            self.throttle(msg.slot);
             MessageResult(Admission::Wait(FLOW_CONTROL_DELAY))
         }
     }
@@ -1115,7 +1337,7 @@ impl Handler<Started> for LiteRoot {
     type Result = ();
 
     fn handle(&mut self, msg: Started, _ctx: &mut Self::Context) {
-        if let Some(slot) = self.queues.get_mut(&msg.queue) {
+        if let Some(slot) = self.queues.at_mut(msg.slot) {
             slot.consumed.get_or_insert(msg.offset);
             slot.pulled_to.get_or_insert(msg.offset);
         }
@@ -1126,7 +1348,7 @@ impl Handler<Deliver> for LiteRoot {
     type Result = ();
 
     fn handle(&mut self, msg: Deliver, _ctx: &mut Self::Context) {
-        let Some(slot) = self.queues.get(&msg.queue) else {
+        let Some(slot) = self.queues.at(msg.slot) else {
             return;
         };
         if slot.epoch != msg.epoch || slot.paused {
@@ -1136,37 +1358,69 @@ impl Handler<Deliver> for LiteRoot {
             // Out of range, or reset on the broker (server-side reset): continue from where
             // the broker says, as the consumed position too.
             tracing::info!(queue = %msg.queue, offset = msg.next_offset, "offset moved by the broker; adopting it");
-            self.reposition(&msg.queue, msg.next_offset);
+            self.reposition_slot(msg.slot, msg.next_offset);
             return;
         }
-        if msg.messages.is_empty() {
+        let count = count_records(&msg.body) as u64;
+        let queued = slot.queued;
+        if count == 0 {
+            // Nothing (matching) there. Past a run of filtered-out messages the consumed
+            // position moves on — behind the batches still buffered, so in order.
+            if msg.next_offset > msg.from_offset {
+                if queued == 0 {
+                    self.advance_consumed(msg.slot, msg.next_offset);
+                } else {
+                    self.buffer.push_back(Batch {
+                        slot: msg.slot,
+                        epoch: msg.epoch,
+                        content: Content::Decoded(Vec::new()),
+                        count: 0,
+                        bytes: 0,
+                        from_offset: msg.from_offset,
+                        next_offset: msg.next_offset,
+                    });
+                    if let Some(slot) = self.queues.at_mut(msg.slot) {
+                        slot.queued += 1;
+                    }
+                }
+            }
             return;
         }
-        let bytes: u64 = msg.messages.iter().map(|m| m.body().len() as u64).sum();
-        let count = msg.messages.len() as u64;
-        if let Some(slot) = self.queues.get_mut(&msg.queue) {
+        let bytes = msg.body.len() as u64;
+        if let Some(slot) = self.queues.at_mut(msg.slot) {
             slot.cached_count += count;
             slot.cached_bytes += bytes;
+            slot.queued += 1;
         }
         self.buffered += count;
         self.buffer.push_back(Batch {
-            queue: msg.queue,
+            slot: msg.slot,
             epoch: msg.epoch,
-            messages: msg.messages,
+            content: Content::Wire {
+                body: msg.body,
+                offset_delta: msg.offset_delta,
+            },
+            count,
             bytes,
+            from_offset: msg.from_offset,
+            next_offset: msg.next_offset,
         });
         while let Some((waiter, tracked)) = self.waiters.pop_front() {
             if waiter.is_closed() {
                 continue;
             }
-            if let Some(taken) = self.take_batch(tracked) {
-                if let Err(taken) = waiter.send(taken) {
+            match self.take_batch(tracked) {
+                Some(taken) => match waiter.send(taken) {
+                    Ok(()) => break,
                     // The poller gave up just now: the batch goes back to the front.
-                    self.push_front_again(taken);
-                    continue;
+                    Err(taken) => self.push_front_again(taken),
+                },
+                None => {
+                    // Nothing deliverable after all (filtered out, stale): it waits on.
+                    self.waiters.push_front((waiter, tracked));
+                    break;
                 }
             }
-            break;
         }
     }
 }
@@ -1184,12 +1438,12 @@ impl Handler<Untaken> for LiteRoot {
 
     fn handle(&mut self, msg: Untaken, _ctx: &mut Self::Context) {
         self.fold_marks();
-        let Some(slot) = self.queues.get(&msg.queue) else {
+        let Some(slot) = self.queues.at(msg.slot) else {
             return;
         };
         if slot.epoch == msg.epoch && !self.stopping {
-            tracing::debug!(queue = %msg.queue, offset = msg.offset, "stream dropped mid-batch; reading again from there");
-            self.reposition(&msg.queue, msg.offset);
+            tracing::debug!(queue = %slot.queue, offset = msg.offset, "stream dropped mid-batch; reading again from there");
+            self.reposition_slot(msg.slot, msg.offset);
         }
     }
 }
@@ -1226,77 +1480,107 @@ impl LiteRoot {
 
     /// Whether the pull after a delivery may go at once; `Go` only, anything else is decided by
     /// the queue's next [`Admit`].
-    fn admit_next(&mut self, queue: &MessageQueue, epoch: u64, offset: i64) -> Admission {
+    fn admit_next(&mut self, id: SlotId, epoch: u64, offset: i64) -> Admission {
         if self.stopping {
             return Admission::Stale;
         }
-        let Some(slot) = self.queues.get(queue) else {
+        let Some(slot) = self.queues.at(id) else {
             return Admission::Stale;
         };
         if slot.epoch != epoch || slot.paused || !self.admissible(slot, offset) {
             return Admission::Wait(Duration::ZERO);
         }
-        if let Some(slot) = self.queues.get_mut(queue) {
+        if let Some(slot) = self.queues.at_mut(id) {
             slot.pulled_to = Some(offset);
         }
         Admission::Go
     }
 
+    /// Puts the queue among those waiting for room.
+    fn throttle(&mut self, id: SlotId) {
+        self.throttled.insert(id);
+    }
+
+    /// Wakes `id` if it is throttled and flow control would admit it now.
+    fn wake_one(&mut self, id: SlotId) {
+        self.fold_marks();
+        let Some(slot) = self.queues.at(id) else {
+            self.throttled.remove(&id);
+            return;
+        };
+        if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
+            return;
+        }
+        slot.actor.do_send(Wake {
+            admitted: Some(slot.epoch),
+        });
+        self.throttled.remove(&id);
+    }
+
     /// Wakes the throttled queues that flow control would admit now.
     fn wake_admissible(&mut self) {
         self.fold_marks();
-        let throttled = std::mem::take(&mut self.throttled);
-        for queue in throttled {
-            let Some(slot) = self.queues.get(&queue) else {
-                continue;
+        let mut throttled = std::mem::take(&mut self.throttled);
+        throttled.retain(|&id| {
+            let Some(slot) = self.queues.at(id) else {
+                return false;
             };
-            let offset = slot.pulled_to.unwrap_or(0);
-            if self.admissible(slot, offset) {
-                slot.actor.do_send(Wake {
-                    admitted: Some(slot.epoch),
-                });
-            } else {
-                self.throttled.insert(queue);
+            if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
+                return true;
             }
-        }
+            slot.actor.do_send(Wake {
+                admitted: Some(slot.epoch),
+            });
+            false
+        });
+        self.throttled = throttled;
     }
 
     /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
     fn push_front_again(&mut self, taken: Taken) {
         let Taken {
             messages,
+            slot: id,
             epoch,
+            next_offset,
             mark,
         } = taken;
         if let Some(mark) = &mark {
             self.marks.retain(|m| !Arc::ptr_eq(m, mark));
         }
-        let Some(first) = messages.first() else {
+        let (Some(first), Some(id)) = (messages.first(), id) else {
             return;
         };
-        let queue = MessageQueue::new(first.topic(), &first.broker_name, first.queue_id);
-        let Some(slot) = self.queues.get_mut(&queue) else {
+        let Some(slot) = self.queues.at_mut(id) else {
             return;
         };
         if epoch != slot.epoch {
             return; // sought or reset meanwhile: the batch is stale
         }
         let bytes: u64 = messages.iter().map(|m| m.body().len() as u64).sum();
-        slot.cached_count += messages.len() as u64;
+        let count = messages.len() as u64;
+        let from_offset = first.queue_offset;
+        slot.cached_count += count;
         slot.cached_bytes += bytes;
-        slot.consumed = Some(first.queue_offset);
-        self.buffered += messages.len() as u64;
+        slot.consumed = Some(from_offset);
+        slot.queued += 1;
+        self.buffered += count;
         self.buffer.push_front(Batch {
-            queue,
+            slot: id,
             epoch: slot.epoch,
-            messages,
+            content: Content::Decoded(messages),
+            count,
             bytes,
+            from_offset,
+            next_offset,
         });
     }
 }
 
 /// The pull loop of one queue.
 pub(crate) struct LiteQueue {
+    /// Its slot in the root, named in every message it sends there.
+    slot: SlotId,
     client: Client,
     root: Option<Recipient<LiteEvent>>,
     offsets: Addr<OffsetStore>,
@@ -1343,11 +1627,10 @@ impl Handler<LiteEvent> for LiteRoot {
                 LiteReply::Admission(<Self as Handler<Admit>>::handle(self, admit, ctx).0)
             }
             LiteEvent::Deliver(deliver) => {
-                let (queue, epoch, next) =
-                    (deliver.queue.clone(), deliver.epoch, deliver.next_offset);
+                let (slot, epoch, next) = (deliver.slot, deliver.epoch, deliver.next_offset);
                 <Self as Handler<Deliver>>::handle(self, deliver, ctx);
                 // The answer admits the next pull too, saving the queue a round trip.
-                LiteReply::Admission(self.admit_next(&queue, epoch, next))
+                LiteReply::Admission(self.admit_next(slot, epoch, next))
             }
             LiteEvent::Started(started) => {
                 <Self as Handler<Started>>::handle(self, started, ctx);
@@ -1362,6 +1645,8 @@ impl Handler<LiteEvent> for LiteRoot {
 struct Restart {
     epoch: u64,
     offset: i64,
+    /// Pull only after this (a batch that could not be decoded).
+    delay: Duration,
 }
 
 /// Pull again now: after a resume, or when room was made in the cache (`admitted`: the root
@@ -1430,6 +1715,7 @@ impl LiteQueue {
         let offsets = self.offsets.clone();
         let queue = self.request.queue.clone();
         let (from, ts) = (self.consume_from_where, self.consume_timestamp_ms);
+        let slot = self.slot;
         ctx.spawn(
             async move { start_offset(&client, &offsets, &queue, from, ts).await }
                 .into_actor(self)
@@ -1450,7 +1736,7 @@ impl LiteQueue {
                     };
                     async move {
                         if let Some(offset) = started {
-                            let _ = root.send(LiteEvent::Started(Started { queue, offset })).await;
+                            let _ = root.send(LiteEvent::Started(Started { slot, offset })).await;
                         }
                     }
                     .into_actor(act)
@@ -1485,13 +1771,13 @@ impl Handler<Step> for LiteQueue {
             return;
         }
         let admit = Admit {
-            queue: self.request.queue.clone(),
+            slot: self.slot,
             epoch: self.epoch,
             offset: self.request.offset,
         };
         let client = self.client.clone();
         let request = self.request.clone();
-        let epoch = self.epoch;
+        let (slot, epoch) = (self.slot, self.epoch);
         let error_delay = self.error_delay;
         // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
         self.pulling = Some(chain);
@@ -1508,16 +1794,20 @@ impl Handler<Step> for LiteQueue {
                         _ => return StepEnd::Idle,
                     }
                 }
-                match client.pull(&request).await {
+                // Decoded by the root when the application takes the batch.
+                match client.pull_raw(&request).await {
                     Ok(result) => {
                         let next = result.next_begin_offset;
                         let broker_id = result.suggest_broker_id;
                         let deliver = Deliver {
+                            slot,
                             queue: request.queue.clone(),
                             epoch,
                             status: result.status,
+                            from_offset: request.offset,
                             next_offset: next,
-                            messages: result.messages,
+                            body: result.body,
+                            offset_delta: result.offset_delta,
                         };
                         let admitted = matches!(
                             root.send(LiteEvent::Deliver(deliver)).await,
@@ -1573,7 +1863,11 @@ impl Handler<Restart> for LiteQueue {
         if let Some(delayed) = self.delayed.take() {
             ctx.cancel_future(delayed);
         }
-        ctx.notify(Step(self.chain));
+        if msg.delay.is_zero() {
+            ctx.notify(Step(self.chain));
+        } else {
+            self.delayed = Some(ctx.notify_later(Step(self.chain), msg.delay));
+        }
     }
 }
 

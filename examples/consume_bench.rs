@@ -75,6 +75,10 @@ struct Args {
     /// Batch sends in flight while producing.
     #[arg(long, default_value_t = 16)]
     inflight: usize,
+    /// The lite phases' `pull_threshold_for_all` (Java's default 10,000 when not given): how
+    /// many messages the lite consumer may hold for the application.
+    #[arg(long)]
+    lite_cache: Option<u32>,
     /// The consumer phases to run after `raw` (comma-separated; for profiling one kind).
     #[arg(long, default_value = "push,pull,lite,sched", value_delimiter = ',')]
     phases: Vec<String>,
@@ -364,6 +368,7 @@ async fn lite_phase(
     topic: &str,
     expected: usize,
     batches: bool,
+    cache: Option<u32>,
 ) -> Result<Phase, String> {
     let before = CpuSample::now();
     let started = Instant::now();
@@ -378,6 +383,9 @@ async fn lite_phase(
         .configure(|c| {
             c.consume_from_where = ConsumeFromWhere::FirstOffset;
             c.pull_batch_size = RAW_PULL_BATCH as u32;
+            if let Some(cache) = cache {
+                c.pull_threshold_for_all = cache;
+            }
         })
         .start()
         .await
@@ -563,8 +571,8 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
                 phase
             }
             "pull" => pull_phase(namesrv, topic).await?,
-            "lite" => lite_phase(namesrv, topic, sent, false).await?,
-            "liteb" => lite_phase(namesrv, topic, sent, true).await?,
+            "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
+            "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(

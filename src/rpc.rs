@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::error::{Error, RequestCode, ResponseCode, Result};
 use crate::filter::TagExpression;
 use crate::message::{decode_messages, MessageExt, MessageQueue};
@@ -197,38 +199,98 @@ impl PullRequest {
     /// Reads the broker's answer: the status, the offsets, and the messages kept after the
     /// exact tag re-filter, each with its broker name set. `peer` names the broker in errors.
     pub fn read_response(&self, peer: &str, response: RemotingCommand) -> Result<PullResult> {
+        self.read_raw_response(peer, response)?.decode(self)
+    }
+
+    /// The broker's answer with the messages still in their wire form (decoded later with
+    /// [`decode_pulled`], by a consumer that buffers them).
+    pub(crate) fn read_raw_response(
+        &self,
+        peer: &str,
+        response: RemotingCommand,
+    ) -> Result<RawPullResult> {
         let Some(status) = PullStatus::from_response_code(response.code) else {
             return Err(broker_error(peer, request_code::PULL_MESSAGE, response));
         };
         let reply: PullMessageResponseHeader = response.decode_header()?;
-        let mut messages = Vec::new();
-        let mut unfiltered = 0;
-        if status == PullStatus::Found {
-            let body = response.body.unwrap_or_default();
-            // Filtered and completed in place: the decoded records are never moved again.
-            messages = decode_messages(body)?;
-            unfiltered = messages.len();
-            let expression = &self.subscription.expression;
-            if !expression.is_all() {
-                messages.retain(|message| expression.matches_tags(message.tags()));
-            }
-            for message in &mut messages {
-                if let Some(delta) = reply.offset_delta {
-                    message.queue_offset += delta;
-                }
-                message.broker_name.clone_from(&self.queue.broker_name);
-            }
-        }
-        Ok(PullResult {
+        let body = if status == PullStatus::Found {
+            response.body.unwrap_or_default()
+        } else {
+            Bytes::new()
+        };
+        Ok(RawPullResult {
             status,
             next_begin_offset: reply.next_begin_offset,
             min_offset: reply.min_offset,
             max_offset: reply.max_offset,
             suggest_broker_id: reply.suggest_which_broker_id,
+            offset_delta: reply.offset_delta,
+            body,
+        })
+    }
+}
+
+/// A pull's answer whose messages are not decoded yet.
+#[derive(Debug)]
+pub(crate) struct RawPullResult {
+    pub status: PullStatus,
+    pub next_begin_offset: i64,
+    pub min_offset: i64,
+    pub max_offset: i64,
+    pub suggest_broker_id: i64,
+    /// Added to each record's queue offset (static-topic brokers).
+    pub offset_delta: Option<i64>,
+    /// The stored records (empty unless `Found`).
+    pub body: Bytes,
+}
+
+impl RawPullResult {
+    /// The full answer, messages decoded and re-filtered for `request`.
+    pub(crate) fn decode(self, request: &PullRequest) -> Result<PullResult> {
+        let (messages, unfiltered) = decode_pulled(
+            &self.body,
+            &request.subscription,
+            &request.queue,
+            self.offset_delta,
+        )?;
+        Ok(PullResult {
+            status: self.status,
+            next_begin_offset: self.next_begin_offset,
+            min_offset: self.min_offset,
+            max_offset: self.max_offset,
+            suggest_broker_id: self.suggest_broker_id,
             messages,
             unfiltered,
         })
     }
+}
+
+/// Decodes the stored records of a pull's body, keeps those `subscription` selects (exact tag
+/// re-filter) and completes them (offset delta, `queue`'s broker name). Returns the messages and
+/// how many the broker sent.
+pub(crate) fn decode_pulled(
+    body: &Bytes,
+    subscription: &Subscription,
+    queue: &MessageQueue,
+    offset_delta: Option<i64>,
+) -> Result<(Vec<MessageExt>, usize)> {
+    if body.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    // Filtered and completed in place: the decoded records are never moved again.
+    let mut messages = decode_messages(body.clone())?;
+    let unfiltered = messages.len();
+    let expression = &subscription.expression;
+    if !expression.is_all() {
+        messages.retain(|message| expression.matches_tags(message.tags()));
+    }
+    for message in &mut messages {
+        if let Some(delta) = offset_delta {
+            message.queue_offset += delta;
+        }
+        message.broker_name.clone_from(&queue.broker_name);
+    }
+    Ok((messages, unfiltered))
 }
 
 /// What a pull brought back.

@@ -941,3 +941,43 @@ async fn assigned_queues_come_as_batches_and_the_topic_listener_hears_new_queues
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_long_run_of_filtered_out_messages_does_not_stall_a_lite_queue() {
+    let topic = "LiteFilteredRun";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let producer = producer(&cluster);
+    let queue = mq(topic, 0);
+    // Far more than `consume_max_span` (2000) messages the subscription does not want.
+    let unwanted: Vec<Message> = (0..2500)
+        .map(|i| Message::new(topic, body_of(i)).with_tags("other"))
+        .collect();
+    for chunk in unwanted.chunks(100) {
+        producer
+            .send_batch(chunk.to_vec())
+            .await
+            .expect("batch sent");
+    }
+    for i in 2500..2510 {
+        producer
+            .send_to_queue(Message::new(topic, body_of(i)).with_tags("wanted"), &queue)
+            .await
+            .expect("sent");
+    }
+    let consumer = lite(&namesrv, "lite_filtered_run")
+        .subscribe(topic, "wanted")
+        .configure(|c| c.auto_commit = false)
+        .start()
+        .await
+        .expect("starts");
+    let got = bodies(&poll_n(&consumer, 10).await);
+    assert_eq!(got, (2500..2510).map(body_of).collect::<Vec<_>>());
+    consumer.commit_sync().await.expect("committed");
+    assert_eq!(
+        consumer.committed(&queue).await.expect("read"),
+        Some(2510),
+        "the commit covers the filtered-out run too"
+    );
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}

@@ -253,6 +253,26 @@ fn decode_into(
     Ok(record_end)
 }
 
+/// How many stored records `body` holds, read from their size fields only (an inner batch
+/// counts as one; a malformed tail ends the count). Cheap enough to size a buffered pull answer
+/// without decoding it.
+pub(crate) fn count_records(body: &[u8]) -> usize {
+    let mut count = 0;
+    let mut pos = 0usize;
+    while let Some(size) = body.get(pos..pos + 4) {
+        let size = i32::from_be_bytes([size[0], size[1], size[2], size[3]]);
+        let Ok(size) = usize::try_from(size) else {
+            break;
+        };
+        if size < 4 || pos + size > body.len() {
+            break;
+        }
+        count += 1;
+        pos += size;
+    }
+    count
+}
+
 /// Decodes a whole pull body: every stored record in it, decompressing bodies and expanding
 /// inner batches (the i-th inner message gets `queue_offset = outer + i`).
 ///
@@ -483,6 +503,30 @@ pub(crate) mod tests {
         let mut messages = decode_messages(Bytes::from(bytes)).unwrap();
         assert_eq!(messages.len(), 1);
         messages.remove(0)
+    }
+
+    #[test]
+    fn records_are_counted_from_their_sizes() {
+        let one = Golden::simple(b"one", PROPS).bytes();
+        let mut body = Vec::new();
+        for _ in 0..3 {
+            body.extend_from_slice(&one);
+        }
+        assert_eq!(count_records(&body), 3);
+        assert_eq!(
+            decode_messages(Bytes::from(body.clone()))
+                .map(|m| m.len())
+                .ok(),
+            Some(3)
+        );
+        body.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(count_records(&body), 3, "a truncated tail is not counted");
+        assert_eq!(
+            count_records(&[0xff, 0xff, 0xff, 0xff]),
+            0,
+            "a negative size ends it"
+        );
+        assert_eq!(count_records(&[]), 0);
     }
 
     #[test]
