@@ -177,22 +177,9 @@ impl Message for Incoming {
     type Result = ();
 }
 
-/// One TCP connection to one remote address. See the module documentation.
-///
-/// ```ignore
-/// # async fn demo() -> rocketmq_actor::Result<()> {
-/// use actix::Actor;
-/// use rocketmq_actor::actors::connection::{Connection, Request};
-/// use rocketmq_actor::protocol::{codes::request_code, RemotingCommand};
-/// let conn = Connection::new("127.0.0.1:9876").start();
-/// let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "T");
-/// let response = conn
-///     .send(Request { command: request, timeout: std::time::Duration::from_secs(3) })
-///     .await
-///     .map_err(|e| rocketmq_actor::Error::Shutdown(e.to_string()))??;
-/// println!("code {}", response.code);
-/// # Ok(()) }
-/// ```
+/// One TCP connection to one remote address. See the module documentation. Users reach it
+/// through [`Client::invoke`](crate::Client::invoke), which picks the connection of an address
+/// from the client's cache.
 pub struct Connection {
     peer: String,
     config: ConnectionConfig,

@@ -442,13 +442,27 @@ impl PushConsumerBuilder {
             own_client,
         }
         .start();
-        client
+        let registered = client
             .actor()
             .send(RegisterConsumer {
                 group: group.to_string(),
                 handler: root.clone().recipient(),
             })
-            .await??;
+            .await
+            .map_err(Error::from)
+            .and_then(|r| r);
+        if let Err(e) = registered {
+            // Another consumer of this group runs on the client: nothing of this one may stay
+            // behind (its heartbeat would announce a second member that never pulls).
+            heartbeat.do_send(StopActor);
+            shared.puller.do_send(StopActor);
+            shared.offsets.do_send(StopActor);
+            root.do_send(StopActor);
+            if own_client {
+                client.shutdown().await;
+            }
+            return Err(e);
+        }
         if let Err(e) = heartbeat.send(SendHeartbeat).await? {
             tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
         }
@@ -677,7 +691,7 @@ macro_rules! stoppable {
     )*};
 }
 
-stoppable!(Puller, OffsetStore, Rebalancer);
+stoppable!(Puller, OffsetStore, Rebalancer, Heartbeat, ConsumerRoot);
 
 impl Handler<ServerRequest> for ConsumerRoot {
     type Result = ResponseActFuture<Self, Option<RemotingCommand>>;

@@ -117,6 +117,96 @@ async fn the_base_client_pulls_a_queue_and_commits_an_offset() {
 }
 
 #[actix_rt::test]
+async fn membership_commits_and_long_polls_through_the_base_client() {
+    use rocketmq_actor::protocol::body::{
+        ConsumeFromWhere as WireFrom, ConsumeType, ConsumerData, HeartbeatData, MessageModel,
+    };
+    let topic = "BaseMembership";
+    let group = "base_membership";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let client = Client::start(ClientConfig::new(&namesrv)).expect("client starts");
+    let queue = mq(topic, 0);
+    let addr = cluster.broker_addr(BROKER).expect("broker address");
+    let heartbeat = HeartbeatData {
+        client_id: client.client_id().to_owned(),
+        producer_data_set: Vec::new(),
+        consumer_data_set: vec![ConsumerData {
+            group_name: group.into(),
+            consume_type: ConsumeType::ConsumeActively,
+            message_model: MessageModel::Clustering,
+            consume_from_where: WireFrom::ConsumeFromFirstOffset,
+            subscription_data_set: vec![Subscription::new("*", 0).to_wire(topic)],
+            unit_mode: false,
+        }],
+        heartbeat_fingerprint: 0,
+        without_sub: false,
+    };
+    client
+        .heartbeat(&addr, &heartbeat)
+        .await
+        .expect("heartbeat");
+    let (asked, members) = client.consumer_ids(group, topic).await.expect("members");
+    assert_eq!(asked, addr);
+    assert_eq!(members, vec![client.client_id().to_owned()]);
+
+    // A pull piggybacks the group's offset with the commit flag.
+    send_numbered(&producer_on(&client), topic, 0..3).await;
+    let pulled = client
+        .pull(&PullRequest::new(group, queue.clone(), 0).commit_offset(2))
+        .await
+        .expect("pull");
+    assert_eq!(pulled.messages.len(), 3);
+    assert_eq!(
+        cluster
+            .committed_offset(BROKER, group, topic, 0)
+            .await
+            .expect("broker"),
+        Some(2),
+        "the piggybacked offset was committed"
+    );
+    // One-way commits reach the broker too.
+    client
+        .update_consumer_offset_oneway(group, &queue, 3)
+        .await
+        .expect("sent");
+    common::await_committed(&cluster, group, topic, 3).await;
+
+    // A long poll at the end is held until a message arrives.
+    let held = {
+        let client = client.clone();
+        let queue = queue.clone();
+        actix_rt::spawn(async move {
+            client
+                .pull(&PullRequest::new(group, queue, 3).long_poll(Duration::from_secs(15)))
+                .await
+        })
+    };
+    common::eventually("the broker holds the pull", || async {
+        (cluster.held_pulls(BROKER).await.ok()? > 0).then_some(())
+    })
+    .await;
+    send_numbered(&producer_on(&client), topic, 3..4).await;
+    let woken = held.await.expect("task").expect("long poll answered");
+    assert_eq!(woken.status, PullStatus::Found);
+    assert_eq!(woken.messages.iter().map(text).collect::<Vec<_>>(), ["m3"]);
+
+    client
+        .unregister_client(&addr, None, Some(group))
+        .await
+        .expect("unregister");
+    assert!(
+        cluster
+            .consumer_ids(BROKER, group)
+            .await
+            .expect("members")
+            .is_empty(),
+        "the broker forgot the member"
+    );
+    client.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn a_broker_refusal_names_the_request_and_the_code() {
     let (cluster, namesrv) = cluster_with_topic("Refused", 1).await;
     let client = Client::start(ClientConfig::new(&namesrv)).expect("client starts");
@@ -202,6 +292,57 @@ async fn clients_with_the_same_ip_and_pid_split_the_queues() {
     cluster.shutdown().await;
 }
 
+/// Prints the default client id of this process (run by the test below in a pid namespace).
+#[test]
+#[ignore = "a helper of two_processes_that_are_both_pid_1_get_different_client_ids"]
+fn print_default_client_id() {
+    let mut config = ClientConfig::new("127.0.0.1:1");
+    config.client_ip = "10.9.8.7".into();
+    let client = Client::start(config).expect("client starts");
+    println!("CLIENT_ID={}", client.client_id());
+}
+
+/// Two containers both running the consumer as pid 1 with the same IP: their default client
+/// ids must differ. Each run of this test binary is its own process under `unshare --pid`, so
+/// both see themselves as pid 1.
+#[test]
+#[ignore = "needs root for `unshare --pid`: run with --ignored (.ci/run does)"]
+fn two_processes_that_are_both_pid_1_get_different_client_ids() {
+    let exe = std::env::current_exe().expect("test binary");
+    let run = || {
+        let output = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--"])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "print_default_client_id",
+                "--ignored",
+                "--nocapture",
+            ])
+            .output()
+            .expect("unshare runs (util-linux, as root)");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("CLIENT_ID=").map(str::to_owned))
+            .expect("the child printed its client id")
+    };
+    let (first, second) = (run(), run());
+    assert!(
+        first.starts_with("10.9.8.7@1#"),
+        "pid 1 in its namespace: {first}"
+    );
+    assert!(
+        second.starts_with("10.9.8.7@1#"),
+        "pid 1 in its namespace: {second}"
+    );
+    assert_ne!(first, second, "same ip, same pid, still different ids");
+}
+
 /// A plain multi-threaded tokio program, no actix system anywhere: the cluster, the producer and
 /// the consumer start and work, their actors running on the crate's own runtime thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,4 +426,45 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<PushConsumer>();
     assert_send_sync::<EmbeddedCluster>();
     assert_send_sync::<Error>();
+}
+
+/// A second consumer of a group on the same client is refused, and leaves nothing running: the
+/// broker still lists one member, which keeps consuming.
+#[actix_rt::test]
+async fn a_second_consumer_of_a_group_on_one_client_is_refused_cleanly() {
+    let topic = "DuplicateGroup";
+    let group = "duplicate_group";
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    let client = Client::start(ClientConfig::new(&namesrv)).expect("client starts");
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = |tx: tokio::sync::mpsc::UnboundedSender<String>| {
+        PushConsumer::builder()
+            .client(client.clone())
+            .group(group)
+            .subscribe(topic, "*")
+            .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
+            .listener_fn(move |messages, ctx| {
+                for m in &messages {
+                    let _ = tx.send(text(m));
+                }
+                async move { (ConsumeStatus::Success, ctx) }
+            })
+            .start()
+    };
+    let first = consumer(tx.clone()).await.expect("the first starts");
+    match consumer(tx).await {
+        Err(Error::Config { option, .. }) => assert_eq!(option, "consumer_group"),
+        Err(other) => panic!("refused with the wrong error: {other}"),
+        Ok(_) => panic!("a second consumer of one group on one client was accepted"),
+    }
+    assert_eq!(
+        cluster.consumer_ids(BROKER, group).await.expect("members"),
+        vec![client.client_id().to_owned()]
+    );
+    send_numbered(&producer_on(&client), topic, 0..20).await;
+    let got: BTreeSet<String> = receive(&mut rx, 20).await.into_iter().collect();
+    assert_eq!(got, (0..20).map(body_of).collect());
+    first.shutdown().await;
+    client.shutdown().await;
+    cluster.shutdown().await;
 }
