@@ -236,26 +236,9 @@ impl SendListener {
     }
 }
 
+client_and_group_methods!(PushConsumerBuilder, config.consumer_group);
+
 impl PushConsumerBuilder {
-    /// The name servers to use (a client instance is created for this consumer and shut down
-    /// with it).
-    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
-        self.namesrv_addr = Some(addr.into());
-        self
-    }
-
-    /// Shares an existing client instance (its routes and connections) instead.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The consumer group.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.config.consumer_group = group.into();
-        self
-    }
-
     /// Replaces the whole configuration (subscriptions given to the builder before are kept).
     pub fn config(mut self, config: PushConsumerConfig) -> Self {
         let earlier = std::mem::take(&mut self.config.subscriptions);

@@ -62,25 +62,9 @@ pub struct LitePullConsumerBuilder {
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
 }
 
+client_and_group_methods!(LitePullConsumerBuilder, config.base.consumer_group);
+
 impl LitePullConsumerBuilder {
-    /// The name servers (a client instance is created and shut down with the consumer).
-    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
-        self.namesrv_addr = Some(addr.into());
-        self
-    }
-
-    /// Shares an existing client instance instead.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The consumer group.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.config.base.consumer_group = group.into();
-        self
-    }
-
     /// Changes configuration values in place.
     pub fn configure(mut self, change: impl FnOnce(&mut LitePullConsumerConfig)) -> Self {
         change(&mut self.config);

@@ -10,6 +10,33 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The builder methods every consumer kind shares — where its client instance comes from, and
+/// its group — written once. `$group` is the path of the group's field in the builder.
+macro_rules! client_and_group_methods {
+    ($builder:ty, $($group:ident).+) => {
+        impl $builder {
+            /// The name servers (`;`-separated): a client instance is created for this
+            /// consumer and shut down with it.
+            pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
+                self.namesrv_addr = Some(addr.into());
+                self
+            }
+
+            /// Shares an existing client instance (its routes and connections) instead.
+            pub fn client(mut self, client: Client) -> Self {
+                self.client = Some(client);
+                self
+            }
+
+            /// The consumer group.
+            pub fn group(mut self, group: impl Into<String>) -> Self {
+                self.$($group).+ = group.into();
+                self
+            }
+        }
+    };
+}
+
 /// Actors of the embedded broker.
 #[cfg(feature = "embedded")]
 pub(crate) mod broker;

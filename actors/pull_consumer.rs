@@ -42,25 +42,9 @@ pub struct PullConsumerBuilder {
     reset_listener: Option<ResetListener>,
 }
 
+client_and_group_methods!(PullConsumerBuilder, config.consumer_group);
+
 impl PullConsumerBuilder {
-    /// The name servers (a client instance is created for this consumer and shut down with it).
-    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
-        self.namesrv_addr = Some(addr.into());
-        self
-    }
-
-    /// Shares an existing client instance instead.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The consumer group.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.config.consumer_group = group.into();
-        self
-    }
-
     /// Replaces the configuration (the group given before is kept if the new one has none).
     pub fn config(mut self, config: PullConsumerConfig) -> Self {
         let group = std::mem::take(&mut self.config.consumer_group);

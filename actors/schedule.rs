@@ -114,25 +114,9 @@ pub struct PullScheduleServiceBuilder {
     max_concurrent_tasks: usize,
 }
 
+client_and_group_methods!(PullScheduleServiceBuilder, config.consumer_group);
+
 impl PullScheduleServiceBuilder {
-    /// The name servers (a client instance is created and shut down with the service).
-    pub fn namesrv_addr(mut self, addr: impl Into<String>) -> Self {
-        self.namesrv_addr = Some(addr.into());
-        self
-    }
-
-    /// Shares an existing client instance instead.
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
-        self
-    }
-
-    /// The consumer group.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.config.consumer_group = group.into();
-        self
-    }
-
     /// Changes configuration values in place (message model, allocation, timeouts…).
     pub fn configure(mut self, change: impl FnOnce(&mut PullConsumerConfig)) -> Self {
         change(&mut self.config);

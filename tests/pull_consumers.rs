@@ -13,7 +13,9 @@ use common::{
 };
 use futures::StreamExt;
 use rocketmq_actor::consumer::{retry_topic, ConsumeFromWhere, ConsumeStatus};
-use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
+use rocketmq_actor::pull::{
+    LitePullConsumer, MessageStream, PullConsumer, PullScheduleService, PullStatus,
+};
 use rocketmq_actor::{Client, ClientConfig, Message, MessageExt, MessageQueue, PushConsumer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -55,6 +57,25 @@ async fn poll_n(consumer: &LitePullConsumer, count: usize) -> Vec<MessageExt> {
 
 fn bodies(messages: &[MessageExt]) -> Vec<String> {
     messages.iter().map(text).collect()
+}
+
+/// The bodies of the next messages of `stream` until `into` holds `count`, failing after
+/// [`PATIENCE`] for each.
+async fn read_stream(stream: &mut MessageStream, into: &mut Vec<String>, count: usize) {
+    while into.len() < count {
+        let message = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("a message in time")
+            .expect("the stream goes on");
+        into.push(text(&message));
+    }
+}
+
+/// The bodies of the first `count` messages of a new stream of `consumer`.
+async fn stream_bodies(consumer: &LitePullConsumer, count: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    read_stream(&mut consumer.stream(), &mut got, count).await;
+    got
 }
 
 #[actix_rt::test]
@@ -532,13 +553,7 @@ async fn the_lite_stream_commits_only_what_it_yielded() {
     let consumer = manual(&namesrv).start().await.expect("starts");
     let mut stream = consumer.stream();
     let mut first = Vec::new();
-    while first.len() < 5 {
-        let message = tokio::time::timeout(PATIENCE, stream.next())
-            .await
-            .expect("in time")
-            .expect("a message");
-        first.push(text(&message));
-    }
+    read_stream(&mut stream, &mut first, 5).await;
     assert_eq!(first, (0..5).map(body_of).collect::<Vec<_>>());
     // Commit mid-batch: only the five yielded count.
     consumer.commit_sync().await.expect("committed");
@@ -548,16 +563,7 @@ async fn the_lite_stream_commits_only_what_it_yielded() {
 
     // Dropping the stream mid-batch skips nothing: a new stream starts at the sixth.
     drop(stream);
-    let next: Vec<String> = tokio::time::timeout(
-        PATIENCE,
-        consumer
-            .stream()
-            .take(35)
-            .map(|m| text(&m))
-            .collect::<Vec<_>>(),
-    )
-    .await
-    .expect("the rest streamed");
+    let next: Vec<String> = stream_bodies(&consumer, 35).await;
     assert_eq!(next, (5..40).map(body_of).collect::<Vec<_>>());
     consumer.commit_sync().await.expect("committed");
     consumer.shutdown().await;
@@ -565,16 +571,7 @@ async fn the_lite_stream_commits_only_what_it_yielded() {
     // After a restart, only new messages come.
     send_numbered(&producer, topic, 40..45).await;
     let consumer = manual(&namesrv).start().await.expect("restarts");
-    let after: Vec<String> = tokio::time::timeout(
-        PATIENCE,
-        consumer
-            .stream()
-            .take(5)
-            .map(|m| text(&m))
-            .collect::<Vec<_>>(),
-    )
-    .await
-    .expect("the new messages streamed");
+    let after: Vec<String> = stream_bodies(&consumer, 5).await;
     assert_eq!(after, (40..45).map(body_of).collect::<Vec<_>>());
     consumer.shutdown().await;
     cluster.shutdown().await;
@@ -595,16 +592,7 @@ async fn the_lite_stream_runs_past_the_consume_span_without_a_commit() {
         .start()
         .await
         .expect("starts");
-    let got: Vec<String> = tokio::time::timeout(
-        PATIENCE,
-        consumer
-            .stream()
-            .take(2600)
-            .map(|m| text(&m))
-            .collect::<Vec<_>>(),
-    )
-    .await
-    .expect("all 2600 streamed: the span counts what the stream yielded");
+    let got: Vec<String> = stream_bodies(&consumer, 2600).await;
     assert_eq!(got, (0..2600).map(body_of).collect::<Vec<_>>());
     consumer.shutdown().await;
     cluster.shutdown().await;
@@ -623,13 +611,7 @@ async fn a_paused_queue_stops_a_stream_mid_batch_and_resumes_where_it_stopped() 
         .expect("starts");
     let mut stream = consumer.stream();
     let mut got = Vec::new();
-    while got.len() < 3 {
-        let message = tokio::time::timeout(PATIENCE, stream.next())
-            .await
-            .expect("in time")
-            .expect("a message");
-        got.push(text(&message));
-    }
+    read_stream(&mut stream, &mut got, 3).await;
     let queues = consumer.assignment().await;
     consumer.pause(&queues).await;
     assert!(
@@ -639,13 +621,7 @@ async fn a_paused_queue_stops_a_stream_mid_batch_and_resumes_where_it_stopped() 
         "nothing from a paused queue, not even the rest of the batch in hand"
     );
     consumer.resume(&queues).await;
-    while got.len() < 40 {
-        let message = tokio::time::timeout(PATIENCE, stream.next())
-            .await
-            .expect("in time")
-            .expect("a message");
-        got.push(text(&message));
-    }
+    read_stream(&mut stream, &mut got, 40).await;
     assert_eq!(
         got,
         (0..40).map(body_of).collect::<Vec<_>>(),
