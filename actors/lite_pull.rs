@@ -841,12 +841,9 @@ impl LiteRoot {
     }
 
     fn drop_queue(&mut self, queue: &MessageQueue) {
-        let id = self.queues.id(queue);
+        self.discard_buffered(queue);
         if let Some(slot) = self.queues.remove(queue) {
             slot.actor.do_send(StopActor);
-            if let Some(id) = id {
-                self.discard_slot(id);
-            }
             tracing::info!(%queue, "lite pull queue stopped");
         }
     }
@@ -1121,7 +1118,6 @@ enum Admission {
 #[rtype(result = "()")]
 struct Deliver {
     slot: SlotId,
-    queue: MessageQueue,
     epoch: u64,
     status: PullStatus,
     /// The offset the pull asked for.
@@ -1311,7 +1307,7 @@ impl Handler<Admit> for LiteRoot {
         if self.admissible(slot, msg.offset) {
             MessageResult(Admission::Go)
         } else {
-            self.throttle(msg.slot);
+            self.throttled.insert(msg.slot);
             MessageResult(Admission::Wait(FLOW_CONTROL_DELAY))
         }
     }
@@ -1341,7 +1337,7 @@ impl Handler<Deliver> for LiteRoot {
         if msg.status == PullStatus::OffsetIllegal {
             // Out of range, or reset on the broker (server-side reset): continue from where
             // the broker says, as the consumed position too.
-            tracing::info!(queue = %msg.queue, offset = msg.next_offset, "offset moved by the broker; adopting it");
+            tracing::info!(queue = %slot.queue, offset = msg.next_offset, "offset moved by the broker; adopting it");
             self.reposition_slot(msg.slot, msg.next_offset);
             return;
         }
@@ -1480,44 +1476,35 @@ impl LiteRoot {
         Admission::Go
     }
 
-    /// Puts the queue among those waiting for room.
-    fn throttle(&mut self, id: SlotId) {
-        self.throttled.insert(id);
-    }
-
     /// Wakes `id` if it is throttled and flow control would admit it now.
     fn wake_one(&mut self, id: SlotId) {
         self.fold_marks();
-        let Some(slot) = self.queues.at(id) else {
+        if self.wake_if_admissible(id) {
             self.throttled.remove(&id);
-            return;
-        };
-        if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
-            return;
         }
-        slot.actor.do_send(Wake {
-            admitted: Some(slot.epoch),
-        });
-        self.throttled.remove(&id);
     }
 
     /// Wakes the throttled queues that flow control would admit now.
     fn wake_admissible(&mut self) {
         self.fold_marks();
         let mut throttled = std::mem::take(&mut self.throttled);
-        throttled.retain(|&id| {
-            let Some(slot) = self.queues.at(id) else {
-                return false;
-            };
-            if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
-                return true;
-            }
-            slot.actor.do_send(Wake {
-                admitted: Some(slot.epoch),
-            });
-            false
-        });
+        throttled.retain(|&id| !self.wake_if_admissible(id));
         self.throttled = throttled;
+    }
+
+    /// Tells a throttled queue to pull, already admitted, if flow control lets it now. Returns
+    /// whether it no longer waits (woken, or gone).
+    fn wake_if_admissible(&self, id: SlotId) -> bool {
+        let Some(slot) = self.queues.at(id) else {
+            return true;
+        };
+        if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
+            return false;
+        }
+        slot.actor.do_send(Wake {
+            admitted: Some(slot.epoch),
+        });
+        true
     }
 
     /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
@@ -1785,7 +1772,6 @@ impl Handler<Step> for LiteQueue {
                         let broker_id = result.suggest_broker_id;
                         let deliver = Deliver {
                             slot,
-                            queue: request.queue.clone(),
                             epoch,
                             status: result.status,
                             from_offset: request.offset,

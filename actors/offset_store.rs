@@ -160,8 +160,8 @@ impl OffsetStore {
         })
     }
 
-    /// Persists `only` that queue (confirmed), or every queue: confirmed when `sync`, else
-    /// one-way (the periodic persist, which for a group member skips queues it does not own).
+    /// Persists `only` that queue, or every queue: confirmed when `sync`, else one-way (the
+    /// periodic persist, which for a group member skips queues it does not own).
     fn persist_future(
         &mut self,
         only: Option<&MessageQueue>,
@@ -190,7 +190,6 @@ impl OffsetStore {
             .iter()
             .map(|(mq, offset)| (mq.clone(), offset))
             .collect();
-        let sync = sync || only.is_some();
         async move {
             match backend {
                 OffsetBackend::Remote => persist_remote(&client, &group, &entries, sync).await,
