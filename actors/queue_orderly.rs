@@ -11,8 +11,8 @@ use actix::prelude::*;
 use crate::actors::consumer::{now_ms, ConsumerShared};
 use crate::actors::listener::OrderlyOutcome;
 use crate::actors::offset_store::LoadOffset;
-use crate::actors::queue::{Mode, QueueActor};
-use crate::consumer::key_order::ordering_key;
+use crate::actors::queue::QueueActor;
+use crate::consumer::queue_core::Mode;
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, BatchStep, OrderlyNext, OrderlyStep};
@@ -41,23 +41,23 @@ pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) 
 impl QueueActor {
     fn set_locked(&mut self, locked: bool, now: i64) {
         let was_held = self.lock_held(now);
-        self.lock.locked = locked;
+        self.core.lock.locked = locked;
         if locked {
-            self.lock.last_lock_ms = Some(now);
+            self.core.lock.last_lock_ms = Some(now);
         }
-        if let Mode::Orderly { pq, .. } = &mut self.mode {
+        if let Mode::Orderly { pq, .. } = &mut self.core.mode {
             pq.set_locked(locked, now);
         }
-        if locked && !was_held && self.next_offset.is_some() {
+        if locked && !was_held && self.core.next_offset.is_some() {
             // Another client may have consumed while we did not hold the lock.
-            self.offset_fixed = false;
+            self.core.offset_fixed = false;
         }
     }
 
     /// Locks the new queue, then computes its start offset and starts pulling; retries every
     /// `pull_delay_on_error` while another client holds the lock.
     pub(crate) fn lock_then_start(&mut self, ctx: &mut Context<Self>) {
-        if self.dropping {
+        if self.core.dropping {
             return;
         }
         let shared = self.shared.clone();
@@ -84,7 +84,7 @@ impl QueueActor {
     /// Renews the lock (every `lock_interval`); a refused renewal stops consumption until a
     /// later renewal succeeds.
     pub(crate) fn renew_lock(&mut self, ctx: &mut Context<Self>) {
-        if self.dropping || self.next_offset.is_none() {
+        if self.core.dropping || self.core.next_offset.is_none() {
             return;
         }
         let shared = self.shared.clone();
@@ -132,64 +132,49 @@ impl QueueActor {
             .into_actor(self)
             .map(|stored, act, ctx| match stored {
                 Ok(StoredOffset::Found(stored)) => {
-                    let ours = act.committed.unwrap_or(stored);
+                    let ours = act.core.committed.unwrap_or(stored);
                     let offset = stored.max(ours);
-                    if act.next_offset != Some(offset) {
-                        act.discard_cache();
-                        act.next_offset = Some(offset);
+                    if act.core.next_offset != Some(offset) {
+                        act.core.discard_cache();
+                        act.core.next_offset = Some(offset);
                     }
-                    act.offset_fixed = true;
+                    act.core.offset_fixed = true;
                     act.pull(ctx);
                 }
                 Ok(StoredOffset::NotFound) => {
-                    act.offset_fixed = true;
+                    act.core.offset_fixed = true;
                     act.pull(ctx);
                 }
                 _ => {
                     let retry = act.shared.config.pull_delay_on_error;
-                    act.schedule_pull(retry, ctx);
+                    let mut out = Vec::new();
+                    act.core.schedule_pull(retry, &mut out);
+                    act.execute(out, ctx);
                 }
             }),
         );
     }
 
     pub(crate) fn snapshot(&self) -> ProcessQueueSnapshot {
-        let commit = self.committed.unwrap_or(-1);
-        let mut snapshot = match &self.mode {
-            crate::actors::queue::Mode::Concurrent { pq, .. } => pq.snapshot(commit),
-            crate::actors::queue::Mode::Orderly { pq, .. } => pq.snapshot(commit),
-            crate::actors::queue::Mode::KeyOrdered { queue } => {
+        let commit = self.core.committed.unwrap_or(-1);
+        let mut snapshot = match &self.core.mode {
+            Mode::Concurrent { pq, .. } => pq.snapshot(commit),
+            Mode::Orderly { pq, .. } => pq.snapshot(commit),
+            Mode::KeyOrdered { queue } => {
                 let stats = queue.cache_stats();
                 ProcessQueueSnapshot {
                     commit_offset: commit,
                     cached_msg_count: stats.count as i64,
                     cached_msg_size_in_mib: (stats.body_bytes / (1024 * 1024)) as i64,
-                    last_pull_timestamp: self.last_pull_ms,
+                    last_pull_timestamp: self.core.last_pull_ms,
                     ..Default::default()
                 }
             }
         };
-        snapshot.locked = self.lock.locked;
-        snapshot.last_lock_timestamp = self.lock.last_lock_ms.unwrap_or(0);
-        snapshot.dropped = self.dropping;
+        snapshot.locked = self.core.lock.locked;
+        snapshot.last_lock_timestamp = self.core.lock.last_lock_ms.unwrap_or(0);
+        snapshot.dropped = self.core.dropping;
         snapshot
-    }
-
-    /// Caches pulled messages of an orderly or key-ordered queue and consumes if it may.
-    pub(crate) fn deliver_ordered(&mut self, messages: Vec<MessageExt>, ctx: &mut Context<Self>) {
-        match &mut self.mode {
-            Mode::Orderly { pq, .. } => {
-                pq.put_messages(messages);
-            }
-            Mode::KeyOrdered { queue } => {
-                for message in messages {
-                    let key = ordering_key(&message).map(str::to_owned);
-                    queue.push(message, key.as_deref());
-                }
-            }
-            Mode::Concurrent { .. } => return,
-        }
-        self.consume_ordered(ctx);
     }
 
     fn schedule_consume(&mut self, delay: Duration, ctx: &mut Context<Self>) {
@@ -209,7 +194,7 @@ impl QueueActor {
         if self.consume_scheduled {
             return;
         }
-        match &self.mode {
+        match &self.core.mode {
             Mode::Orderly { .. } => self.consume_orderly_batch(ctx),
             Mode::KeyOrdered { .. } => self.consume_ready_keys(ctx),
             Mode::Concurrent { .. } => {}
@@ -219,7 +204,7 @@ impl QueueActor {
     fn consume_orderly_batch(&mut self, ctx: &mut Context<Self>) {
         let now = now_ms();
         let config = &self.shared.config;
-        let Mode::Orderly { pq, state } = &mut self.mode else {
+        let Mode::Orderly { pq, state } = &mut self.core.mode else {
             return;
         };
         match state.next_batch(pq, config, now) {
@@ -239,16 +224,16 @@ impl QueueActor {
     }
 
     fn run_orderly(&mut self, batch: Arc<[MessageExt]>, ctx: &mut Context<Self>) {
-        self.unsettled += 1;
-        let epoch = self.epoch;
+        self.core.unsettled += 1;
+        let epoch = self.core.epoch;
         let context = OrderlyContext::new(self.queue.clone(), &self.shared.config);
         let consumed = self
             .shared
             .dispatcher
             .consume_orderly(batch.clone(), context);
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
-            if epoch == act.epoch {
-                match &act.mode {
+            if epoch == act.core.epoch {
+                match &act.core.mode {
                     Mode::Orderly { .. } => act.on_orderly_batch(&batch, outcome, ctx),
                     Mode::KeyOrdered { .. } => act.on_key_message(&batch, outcome, ctx),
                     Mode::Concurrent { .. } => {}
@@ -266,7 +251,7 @@ impl QueueActor {
     ) {
         let now = now_ms();
         let config = &self.shared.config;
-        let Mode::Orderly { pq, state } = &mut self.mode else {
+        let Mode::Orderly { pq, state } = &mut self.core.mode else {
             return;
         };
         let ok = matches!(
@@ -293,9 +278,9 @@ impl QueueActor {
             OrderlyNext::Yield => self.schedule_consume(Duration::ZERO, ctx),
             OrderlyNext::SuspendFor(delay) => self.schedule_consume(delay, ctx),
             OrderlyNext::SendToDeadLetter(letters) => {
-                self.unsettled += 1;
+                self.core.unsettled += 1;
                 let shared = self.shared.clone();
-                let epoch = self.epoch;
+                let epoch = self.core.epoch;
                 let send = async move {
                     let mut sent = Vec::new();
                     for letter in letters {
@@ -314,10 +299,10 @@ impl QueueActor {
                     sent
                 };
                 ctx.spawn(send.into_actor(self).map(move |sent, act, ctx| {
-                    if epoch == act.epoch {
+                    if epoch == act.core.epoch {
                         let now = now_ms();
                         let config = &act.shared.config;
-                        if let Mode::Orderly { pq, state } = &mut act.mode {
+                        if let Mode::Orderly { pq, state } = &mut act.core.mode {
                             let step = state.on_dead_letter_result(pq, &sent, config, now);
                             act.shared.stats.record_sent_back(sent.len());
                             act.apply_orderly_step(step, ctx);
@@ -332,13 +317,13 @@ impl QueueActor {
     }
 
     fn resume_pull_if_idle(&mut self, ctx: &mut Context<Self>) {
-        if !self.dropping {
+        if !self.core.dropping {
             self.pull(ctx);
         }
     }
 
     fn consume_ready_keys(&mut self, ctx: &mut Context<Self>) {
-        if self.dropping {
+        if self.core.dropping {
             return;
         }
         let now = now_ms();
@@ -348,7 +333,7 @@ impl QueueActor {
             return;
         }
         let limit = self.shared.config.effective_consume_concurrency() as usize;
-        let Mode::KeyOrdered { queue } = &mut self.mode else {
+        let Mode::KeyOrdered { queue } = &mut self.core.mode else {
             return;
         };
         let room = limit.saturating_sub(queue.in_flight_count());
@@ -392,7 +377,7 @@ impl QueueActor {
             .stats
             .record_consumed(usize::from(ok), usize::from(!ok), outcome.elapsed);
         let max = self.shared.config.effective_max_reconsume_times();
-        let Mode::KeyOrdered { queue } = &mut self.mode else {
+        let Mode::KeyOrdered { queue } = &mut self.core.mode else {
             return;
         };
         if ok {
@@ -401,17 +386,17 @@ impl QueueActor {
             .is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
         {
             // At the maximum: to the dead-letter queue, then the key moves on.
-            self.unsettled += 1;
+            self.core.unsettled += 1;
             let shared = self.shared.clone();
             let letter = dead_letter_message(message, message.reconsume_times, &shared.config);
-            let epoch = self.epoch;
+            let epoch = self.core.epoch;
             let suspend = outcome.context.effective_suspend_time();
             ctx.spawn(
                 async move { shared.retry_producer.send(letter).await.is_ok() }
                     .into_actor(self)
                     .map(move |sent, act, ctx| {
-                        if epoch == act.epoch {
-                            if let Mode::KeyOrdered { queue } = &mut act.mode {
+                        if epoch == act.core.epoch {
+                            if let Mode::KeyOrdered { queue } = &mut act.core.mode {
                                 if sent {
                                     queue.complete(offset, true);
                                     act.shared.stats.record_sent_back(1);
@@ -433,7 +418,7 @@ impl QueueActor {
     }
 
     fn after_key_change(&mut self, ctx: &mut Context<Self>) {
-        if let Mode::KeyOrdered { queue } = &self.mode {
+        if let Mode::KeyOrdered { queue } = &self.core.mode {
             if let Some(offset) = queue.committed_offset() {
                 self.commit(offset, ctx);
             }

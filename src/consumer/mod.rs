@@ -35,6 +35,8 @@ pub(crate) mod offset;
 pub(crate) mod orderly;
 #[allow(dead_code)]
 pub(crate) mod process_queue;
+// The queue's pull loop and concurrent consumption as a state machine.
+pub(crate) mod queue_core;
 pub mod pull_config;
 #[allow(dead_code)]
 pub(crate) mod retry;

@@ -1,0 +1,1076 @@
+//! The queue's decisions as a sans-I/O state machine: the pull loop of every consume mode, and
+//! the whole of concurrent consumption (what is cached, what goes to the listener, what is
+//! retried, which offset is committed, when a dropped queue is finished).
+//!
+//! The queue actor (`actors/queue.rs`) and the simulator (`crate::sim`) both drive it: they
+//! feed it events with the current time and carry out the [`QueueAction`]s it returns. It
+//! owns the queue's state — the cache, the next pull offset, the committed offset, the broker
+//! lock, the epoch that makes stale answers harmless — so nothing about one queue is kept twice.
+//!
+//! ```ignore
+//! let mut core = QueueCore::new(Mode::concurrent(0), 0);
+//! let mut out = Vec::new();
+//! core.on_start_offset(Ok(5), &cfg, &env, 0, &mut out);
+//! assert!(matches!(out[..], [QueueAction::Commit(5), QueueAction::Pull(PullOrder { offset: 5, .. })]));
+//! ```
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::consumer::config::PushConsumerConfig;
+use crate::consumer::flow::{
+    decide_pull, on_pull_result, pull_error_delay, pull_request_flags, DelayReason, NextPull,
+    OffsetUpdate, PullDecision, PullGate, PullResult, QueueThresholds, PAUSED_DELAY,
+};
+use crate::consumer::key_order::KeyOrderedQueue;
+use crate::consumer::lock::{needs_broker_lock, LockState};
+use crate::consumer::orderly::OrderlyQueueState;
+use crate::consumer::process_queue::{CacheStats, CachedMessage, ProcessQueue};
+use crate::consumer::retry::{
+    self, failed_range, CONSUME_TIMEOUT_DELAY_LEVEL, LOCAL_RECONSUME_DELAY,
+};
+use crate::error::Error;
+use crate::message::MessageExt;
+use crate::rpc::PullResult as PullResponse;
+
+/// What the concurrent cache keeps per message: what flow control and offsets need, and where
+/// the message itself is — in the pull it came with (shared with its listener calls), for
+/// consume-timeout send-backs.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedEntry {
+    offset: i64,
+    body_len: usize,
+    batch: Arc<Vec<MessageExt>>,
+    index: usize,
+}
+
+impl CachedEntry {
+    fn message(&self) -> Option<&MessageExt> {
+        self.batch.get(self.index)
+    }
+}
+
+impl CachedMessage for CachedEntry {
+    fn queue_offset(&self) -> i64 {
+        self.offset
+    }
+
+    fn body_len(&self) -> usize {
+        self.body_len
+    }
+}
+
+/// How the queue's messages are consumed; each mode keeps the cache it needs.
+pub(crate) enum Mode {
+    /// Every batch goes to the listener at once; the cache keeps offsets and sizes only.
+    Concurrent {
+        /// Unfinished messages: offsets, body sizes and where each message is.
+        pq: ProcessQueue<CachedEntry>,
+        /// Offsets already sent back because their consumption timed out.
+        timed_out: HashSet<i64>,
+    },
+    /// One batch at a time, in offset order.
+    Orderly {
+        /// The cached messages.
+        pq: ProcessQueue<MessageExt>,
+        /// Batch in flight, reconsume counts, dead-lettering, run time.
+        state: OrderlyQueueState,
+    },
+    /// Strictly ordered per key, concurrent across keys.
+    KeyOrdered {
+        /// The cached messages, chained per key.
+        queue: KeyOrderedQueue<MessageExt>,
+    },
+}
+
+impl Mode {
+    /// The mode `cfg` asks for, with an empty cache.
+    pub(crate) fn for_config(cfg: &PushConsumerConfig, now_ms: i64) -> Self {
+        if cfg.is_key_ordered() {
+            Mode::KeyOrdered {
+                queue: KeyOrderedQueue::new(),
+            }
+        } else if cfg.is_orderly() {
+            Mode::Orderly {
+                pq: ProcessQueue::new(now_ms),
+                state: OrderlyQueueState::new(),
+            }
+        } else {
+            Mode::Concurrent {
+                pq: ProcessQueue::new(now_ms),
+                timed_out: HashSet::new(),
+            }
+        }
+    }
+}
+
+/// What the queue needs to know of its consumer when it decides to pull.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueEnv {
+    /// The consumer is started and not shutting down.
+    pub running: bool,
+    /// The user suspended the consumer.
+    pub paused: bool,
+    /// Per-queue cache limits (topic-level limits divided over the owned queues).
+    pub thresholds: QueueThresholds,
+    /// The consumer subscribes to the queue's topic.
+    pub has_subscription: bool,
+}
+
+/// A pull the executor must send: the variable parts of the PULL_MESSAGE request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PullOrder {
+    /// Offset to pull from.
+    pub offset: i64,
+    /// Committed offset piggybacked on the pull (Java's commitOffset flag).
+    pub commit_offset: Option<i64>,
+    /// Send the subscription expression along (Java's subscription flag).
+    pub send_subscription: bool,
+    /// How long the broker may hold the pull.
+    pub suspend: Duration,
+    /// Request timeout (longer than `suspend`).
+    pub timeout: Duration,
+    /// Broker id to pull from (what the last answer suggested).
+    pub broker_id: i64,
+    /// Answer with this epoch (see [`QueueCore::on_pull_answer`]).
+    pub epoch: u64,
+}
+
+/// Something worth a log line; the core decides, the executor writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QueueNote {
+    /// The broker answered offsets below the request.
+    Suspicious {
+        /// Requested offset.
+        requested: i64,
+        /// `nextBeginOffset` of the answer.
+        next: i64,
+    },
+    /// The broker moved the offset (out of range, or reset server-side); the cache was dropped.
+    OffsetMoved {
+        /// Requested offset.
+        requested: i64,
+        /// Adopted offset.
+        offset: i64,
+    },
+    /// Broadcasting has no retry topic: these failed messages are only logged.
+    BroadcastFailuresDropped(Vec<i64>),
+    /// Send-back failed; the messages are consumed again locally after 5 s.
+    SendBackFailed(usize),
+    /// Consumption of these messages timed out; they are being sent back.
+    ConsumeTimedOut(usize),
+    /// A pull failed.
+    PullFailed {
+        /// Why.
+        error: String,
+        /// Delay before the next pull.
+        reason: DelayReason,
+    },
+    /// The start offset could not be computed (retried after `pull_delay_on_error`).
+    StartOffsetFailed(String),
+}
+
+/// What the executor must do after a core call.
+#[derive(Debug, Clone)]
+pub(crate) enum QueueAction {
+    /// Compute the start offset (stored offset + `consume_from_where`), after the delay, and
+    /// report it with [`QueueCore::on_start_offset`].
+    LoadStartOffset(Duration),
+    /// Send a pull now; answer with [`QueueCore::on_pull_answer`].
+    Pull(PullOrder),
+    /// Call [`QueueCore::on_pull_timer`] after the delay.
+    PullAfter(Duration),
+    /// Orderly and key-ordered: messages were cached; run what may run now.
+    ConsumeOrdered,
+    /// Orderly: re-read the stored offset (the lock was regained); answer with
+    /// [`QueueCore::on_recomputed_offset`].
+    RecomputeOffset,
+    /// Concurrent: call the listener with `messages[range]`; answer with
+    /// [`QueueCore::on_consumed`]. Every call of one pull shares `messages`.
+    Consume {
+        /// The messages of one pull.
+        messages: Arc<Vec<MessageExt>>,
+        /// This call's part of them.
+        range: Range<usize>,
+        /// Epoch to answer with.
+        epoch: u64,
+    },
+    /// Send these messages back for redelivery; answer with [`QueueCore::on_sent_back`].
+    SendBack {
+        /// Messages to send back.
+        messages: Vec<MessageExt>,
+        /// Delay level asked for (0 = by reconsume count).
+        delay_level: i32,
+        /// Epoch to answer with.
+        epoch: u64,
+    },
+    /// Call [`QueueCore::on_reconsume_timer`] with the messages after the delay.
+    ReconsumeAfter {
+        /// Messages to consume again.
+        messages: Vec<MessageExt>,
+        /// Delay.
+        delay: Duration,
+        /// Epoch to answer with.
+        epoch: u64,
+    },
+    /// The committed offset rose: tell the offset store (increase-only).
+    Commit(i64),
+    /// The broker moved the offset: set it in the offset store whatever it was.
+    AdoptOffset(i64),
+    /// The dropped queue has settled: persist `committed`, remove the queue from the offset
+    /// store, release the broker lock if `unlock`, then stop.
+    Finish {
+        /// The committed offset to persist.
+        committed: Option<i64>,
+        /// The queue holds its broker lock.
+        unlock: bool,
+    },
+    /// Worth a log line.
+    Note(QueueNote),
+}
+
+/// Outcome of one concurrent listener call, as the core needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallOutcome {
+    /// The listener returned success.
+    pub success: bool,
+    /// With success, messages `0..=ack_index` succeeded and the rest failed.
+    pub ack_index: Option<usize>,
+    /// Delay level the listener asked for its failures (0 = by reconsume count).
+    pub delay_level: i32,
+}
+
+/// One owned queue's state and decisions.
+pub(crate) struct QueueCore {
+    /// The cache of the consume mode.
+    pub(crate) mode: Mode,
+    /// The broker lock (orderly clustering only).
+    pub(crate) lock: LockState,
+    /// Orderly: the offset was re-read from the broker since the lock was (re)gained.
+    pub(crate) offset_fixed: bool,
+    /// Offset of the next pull; `None` until the start offset is known.
+    pub(crate) next_offset: Option<i64>,
+    /// The committed offset: the smallest unfinished message, or where consumption stands.
+    pub(crate) committed: Option<i64>,
+    /// Bumped whenever the cache is thrown away, so answers to older pulls and consume
+    /// outcomes of older messages are ignored.
+    pub(crate) epoch: u64,
+    /// Listener calls and send-backs not yet settled.
+    pub(crate) unsettled: usize,
+    /// The queue is being dropped.
+    pub(crate) dropping: bool,
+    /// The broker id the last pull answer suggested (0 = master).
+    pub(crate) pull_from_broker_id: i64,
+    /// When the last pull was sent.
+    pub(crate) last_pull_ms: i64,
+    pull_in_flight: bool,
+    pull_scheduled: bool,
+    last_activity_ms: i64,
+    finished: bool,
+}
+
+impl QueueCore {
+    /// A queue that has not yet looked up its start offset.
+    pub(crate) fn new(mode: Mode, now_ms: i64) -> Self {
+        QueueCore {
+            mode,
+            lock: LockState::default(),
+            offset_fixed: true,
+            next_offset: None,
+            committed: None,
+            epoch: 0,
+            unsettled: 0,
+            dropping: false,
+            pull_from_broker_id: 0,
+            last_pull_ms: now_ms,
+            pull_in_flight: false,
+            pull_scheduled: false,
+            last_activity_ms: now_ms,
+            finished: false,
+        }
+    }
+
+    /// The cache's size.
+    pub(crate) fn cache_stats(&self) -> CacheStats {
+        match &self.mode {
+            Mode::Concurrent { pq, .. } => pq.cache_stats(),
+            Mode::Orderly { pq, .. } => pq.cache_stats(),
+            Mode::KeyOrdered { queue } => queue.cache_stats(),
+        }
+    }
+
+    /// Whether the pull loop showed no activity for `pull_max_idle_time` (the rebalancer
+    /// restarts such a queue).
+    pub(crate) fn is_stalled(&self, cfg: &PushConsumerConfig, now_ms: i64) -> bool {
+        let idle = Duration::from_millis(now_ms.saturating_sub(self.last_activity_ms).max(0) as u64);
+        self.next_offset.is_some() && !self.pull_in_flight && idle > cfg.pull_max_idle_time
+    }
+
+    /// Whether the queue holds a valid broker lock (or needs none).
+    pub(crate) fn may_consume(&self, cfg: &PushConsumerConfig, now_ms: i64) -> bool {
+        !needs_broker_lock(cfg) || self.lock.is_held(now_ms, cfg.lock_max_live_time)
+    }
+
+    /// The start offset was computed (`Ok`), or could not be (`Err`, retried later).
+    pub(crate) fn on_start_offset(
+        &mut self,
+        result: Result<i64, String>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        match result {
+            Ok(offset) if offset >= 0 => {
+                self.next_offset = Some(offset);
+                self.offset_fixed = true;
+                // Record the start so a restart resumes here even if nothing is consumed.
+                self.commit(offset, out);
+                self.pull(cfg, env, now_ms, out);
+            }
+            Ok(offset) => {
+                out.push(QueueAction::Note(QueueNote::StartOffsetFailed(format!(
+                    "negative start offset {offset}"
+                ))));
+                out.push(QueueAction::LoadStartOffset(cfg.pull_delay_on_error));
+            }
+            Err(e) => {
+                out.push(QueueAction::Note(QueueNote::StartOffsetFailed(e)));
+                out.push(QueueAction::LoadStartOffset(cfg.pull_delay_on_error));
+            }
+        }
+    }
+
+    /// Pulls after `delay` (unless a pull is out or already scheduled).
+    pub(crate) fn schedule_pull(&mut self, delay: Duration, out: &mut Vec<QueueAction>) {
+        if self.pull_scheduled || self.pull_in_flight {
+            return;
+        }
+        self.pull_scheduled = true;
+        out.push(QueueAction::PullAfter(delay));
+    }
+
+    /// The delay of a [`QueueAction::PullAfter`] ended.
+    pub(crate) fn on_pull_timer(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        self.pull_scheduled = false;
+        self.pull(cfg, env, now_ms, out);
+    }
+
+    /// Pulls if flow control allows, or schedules the next try.
+    pub(crate) fn pull(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let Some(offset) = self.next_offset else {
+            return;
+        };
+        if self.pull_in_flight {
+            return;
+        }
+        self.last_activity_ms = now_ms;
+        let gate = PullGate {
+            dropped: self.dropping,
+            running: env.running,
+            paused: env.paused,
+            cache: self.cache_stats(),
+            locked: self.may_consume(cfg, now_ms),
+            offset_fixed_since_lock: self.offset_fixed,
+            has_subscription: env.has_subscription,
+        };
+        match decide_pull(cfg, &env.thresholds, &gate) {
+            PullDecision::Stop => return,
+            PullDecision::Delay(delay, _) => {
+                self.schedule_pull(delay, out);
+                return;
+            }
+            PullDecision::RecomputeOffset => {
+                out.push(QueueAction::RecomputeOffset);
+                return;
+            }
+            PullDecision::PullNow => {}
+        }
+        self.last_pull_ms = now_ms;
+        match &mut self.mode {
+            Mode::Concurrent { pq, .. } => pq.record_pull(now_ms),
+            Mode::Orderly { pq, .. } => pq.record_pull(now_ms),
+            Mode::KeyOrdered { .. } => {}
+        }
+        let flags = pull_request_flags(cfg, self.committed);
+        self.pull_in_flight = true;
+        out.push(QueueAction::Pull(PullOrder {
+            offset,
+            // The flags piggyback only an offset above 0 (0 means "none").
+            commit_offset: (flags.commit_offset > 0).then_some(flags.commit_offset),
+            send_subscription: flags.send_subscription,
+            suspend: flags.suspend_timeout,
+            timeout: flags.request_timeout,
+            broker_id: self.pull_from_broker_id,
+            epoch: self.epoch,
+        }));
+    }
+
+    /// The answer to a [`QueueAction::Pull`] (or why there is none). `retry_group` is the
+    /// group when the queue is one of its retry topic (messages get their original topic back).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_pull_answer(
+        &mut self,
+        order: &PullOrder,
+        answer: Result<PullResponse, Error>,
+        retry_group: Option<&str>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        self.pull_in_flight = false;
+        if order.epoch != self.epoch {
+            // The cache was reset while this pull was out: its answer is stale.
+            self.pull(cfg, env, now_ms, out);
+            return;
+        }
+        self.last_activity_ms = now_ms;
+        if self.dropping {
+            return;
+        }
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) => {
+                let (delay, reason) = pull_error_delay(cfg, e.response_code());
+                out.push(QueueAction::Note(QueueNote::PullFailed {
+                    error: e.to_string(),
+                    reason,
+                }));
+                self.schedule_pull(delay, out);
+                return;
+            }
+        };
+        self.pull_from_broker_id = response.suggest_broker_id;
+        if env.paused && !response.messages.is_empty() {
+            // Suspended while this pull was held by the broker: fetch them again after resume.
+            self.schedule_pull(PAUSED_DELAY, out);
+            return;
+        }
+        let requested = order.offset;
+        let result = PullResult {
+            status: response.status,
+            requested_offset: requested,
+            next_begin_offset: response.next_begin_offset,
+            delivered: response.messages.len(),
+            first_delivered_offset: response.messages.first().map(|m| m.queue_offset),
+            cache_empty: self.cache_stats().count == 0,
+        };
+        let outcome = on_pull_result(cfg, &result);
+        if outcome.suspicious {
+            out.push(QueueAction::Note(QueueNote::Suspicious {
+                requested,
+                next: response.next_begin_offset,
+            }));
+        }
+        self.next_offset = Some(outcome.next_offset);
+        match outcome.offset_update {
+            Some(OffsetUpdate::IncreaseOnly(offset)) => self.commit(offset, out),
+            Some(OffsetUpdate::FreezeAndPersist(offset)) => {
+                // Adopt it, drop the cache, commit at once. Outcomes of the dropped messages
+                // are ignored.
+                out.push(QueueAction::Note(QueueNote::OffsetMoved { requested, offset }));
+                self.discard_cache();
+                self.committed = Some(offset);
+                out.push(QueueAction::AdoptOffset(offset));
+            }
+            None => {}
+        }
+        if outcome.deliver {
+            self.deliver(response.messages, retry_group, cfg, now_ms, out);
+        }
+        match outcome.next_pull {
+            NextPull::Immediately => self.pull(cfg, env, now_ms, out),
+            NextPull::After(delay) => self.schedule_pull(delay, out),
+            // OFFSET_ILLEGAL: this runtime keeps the queue and continues from the adopted
+            // offset rather than dropping and re-adding it.
+            NextPull::Stop => self.pull(cfg, env, now_ms, out),
+        }
+    }
+
+    /// Throws the cache away; answers and outcomes of the old epoch are ignored from now on.
+    pub(crate) fn discard_cache(&mut self) {
+        self.epoch += 1;
+        match &mut self.mode {
+            Mode::Concurrent { pq, timed_out } => {
+                pq.clear();
+                timed_out.clear();
+            }
+            Mode::Orderly { pq, state } => {
+                pq.clear();
+                state.clear();
+            }
+            Mode::KeyOrdered { queue } => queue.clear(),
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        mut messages: Vec<MessageExt>,
+        retry_group: Option<&str>,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if let Some(group) = retry_group {
+            for message in &mut messages {
+                retry::restore_original_topic(message, group);
+            }
+        }
+        match &mut self.mode {
+            Mode::Concurrent { pq, .. } => {
+                let batch = Arc::new(messages);
+                pq.put_messages(batch.iter().enumerate().map(|(index, m)| CachedEntry {
+                    offset: m.queue_offset,
+                    body_len: m.body().len(),
+                    batch: batch.clone(),
+                    index,
+                }));
+                let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
+                self.dispatch(batch, batch_size, now_ms, out);
+            }
+            Mode::Orderly { pq, .. } => {
+                pq.put_messages(messages);
+                out.push(QueueAction::ConsumeOrdered);
+            }
+            Mode::KeyOrdered { queue } => {
+                for message in messages {
+                    let key = crate::consumer::key_order::ordering_key(&message).map(str::to_owned);
+                    queue.push(message, key.as_deref());
+                }
+                out.push(QueueAction::ConsumeOrdered);
+            }
+        }
+    }
+
+    /// Hands `messages` to the listener in calls of at most `batch_size`.
+    fn dispatch(
+        &mut self,
+        messages: Arc<Vec<MessageExt>>,
+        batch_size: usize,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let Mode::Concurrent { pq, .. } = &mut self.mode else {
+            return;
+        };
+        pq.mark_offsets_consume_started(messages.iter().map(|m| m.queue_offset), now_ms);
+        let mut start = 0;
+        while start < messages.len() {
+            let end = start.saturating_add(batch_size.max(1)).min(messages.len());
+            self.unsettled += 1;
+            out.push(QueueAction::Consume {
+                messages: messages.clone(),
+                range: start..end,
+                epoch: self.epoch,
+            });
+            start = end;
+        }
+    }
+
+    /// A concurrent listener call for `batch` (of `epoch`) ended.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_consumed(
+        &mut self,
+        batch: &[MessageExt],
+        epoch: u64,
+        outcome: CallOutcome,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if epoch == self.epoch {
+            self.settle_call(batch, outcome, cfg, env, now_ms, out);
+        }
+        self.settle(out);
+    }
+
+    fn settle_call(
+        &mut self,
+        batch: &[MessageExt],
+        outcome: CallOutcome,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let failed = failed_range(outcome.success, outcome.ack_index, batch.len());
+        // Messages whose consumption timed out were already sent back: their (late) outcome
+        // neither retries nor commits them again.
+        let mut timed_out_here = Vec::new();
+        if let Mode::Concurrent { timed_out, .. } = &mut self.mode {
+            if !timed_out.is_empty() {
+                for m in batch {
+                    if timed_out.remove(&m.queue_offset) {
+                        timed_out_here.push(m.queue_offset);
+                    }
+                }
+            }
+        }
+        let retries: Vec<MessageExt> = batch
+            .get(failed.clone())
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| !timed_out_here.contains(&m.queue_offset))
+            .cloned()
+            .collect();
+        let broadcast_failures = !retries.is_empty() && !cfg.is_clustering();
+        if broadcast_failures {
+            out.push(QueueAction::Note(QueueNote::BroadcastFailuresDropped(
+                retries.iter().map(|m| m.queue_offset).collect(),
+            )));
+        } else if !retries.is_empty() {
+            self.unsettled += 1;
+            out.push(QueueAction::SendBack {
+                messages: retries,
+                delay_level: outcome.delay_level,
+                epoch: self.epoch,
+            });
+        }
+        let done = batch
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| broadcast_failures || !failed.contains(i))
+            .map(|(_, m)| m.queue_offset)
+            .filter(|offset| !timed_out_here.contains(offset));
+        self.remove_done(done, cfg, env, now_ms, out);
+    }
+
+    /// Send-backs of `epoch` ended: `true` for each message the broker (or the retry-topic
+    /// fallback) took. Those not taken stay cached and are consumed again after 5 s.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_sent_back(
+        &mut self,
+        results: Vec<(MessageExt, bool)>,
+        epoch: u64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if epoch == self.epoch {
+            let (sent, kept): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, ok)| *ok);
+            self.remove_done(sent.iter().map(|(m, _)| m.queue_offset), cfg, env, now_ms, out);
+            if !kept.is_empty() && !self.dropping {
+                let again: Vec<MessageExt> = kept
+                    .into_iter()
+                    .map(|(mut m, _)| {
+                        m.reconsume_times += 1;
+                        m
+                    })
+                    .collect();
+                out.push(QueueAction::Note(QueueNote::SendBackFailed(again.len())));
+                self.unsettled += 1;
+                out.push(QueueAction::ReconsumeAfter {
+                    messages: again,
+                    delay: LOCAL_RECONSUME_DELAY,
+                    epoch,
+                });
+            }
+        }
+        self.settle(out);
+    }
+
+    /// The delay of a [`QueueAction::ReconsumeAfter`] ended.
+    pub(crate) fn on_reconsume_timer(
+        &mut self,
+        again: Vec<MessageExt>,
+        epoch: u64,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if epoch == self.epoch && !self.dropping {
+            let again = Arc::new(again);
+            // The cache now points at the copies with the new counts.
+            if let Mode::Concurrent { pq, .. } = &mut self.mode {
+                for (index, message) in again.iter().enumerate() {
+                    if let Some(entry) = pq.get_mut(message.queue_offset) {
+                        entry.batch = again.clone();
+                        entry.index = index;
+                    }
+                }
+            }
+            let whole = again.len();
+            self.dispatch(again, whole, now_ms, out);
+        }
+        self.settle(out);
+    }
+
+    fn remove_done(
+        &mut self,
+        offsets: impl IntoIterator<Item = i64>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let mut offsets = offsets.into_iter().peekable();
+        if offsets.peek().is_none() {
+            return;
+        }
+        // A timed-out offset stays in `timed_out` until its original call reports (see
+        // `settle_call`), so that call's outcome cannot send the message back a second time.
+        let Mode::Concurrent { pq, .. } = &mut self.mode else {
+            return;
+        };
+        if let Some(offset) = pq.remove_offsets(offsets, now_ms) {
+            self.commit(offset, out);
+        }
+        // Space in the cache may unblock a flow-controlled pull loop right away.
+        if !self.pull_in_flight && !self.pull_scheduled && !self.dropping {
+            self.pull(cfg, env, now_ms, out);
+        }
+    }
+
+    /// Raises the committed offset (never lowers it).
+    pub(crate) fn commit(&mut self, offset: i64, out: &mut Vec<QueueAction>) {
+        if self.committed.is_some_and(|c| c >= offset) {
+            return;
+        }
+        self.committed = Some(offset);
+        out.push(QueueAction::Commit(offset));
+    }
+
+    /// One listener call or send-back ended (in any epoch).
+    pub(crate) fn settle(&mut self, out: &mut Vec<QueueAction>) {
+        self.unsettled = self.unsettled.saturating_sub(1);
+        if self.dropping && self.unsettled == 0 {
+            self.finish(out);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<QueueAction>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        out.push(QueueAction::Finish {
+            committed: self.committed,
+            unlock: self.lock.locked,
+        });
+    }
+
+    /// Concurrent mode's consume timeout: messages whose listener call started longer than
+    /// `consume_timeout` ago are sent back (delay level 3) and stop pinning the offset. The
+    /// call itself keeps running; its outcome for them is ignored.
+    pub(crate) fn clean_expired(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if !cfg.is_clustering() || self.dropping {
+            return;
+        }
+        let Mode::Concurrent { pq, timed_out } = &mut self.mode else {
+            return;
+        };
+        let expired = pq.expired_messages(now_ms, cfg.consume_timeout, 16);
+        let expired: Vec<MessageExt> = expired
+            .into_iter()
+            .filter(|offset| !timed_out.contains(offset))
+            .filter_map(|offset| pq.get(offset)?.message().cloned())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        out.push(QueueAction::Note(QueueNote::ConsumeTimedOut(expired.len())));
+        for message in &expired {
+            timed_out.insert(message.queue_offset);
+        }
+        self.unsettled += 1;
+        out.push(QueueAction::SendBack {
+            messages: expired,
+            delay_level: CONSUME_TIMEOUT_DELAY_LEVEL,
+            epoch: self.epoch,
+        });
+    }
+
+    /// Stop consuming: no more pulls; [`QueueAction::Finish`] once the calls in flight have
+    /// settled (at once if none are). Returns whether calls are still in flight.
+    pub(crate) fn drop_queue(&mut self, out: &mut Vec<QueueAction>) -> bool {
+        self.dropping = true;
+        match &mut self.mode {
+            Mode::Concurrent { pq, .. } => pq.set_dropped(true),
+            Mode::Orderly { pq, .. } => pq.set_dropped(true),
+            Mode::KeyOrdered { .. } => {}
+        }
+        if self.unsettled == 0 {
+            self.finish(out);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// The drop's wait for calls in flight ran out (`shutdown_await`): finish anyway.
+    pub(crate) fn force_finish(&mut self, out: &mut Vec<QueueAction>) {
+        self.finish(out);
+    }
+
+    /// Moves the queue to `offset`, dropping the cache (RESET_CONSUMER_CLIENT_OFFSET). The
+    /// executor sets the offset in the store itself.
+    pub(crate) fn reset_offset(
+        &mut self,
+        offset: i64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        self.discard_cache();
+        self.next_offset = Some(offset);
+        self.committed = Some(offset);
+        // A pull held by the broker belongs to the old epoch; start over at once.
+        self.pull_in_flight = false;
+        self.pull(cfg, env, now_ms, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::config::ConsumeMode;
+    use crate::message::MessageQueue;
+    use crate::rpc::PullStatus;
+
+    fn cfg() -> PushConsumerConfig {
+        PushConsumerConfig::new("G")
+    }
+
+    fn env(cfg: &PushConsumerConfig) -> QueueEnv {
+        QueueEnv {
+            running: true,
+            paused: false,
+            thresholds: QueueThresholds::for_owned_queues(cfg, 1),
+            has_subscription: true,
+        }
+    }
+
+    fn message(offset: i64) -> MessageExt {
+        let mut m = MessageExt::from(crate::message::Message::new("T", &b"x"[..]));
+        m.queue_offset = offset;
+        m
+    }
+
+    fn found(offsets: Range<i64>) -> PullResponse {
+        PullResponse {
+            status: PullStatus::Found,
+            next_begin_offset: offsets.end,
+            min_offset: 0,
+            max_offset: offsets.end,
+            suggest_broker_id: 0,
+            messages: offsets.clone().map(message).collect(),
+            unfiltered: offsets.count(),
+        }
+    }
+
+    fn started(cfg: &PushConsumerConfig, at: i64) -> (QueueCore, PullOrder) {
+        let mut core = QueueCore::new(Mode::for_config(cfg, 0), 0);
+        let mut out = Vec::new();
+        core.on_start_offset(Ok(at), cfg, &env(cfg), 0, &mut out);
+        let order = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::Pull(order) => Some(*order),
+                _ => None,
+            })
+            .expect("a first pull");
+        (core, order)
+    }
+
+    fn consumes(out: &[QueueAction]) -> Vec<(Arc<Vec<MessageExt>>, Range<usize>, u64)> {
+        out.iter()
+            .filter_map(|a| match a {
+                QueueAction::Consume {
+                    messages,
+                    range,
+                    epoch,
+                } => Some((messages.clone(), range.clone(), *epoch)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn commits(out: &[QueueAction]) -> Vec<i64> {
+        out.iter()
+            .filter_map(|a| match a {
+                QueueAction::Commit(o) => Some(*o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const OK: CallOutcome = CallOutcome {
+        success: true,
+        ack_index: None,
+        delay_level: 0,
+    };
+    const FAILED: CallOutcome = CallOutcome {
+        success: false,
+        ack_index: None,
+        delay_level: 0,
+    };
+
+    #[test]
+    fn the_start_offset_is_committed_and_pulled_from() {
+        let cfg = cfg();
+        let (core, order) = started(&cfg, 7);
+        assert_eq!(order.offset, 7);
+        assert_eq!(core.committed, Some(7));
+    }
+
+    #[test]
+    fn the_committed_offset_is_the_smallest_unfinished_message() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        let calls = consumes(&out);
+        assert_eq!(calls.len(), 3, "one call per message by default");
+        let mut out = Vec::new();
+        // The last finishes first: nothing below it is done, so nothing is committed.
+        let (m, r, e) = &calls[2];
+        core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
+        assert!(commits(&out).is_empty());
+        let (m, r, e) = &calls[0];
+        core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
+        assert_eq!(commits(&out), vec![1]);
+        let (m, r, e) = &calls[1];
+        core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
+        assert_eq!(commits(&out), vec![1, 3]);
+    }
+
+    #[test]
+    fn a_failed_message_is_sent_back_and_pins_the_offset_until_taken() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..1)), None, &cfg, &env, 1, &mut out);
+        let (m, r, e) = consumes(&out).remove(0);
+        let mut out = Vec::new();
+        core.on_consumed(&m[r], e, FAILED, &cfg, &env, 2, &mut out);
+        let sent: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                QueueAction::SendBack { messages, .. } => Some(messages.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent.len(), 1);
+        assert!(commits(&out).is_empty(), "a failure does not commit");
+        let mut out = Vec::new();
+        core.on_sent_back(vec![(sent[0][0].clone(), false)], e, &cfg, &env, 3, &mut out);
+        assert!(commits(&out).is_empty(), "a failed send-back keeps the message");
+        assert!(out.iter().any(|a| matches!(a, QueueAction::ReconsumeAfter { .. })));
+        let mut out = Vec::new();
+        core.on_sent_back(vec![(sent[0][0].clone(), true)], e, &cfg, &env, 3, &mut out);
+        assert_eq!(commits(&out), vec![1]);
+    }
+
+    #[test]
+    fn broadcasting_failures_are_dropped_not_sent_back() {
+        let mut cfg = cfg();
+        cfg.message_model = crate::consumer::config::MessageModel::Broadcasting;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..1)), None, &cfg, &env, 1, &mut out);
+        let (m, r, e) = consumes(&out).remove(0);
+        let mut out = Vec::new();
+        core.on_consumed(&m[r], e, FAILED, &cfg, &env, 2, &mut out);
+        assert!(!out.iter().any(|a| matches!(a, QueueAction::SendBack { .. })));
+        assert_eq!(commits(&out), vec![1]);
+    }
+
+    #[test]
+    fn outcomes_of_a_discarded_cache_change_nothing() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..2)), None, &cfg, &env, 1, &mut out);
+        let calls = consumes(&out);
+        let mut out = Vec::new();
+        core.reset_offset(10, &cfg, &env, 2, &mut out);
+        for (m, r, e) in calls {
+            core.on_consumed(&m[r], e, OK, &cfg, &env, 3, &mut out);
+        }
+        assert!(commits(&out).is_empty());
+        assert_eq!(core.committed, Some(10));
+    }
+
+    #[test]
+    fn a_dropped_queue_finishes_when_its_calls_settle() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..1)), None, &cfg, &env, 1, &mut out);
+        let (m, r, e) = consumes(&out).remove(0);
+        let mut out = Vec::new();
+        assert!(core.drop_queue(&mut out), "a call is in flight");
+        assert!(out.is_empty());
+        core.on_consumed(&m[r], e, OK, &cfg, &env, 2, &mut out);
+        let finish: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                QueueAction::Finish { committed, .. } => Some(*committed),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finish, vec![Some(1)]);
+        assert!(!out.iter().any(|a| matches!(a, QueueAction::Pull(_))));
+        core.force_finish(&mut out);
+        assert_eq!(
+            out.iter()
+                .filter(|a| matches!(a, QueueAction::Finish { .. }))
+                .count(),
+            1,
+            "finished once"
+        );
+    }
+
+    #[test]
+    fn a_full_cache_delays_the_pull() {
+        let mut cfg = cfg();
+        cfg.pull_threshold_for_queue = 1;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        assert!(!out.iter().any(|a| matches!(a, QueueAction::Pull(_))));
+        assert!(out.iter().any(|a| matches!(a, QueueAction::PullAfter(_))));
+    }
+
+    #[test]
+    fn orderly_messages_wait_for_the_orderly_stage() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.message_model = crate::consumer::config::MessageModel::Broadcasting;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..2)), None, &cfg, &env, 1, &mut out);
+        assert!(out.iter().any(|a| matches!(a, QueueAction::ConsumeOrdered)));
+        assert_eq!(core.cache_stats().count, 2);
+        let _ = MessageQueue::new("T", "b", 0);
+    }
+}
