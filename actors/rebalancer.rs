@@ -15,7 +15,8 @@ use actix::prelude::*;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
 use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
-use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
+use crate::consumer::allocate::{strategy_for, AllocateStrategy};
+use crate::consumer::rebalance::{plan_changes, topic_share, ShareError};
 use crate::consumer::flow::QueueThresholds;
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
@@ -113,38 +114,25 @@ impl Rebalancer {
         if self.stopped {
             return;
         }
+        let changes = plan_changes(self.queues.keys(), &plan.target, &plan.seen, &plan.stalled);
         let mut dropped = Vec::new();
-        for stalled in &plan.stalled {
-            if let Some(addr) = self.queues.remove(stalled) {
-                tracing::warn!(queue = %stalled, "pull loop stalled; restarting the queue");
-                dropped.push((stalled.clone(), addr));
-            }
-        }
-        let gone: Vec<MessageQueue> = self
-            .queues
-            .keys()
-            .filter(|mq| plan.seen.contains(&mq.topic) && !plan.target.contains(*mq))
-            .cloned()
-            .collect();
-        for mq in gone {
+        for mq in changes.drop {
             if let Some(addr) = self.queues.remove(&mq) {
-                tracing::info!(queue = %mq, "queue no longer owned");
+                if changes.restart_after_drop.contains(&mq) {
+                    tracing::warn!(queue = %mq, "pull loop stalled; restarting the queue");
+                } else {
+                    tracing::info!(queue = %mq, "queue no longer owned");
+                }
                 dropped.push((mq, addr));
             }
         }
         // A restarted (stalled) queue must not start before its old actor persisted the
         // offset, so new actors for dropped queues wait for the drops.
-        let restart: BTreeSet<MessageQueue> = dropped
-            .iter()
-            .map(|(mq, _)| mq.clone())
-            .filter(|mq| plan.target.contains(mq))
-            .collect();
-        for mq in &plan.target {
-            if !self.queues.contains_key(mq) && !restart.contains(mq) {
-                tracing::info!(queue = %mq, "queue assigned");
-                let actor = QueueActor::new(mq.clone(), self.shared.clone()).start();
-                self.queues.insert(mq.clone(), actor);
-            }
+        let restart = changes.restart_after_drop;
+        for mq in changes.start {
+            tracing::info!(queue = %mq, "queue assigned");
+            let actor = QueueActor::new(mq.clone(), self.shared.clone()).start();
+            self.queues.insert(mq, actor);
         }
         if !dropped.is_empty() {
             let drops = futures::future::join_all(
@@ -245,16 +233,15 @@ async fn topic_target(
         }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
-    let client_id = shared.client.client_id();
-    if !members.iter().any(|id| id == client_id) {
-        // The broker has not seen our heartbeat yet: taking queues now would double-assign.
-        return Err(Error::NotAMember(addr));
-    }
-    Ok(
-        allocate_sorted(strategy, &shared.group, client_id, &queues, &members)
-            .into_iter()
-            .collect(),
+    topic_share(
+        strategy,
+        &shared.group,
+        shared.client.client_id(),
+        &queues,
+        &members,
+        true,
     )
+    .map_err(|ShareError::NotAMember| Error::NotAMember(addr))
 }
 
 impl Actor for Rebalancer {

@@ -87,6 +87,10 @@ extern crate self as rocketmq_actor;
 #[path = "../tests/internal/mod.rs"]
 mod internal_tests;
 
+/// The deterministic simulator: consumer cores and broker cores on a simulated network and clock.
+#[cfg(all(test, feature = "embedded"))]
+mod sim;
+
 /// The embedded RocketMQ-compatible cluster (name server + brokers on loopback): the test double
 /// for `cargo test` on a fresh machine, with fault injection.
 ///

@@ -1,0 +1,1764 @@
+//! Deterministic simulation of a consumer group.
+//!
+//! N push consumers (their queue state machines, `consumer::queue_core`, and their rebalance
+//! decisions, `consumer::rebalance`, exactly as the actors run them) and M embedded broker cores
+//! (`broker::BrokerCore`) plus the name-server core talk over a simulated network on a simulated
+//! clock. Every request is a real `RemotingCommand` built and read by the same code the actors
+//! use. A seeded RNG chooses every fault: message delays, lost responses, dropped connections,
+//! broker restarts, consumer crashes, clean shutdowns, members joining, slow and failing
+//! listeners. The same seed gives the same run, event for event: [`run`] returns a digest of
+//! the trace, and a test checks two runs of one seed agree.
+//!
+//! After the faults stop the group runs quietly until it should have settled, and the
+//! invariants are checked (see [`Violation`]): nothing acknowledged by a broker is lost (each
+//! message consumed or in the DLQ), duplicates only where a fault or an overlapping hand-off
+//! explains them, committed offsets never move backwards in a member, every queue has exactly
+//! one owner once the group is stable, and caches stay within the flow-control bounds.
+//!
+//! Replay one seed with its trace:
+//! `SIM_SEED=42 cargo test --lib sim::tests::replay -- --ignored --nocapture`.
+
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::cmp::Reverse;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::broker::schedule::DelayLevels;
+use crate::broker::{Action, BrokerConfig, BrokerCore, ConnId, NameServerCore};
+use crate::consumer::allocate::Averagely;
+use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
+use crate::consumer::flow::QueueThresholds;
+use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
+use crate::consumer::queue_core::{
+    CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv,
+};
+use crate::consumer::rebalance::{plan_changes, topic_share};
+use crate::consumer::retry;
+use crate::error::{Error, RequestCode};
+use crate::message::{decode_message, MessageExt, MessageQueue};
+use crate::protocol::body::{
+    self, decode_json, encode_json, ConsumeType, ConsumerData, ConsumerListBody, HeartbeatData,
+    TopicRouteData,
+};
+use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::header::{
+    GetConsumerListByGroupRequestHeader, GetRouteInfoRequestHeader, HeartbeatRequestHeader,
+    UnregisterClientRequestHeader,
+};
+use crate::protocol::RemotingCommand;
+use crate::route::TopicRoute;
+use crate::rpc::{query_offset_command, send_back_command, update_offset_command, PullRequest};
+use crate::rpc::Subscription;
+
+/// Simulated time starts here (ms since the epoch), so times look like real ones.
+const T0: i64 = 1_700_000_000_000;
+const TOPIC: &str = "SimTopic";
+const GROUP: &str = "SimGroup";
+const PRODUCER_CONN: ConnId = 1;
+/// Messages whose number is a multiple of this always fail: they must reach the DLQ.
+const POISON_EVERY: u64 = 29;
+
+/// A small, fast, seedable RNG (splitmix64): the only source of choice in a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`0` when `n == 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// True with probability `per_mille / 1000`.
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+
+    fn range(&mut self, r: Range<i64>) -> i64 {
+        r.start + self.below((r.end - r.start).max(1) as u64) as i64
+    }
+}
+
+/// How hostile a run is; chosen from the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Profile {
+    /// Delays, slow and failing listeners, joins and clean shutdowns only: no duplicate may
+    /// appear that an overlapping hand-off does not explain.
+    Clean,
+    /// Everything: lost responses, dropped connections, broker restarts, consumer crashes.
+    Chaos,
+}
+
+/// The shape of one run.
+#[derive(Debug, Clone)]
+pub(crate) struct SimConfig {
+    pub seed: u64,
+    pub profile: Profile,
+    pub brokers: usize,
+    pub queues_per_broker: i32,
+    pub consumers: usize,
+    pub messages: u64,
+    /// Faults happen in `0..fault_ms`; then the group runs undisturbed for `settle_ms`.
+    pub fault_ms: i64,
+    pub settle_ms: i64,
+    /// Record a readable line per event (for replays).
+    pub trace: bool,
+}
+
+impl SimConfig {
+    /// The run a seed stands for: sizes and the fault profile are drawn from it too.
+    pub(crate) fn from_seed(seed: u64) -> Self {
+        let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(7));
+        SimConfig {
+            seed,
+            profile: if rng.chance(300) {
+                Profile::Clean
+            } else {
+                Profile::Chaos
+            },
+            brokers: 1 + rng.below(2) as usize,
+            queues_per_broker: 2 + rng.below(3) as i32,
+            consumers: 1 + rng.below(3) as usize,
+            messages: 40 + rng.below(80),
+            fault_ms: 90_000,
+            settle_ms: 150_000,
+            trace: false,
+        }
+    }
+}
+
+/// An invariant a run broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Violation {
+    /// A message the broker acknowledged was neither consumed nor dead-lettered.
+    Lost(String),
+    /// A message was consumed successfully twice and nothing explains it.
+    UnexplainedDuplicate(String),
+    /// A member's committed offset of a queue went down.
+    OffsetBackwards(String),
+    /// After the group settled a queue had no owner or several.
+    Ownership(String),
+    /// A queue cached more than flow control allows.
+    FlowControl(String),
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Report {
+    pub digest: u64,
+    pub events: u64,
+    pub acked: u64,
+    pub consumed: u64,
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+    pub faults: u64,
+    pub violations: Vec<Violation>,
+    pub trace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Heartbeat,
+    Rebalance,
+    Persist,
+    RouteRefresh,
+    CleanExpired,
+}
+
+#[derive(Debug)]
+enum Event {
+    /// A command arrives at a broker on `conn`.
+    ToBroker {
+        broker: usize,
+        conn: ConnId,
+        command: RemotingCommand,
+    },
+    /// A command arrives at a consumer on `conn` (a response, or a broker's request).
+    ToConsumer {
+        consumer: usize,
+        conn: ConnId,
+        command: RemotingCommand,
+    },
+    /// The name server answers a consumer.
+    NameServerReply {
+        consumer: usize,
+        incarnation: u32,
+        command: RemotingCommand,
+    },
+    RequestTimeout {
+        consumer: usize,
+        incarnation: u32,
+        opaque: i32,
+    },
+    Timer {
+        consumer: usize,
+        incarnation: u32,
+        timer: Timer,
+    },
+    QueueTimer {
+        consumer: usize,
+        incarnation: u32,
+        queue: MessageQueue,
+        kind: QueueTimer,
+    },
+    BrokerTick(usize),
+    BrokerUp(usize),
+    Produce,
+    StartConsumer(usize),
+    Fault,
+}
+
+#[derive(Debug)]
+enum QueueTimer {
+    StartOffset,
+    Pull,
+    Reconsume(Vec<MessageExt>, u64),
+    /// A listener call ends.
+    Consumed {
+        messages: Arc<Vec<MessageExt>>,
+        range: Range<usize>,
+        epoch: u64,
+        outcome: CallOutcome,
+    },
+}
+
+/// What a consumer waits for under an opaque.
+#[derive(Debug)]
+enum Pending {
+    Route(String),
+    Heartbeat,
+    ConsumerIds(String),
+    QueryOffset(MessageQueue),
+    Pull(MessageQueue, PullOrder, Box<PullRequest>),
+    SendBack {
+        queue: MessageQueue,
+        batch: u64,
+        index: usize,
+    },
+    Persist,
+    FinishPersist(MessageQueue),
+    Unregister,
+}
+
+struct SentBack {
+    queue: MessageQueue,
+    epoch: u64,
+    results: Vec<(MessageExt, Option<bool>)>,
+}
+
+struct SimQueue {
+    core: QueueCore,
+    finishing: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    Running,
+    ShuttingDown,
+    Down,
+}
+
+struct Consumer {
+    incarnation: u32,
+    client_id: String,
+    life: Life,
+    cfg: PushConsumerConfig,
+    /// Live connection per broker.
+    conns: BTreeMap<usize, ConnId>,
+    pending: BTreeMap<i32, (Pending, ConnId)>,
+    next_opaque: i32,
+    routes: BTreeMap<String, Option<TopicRoute>>,
+    queues: BTreeMap<MessageQueue, SimQueue>,
+    offsets: crate::consumer::offset::OffsetTable,
+    /// Topics still to answer in the rebalance pass under way, and what they gave so far.
+    pass: Option<Pass>,
+    pass_again: bool,
+    send_backs: BTreeMap<u64, SentBack>,
+    next_batch: u64,
+    heartbeat_ok: bool,
+    unregister_left: usize,
+}
+
+struct Pass {
+    waiting: BTreeSet<String>,
+    target: BTreeSet<MessageQueue>,
+    seen: BTreeSet<String>,
+}
+
+/// One successful listener call of a message.
+#[derive(Debug, Clone)]
+struct Consumption {
+    at: i64,
+    queue: MessageQueue,
+}
+
+/// The whole simulated world.
+pub(crate) struct World {
+    cfg: SimConfig,
+    rng: Rng,
+    now: i64,
+    seq: u64,
+    events: BinaryHeap<Reverse<(i64, u64, usize)>>,
+    slab: BTreeMap<usize, Event>,
+    next_slot: usize,
+    brokers: Vec<BrokerCore>,
+    broker_up: Vec<bool>,
+    nameserver: NameServerCore,
+    consumers: Vec<Consumer>,
+    /// Live connections: conn id → (consumer, broker).
+    conn_owner: BTreeMap<ConnId, (usize, usize)>,
+    next_conn: ConnId,
+    produced: u64,
+    acked: BTreeSet<u64>,
+    consumed: BTreeMap<u64, Vec<Consumption>>,
+    /// When unclean faults happened (they explain duplicates).
+    unclean: Vec<i64>,
+    /// Per queue, the times when two members owned it at once (start of B before A finished).
+    overlaps: BTreeMap<MessageQueue, Vec<i64>>,
+    /// Per queue, since when a member owns it.
+    owners: BTreeMap<MessageQueue, BTreeMap<usize, i64>>,
+    violations: Vec<Violation>,
+    faults: u64,
+    digest: u64,
+    trace: String,
+    event_count: u64,
+}
+
+fn mix(digest: u64, value: u64) -> u64 {
+    (digest ^ value).wrapping_mul(0x0000_0100_0000_01B3)
+}
+
+fn hash_str(digest: u64, s: &str) -> u64 {
+    s.bytes().fold(digest, |d, b| mix(d, u64::from(b)))
+}
+
+fn key_of(message: &MessageExt) -> Option<u64> {
+    std::str::from_utf8(message.body())
+        .ok()?
+        .strip_prefix('k')?
+        .parse()
+        .ok()
+}
+
+fn broker_name(index: usize) -> String {
+    format!("broker-{index}")
+}
+
+fn broker_addr(index: usize) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1 + index as u8], 10911))
+}
+
+fn broker_of(queue: &MessageQueue) -> Option<usize> {
+    queue.broker_name.strip_prefix("broker-")?.parse().ok()
+}
+
+impl World {
+    /// A world for `cfg`, with its first events scheduled.
+    pub(crate) fn new(cfg: SimConfig) -> Self {
+        let rng = Rng::new(cfg.seed);
+        let mut brokers = Vec::new();
+        let mut nameserver = NameServerCore::default();
+        for i in 0..cfg.brokers {
+            let mut core = BrokerCore::new(BrokerConfig {
+                broker_name: broker_name(i),
+                store_host: broker_addr(i),
+                default_queues: cfg.queues_per_broker,
+                delay_levels: DelayLevels::parse(
+                    "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s 1s 1s 1s 1s 1s 1s 1s 1s",
+                )
+                .unwrap_or_default(),
+                ..BrokerConfig::default()
+            });
+            core.create_topic(crate::broker::store::TopicConfig::new(
+                TOPIC,
+                cfg.queues_per_broker,
+            ));
+            core.on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
+            nameserver.register(core.registration());
+            brokers.push(core);
+        }
+        let consumers = (0..cfg.consumers).map(|_| Consumer::down()).collect();
+        let broker_up = vec![true; cfg.brokers];
+        let mut world = World {
+            rng,
+            now: T0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            slab: BTreeMap::new(),
+            next_slot: 0,
+            brokers,
+            broker_up,
+            nameserver,
+            consumers,
+            conn_owner: BTreeMap::new(),
+            next_conn: 100,
+            produced: 0,
+            acked: BTreeSet::new(),
+            consumed: BTreeMap::new(),
+            unclean: Vec::new(),
+            overlaps: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            violations: Vec::new(),
+            faults: 0,
+            digest: 0xCBF2_9CE4_8422_2325,
+            trace: String::new(),
+            event_count: 0,
+            cfg,
+        };
+        for c in 0..world.cfg.consumers {
+            let at = world.rng.range(0..3_000);
+            world.schedule(at, Event::StartConsumer(c));
+        }
+        world.schedule(500, Event::Produce);
+        for b in 0..world.cfg.brokers {
+            world.schedule(10, Event::BrokerTick(b));
+        }
+        let first_fault = world.rng.range(2_000..8_000);
+        world.schedule(first_fault, Event::Fault);
+        world
+    }
+
+    fn schedule(&mut self, after_ms: i64, event: Event) {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        self.seq += 1;
+        self.slab.insert(slot, event);
+        self.events
+            .push(Reverse((self.now + after_ms.max(0), self.seq, slot)));
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            let text = line();
+            let _ = writeln!(self.trace, "{:>9} {}", self.now - T0, text);
+        }
+    }
+
+    fn network_delay(&mut self) -> i64 {
+        // At most 1 s each way, so a round trip stays under the 3 s request timeout: delays
+        // alone never make a request fail.
+        if self.rng.chance(30) {
+            self.rng.range(50..1_000)
+        } else {
+            self.rng.range(0..4)
+        }
+    }
+
+    fn in_fault_phase(&self) -> bool {
+        self.now - T0 < self.cfg.fault_ms
+    }
+
+    /// Runs to the end and checks the invariants.
+    pub(crate) fn run(mut self) -> Report {
+        let end = T0 + self.cfg.fault_ms + self.cfg.settle_ms;
+        while let Some(Reverse((at, _, slot))) = self.events.pop() {
+            if at > end {
+                break;
+            }
+            self.now = at;
+            let Some(event) = self.slab.remove(&slot) else {
+                continue;
+            };
+            self.event_count += 1;
+            self.digest = mix(self.digest, at as u64);
+            self.handle(event);
+        }
+        self.check_end();
+        let duplicates = self
+            .consumed
+            .values()
+            .map(|v| v.len().saturating_sub(1) as u64)
+            .sum();
+        let dead = self.dead_lettered().len() as u64;
+        Report {
+            digest: self.digest,
+            events: self.event_count,
+            acked: self.acked.len() as u64,
+            consumed: self.consumed.len() as u64,
+            duplicates,
+            dead_lettered: dead,
+            faults: self.faults,
+            violations: self.violations,
+            trace: self.trace,
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::ToBroker {
+                broker,
+                conn,
+                command,
+            } => {
+                if !self.broker_up[broker] || !self.conn_owner.contains_key(&conn) {
+                    return;
+                }
+                self.digest = mix(self.digest, command.code as u64);
+                let now = self.now;
+                let actions = self.brokers[broker].handle(conn, command, now);
+                self.broker_actions(broker, actions);
+            }
+            Event::ToConsumer {
+                consumer,
+                conn,
+                command,
+            } => {
+                if self.conn_owner.get(&conn).map(|o| o.0) != Some(consumer) {
+                    return;
+                }
+                if command.is_response() {
+                    self.on_response(consumer, conn, command);
+                } else if command.code == request_code::NOTIFY_CONSUMER_IDS_CHANGED {
+                    self.note(|| format!("c{consumer} notified: group changed"));
+                    self.rebalance(consumer);
+                }
+            }
+            Event::NameServerReply {
+                consumer,
+                incarnation,
+                command,
+            } => {
+                if self.consumers[consumer].incarnation == incarnation {
+                    self.on_response(consumer, 0, command);
+                }
+            }
+            Event::RequestTimeout {
+                consumer,
+                incarnation,
+                opaque,
+            } => {
+                if self.consumers[consumer].incarnation != incarnation {
+                    return;
+                }
+                if let Some((pending, _)) = self.consumers[consumer].pending.remove(&opaque) {
+                    let error = Error::Timeout {
+                        peer: "sim".into(),
+                        code: RequestCode(0),
+                        timeout: Duration::ZERO,
+                    };
+                    self.on_answer(consumer, pending, Err(error));
+                }
+            }
+            Event::Timer {
+                consumer,
+                incarnation,
+                timer,
+            } => {
+                if self.consumers[consumer].incarnation == incarnation
+                    && self.consumers[consumer].life == Life::Running
+                {
+                    self.on_timer(consumer, timer);
+                }
+            }
+            Event::QueueTimer {
+                consumer,
+                incarnation,
+                queue,
+                kind,
+            } => {
+                if self.consumers[consumer].incarnation == incarnation
+                    && self.consumers[consumer].life != Life::Down
+                {
+                    self.on_queue_timer(consumer, queue, kind);
+                }
+            }
+            Event::BrokerTick(b) => {
+                if self.broker_up[b] {
+                    let now = self.now;
+                    let actions = self.brokers[b].on_tick(now);
+                    self.broker_actions(b, actions);
+                }
+                self.schedule(50, Event::BrokerTick(b));
+            }
+            Event::BrokerUp(b) => {
+                self.note(|| format!("broker-{b} up"));
+                self.broker_up[b] = true;
+            }
+            Event::Produce => self.produce(),
+            Event::StartConsumer(c) => self.start_consumer(c),
+            Event::Fault => self.fault(),
+        }
+    }
+
+    // ----- brokers and the producer -----
+
+    fn broker_actions(&mut self, broker: usize, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Send { conn, command } => {
+                    if conn == PRODUCER_CONN {
+                        continue;
+                    }
+                    let Some(&(consumer, _)) = self.conn_owner.get(&conn) else {
+                        continue;
+                    };
+                    if command.is_response()
+                        && self.cfg.profile == Profile::Chaos
+                        && self.in_fault_phase()
+                        && self.rng.chance(8)
+                    {
+                        // A lost response: the request times out on the client.
+                        self.faults += 1;
+                        self.unclean.push(self.now);
+                        self.note(|| format!("lost response {} to c{consumer}", command.opaque));
+                        continue;
+                    }
+                    let delay = self.network_delay();
+                    self.schedule(
+                        delay,
+                        Event::ToConsumer {
+                            consumer,
+                            conn,
+                            command,
+                        },
+                    );
+                }
+                Action::Close { conn } => self.drop_connection(conn, "idle"),
+                Action::TopicsChanged => {
+                    let registration = self.brokers[broker].registration();
+                    self.nameserver.register(registration);
+                }
+                Action::CallDone { .. } => {}
+            }
+        }
+    }
+
+    fn produce(&mut self) {
+        if self.produced >= self.cfg.messages {
+            return;
+        }
+        let key = self.produced;
+        let broker = self.rng.below(self.cfg.brokers as u64) as usize;
+        let queue_id = self.rng.below(self.cfg.queues_per_broker as u64) as i32;
+        if self.broker_up[broker] {
+            let request = RemotingCommand::request(request_code::SEND_MESSAGE_V2)
+                .with_ext("a", "SimProducer")
+                .with_ext("b", TOPIC)
+                .with_ext("c", "TBW102")
+                .with_ext("d", "4")
+                .with_ext("e", queue_id.to_string())
+                .with_ext("f", "0")
+                .with_ext("g", self.now.to_string())
+                .with_ext("h", "0")
+                .with_ext("i", "")
+                .with_opaque(key as i32)
+                .with_body(Bytes::from(format!("k{key}")));
+            let now = self.now;
+            let actions = self.brokers[broker].handle(PRODUCER_CONN, request, now);
+            let acked = actions.iter().any(|a| {
+                matches!(a, Action::Send { conn: PRODUCER_CONN, command }
+                    if command.is_response() && command.code == response_code::SUCCESS)
+            });
+            self.broker_actions(broker, actions);
+            if acked {
+                self.acked.insert(key);
+                self.produced += 1;
+            }
+        }
+        let gap = self.rng.range(0..(self.cfg.fault_ms / self.cfg.messages as i64).max(1));
+        self.schedule(gap, Event::Produce);
+    }
+
+    // ----- faults -----
+
+    fn fault(&mut self) {
+        if !self.in_fault_phase() {
+            // Bring everyone back for the quiet phase.
+            for c in 0..self.cfg.consumers {
+                if self.consumers[c].life == Life::Down {
+                    self.start_consumer(c);
+                }
+            }
+            return;
+        }
+        let chaos = self.cfg.profile == Profile::Chaos;
+        let roll = self.rng.below(100);
+        let consumers = self.cfg.consumers as u64;
+        let c = self.rng.below(consumers) as usize;
+        match roll {
+            0..=29 if chaos => {
+                // Drop one connection of a consumer.
+                if let Some(&conn) = self.consumers[c]
+                    .conns
+                    .values()
+                    .nth(self.rng.below(self.cfg.brokers as u64) as usize)
+                {
+                    self.faults += 1;
+                    self.unclean.push(self.now);
+                    self.drop_connection(conn, "fault");
+                }
+            }
+            30..=44 if chaos => {
+                let b = self.rng.below(self.cfg.brokers as u64) as usize;
+                if self.broker_up[b] {
+                    self.faults += 1;
+                    self.unclean.push(self.now);
+                    self.note(|| format!("broker-{b} restarts"));
+                    let conns: Vec<ConnId> = self
+                        .conn_owner
+                        .iter()
+                        .filter(|(_, (_, broker))| *broker == b)
+                        .map(|(conn, _)| *conn)
+                        .collect();
+                    for conn in conns {
+                        self.drop_connection(conn, "broker restart");
+                    }
+                    self.brokers[b].on_restart();
+                    self.brokers[b].on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
+                    self.broker_up[b] = false;
+                    let down = self.rng.range(100..4_000);
+                    self.schedule(down, Event::BrokerUp(b));
+                }
+            }
+            45..=59 if chaos => {
+                if self.consumers[c].life == Life::Running {
+                    self.faults += 1;
+                    self.unclean.push(self.now);
+                    self.crash(c);
+                    let back = self.rng.range(500..10_000);
+                    self.schedule(back, Event::StartConsumer(c));
+                }
+            }
+            60..=79 => {
+                if self.consumers[c].life == Life::Running {
+                    self.faults += 1;
+                    self.shutdown(c);
+                    let back = self.rng.range(2_000..20_000);
+                    self.schedule(back, Event::StartConsumer(c));
+                }
+            }
+            _ => {}
+        }
+        let next = self.rng.range(3_000..15_000);
+        self.schedule(next, Event::Fault);
+    }
+
+    /// Closes `conn` on both sides: the broker forgets it, the consumer fails what waits on it
+    /// and reconnects on its next request.
+    fn drop_connection(&mut self, conn: ConnId, why: &str) {
+        let Some((consumer, broker)) = self.conn_owner.remove(&conn) else {
+            return;
+        };
+        self.note(|| format!("c{consumer} conn {conn} to broker-{broker} closed ({why})"));
+        let actions = self.brokers[broker].on_disconnect(conn);
+        self.broker_actions(broker, actions);
+        let c = &mut self.consumers[consumer];
+        if c.conns.get(&broker) == Some(&conn) {
+            c.conns.remove(&broker);
+        }
+        let failed: Vec<i32> = c
+            .pending
+            .iter()
+            .filter(|(_, (_, on))| *on == conn)
+            .map(|(opaque, _)| *opaque)
+            .collect();
+        for opaque in failed {
+            if let Some((pending, _)) = self.consumers[consumer].pending.remove(&opaque) {
+                self.on_answer(
+                    consumer,
+                    pending,
+                    Err(Error::ConnectionClosed(broker_name(broker))),
+                );
+            }
+        }
+    }
+
+    // ----- consumer life -----
+
+    fn start_consumer(&mut self, c: usize) {
+        match self.consumers[c].life {
+            Life::Down => {}
+            Life::ShuttingDown => {
+                // Still shutting down: come back when it is done.
+                self.schedule(1_000, Event::StartConsumer(c));
+                return;
+            }
+            Life::Running => return,
+        }
+        let incarnation = self.consumers[c].incarnation + 1;
+        let mut consumer = Consumer::down();
+        consumer.incarnation = incarnation;
+        consumer.client_id = format!("10.1.0.{c}@sim{c}-{incarnation}");
+        consumer.life = Life::Running;
+        self.consumers[c] = consumer;
+        self.note(|| format!("c{c} starts (incarnation {incarnation})"));
+        self.fetch_routes(c);
+        for (timer, every) in [
+            (Timer::Heartbeat, 30_000),
+            (Timer::Rebalance, 20_000),
+            (Timer::Persist, 5_000),
+            (Timer::RouteRefresh, 30_000),
+            (Timer::CleanExpired, 1_000),
+        ] {
+            let first = self.rng.range(0..every);
+            self.schedule(
+                first,
+                Event::Timer {
+                    consumer: c,
+                    incarnation,
+                    timer,
+                },
+            );
+        }
+    }
+
+    fn crash(&mut self, c: usize) {
+        self.note(|| format!("c{c} crashes"));
+        // Down first: what fails as its connections close is not acted on.
+        self.consumers[c].life = Life::Down;
+        for owners in self.owners.values_mut() {
+            owners.remove(&c);
+        }
+        let conns: Vec<ConnId> = self.consumers[c].conns.values().copied().collect();
+        for conn in conns {
+            self.drop_connection(conn, "crash");
+        }
+        let incarnation = self.consumers[c].incarnation;
+        self.consumers[c] = Consumer::down();
+        self.consumers[c].incarnation = incarnation;
+    }
+
+    fn shutdown(&mut self, c: usize) {
+        self.note(|| format!("c{c} shuts down"));
+        self.consumers[c].life = Life::ShuttingDown;
+        let queues: Vec<MessageQueue> = self.consumers[c].queues.keys().cloned().collect();
+        for mq in queues {
+            self.drop_queue(c, &mq);
+        }
+        self.maybe_unregister(c);
+    }
+
+    fn maybe_unregister(&mut self, c: usize) {
+        if self.consumers[c].life != Life::ShuttingDown || !self.consumers[c].queues.is_empty() {
+            return;
+        }
+        if self.consumers[c].unregister_left > 0 {
+            return;
+        }
+        let client_id = self.consumers[c].client_id.clone();
+        let mut sent = 0;
+        for b in 0..self.cfg.brokers {
+            let header = UnregisterClientRequestHeader {
+                client_id: client_id.clone(),
+                producer_group: None,
+                consumer_group: Some(GROUP.into()),
+            };
+            let command =
+                RemotingCommand::request_with_header(request_code::UNREGISTER_CLIENT, &header);
+            if self.request(c, b, command, Pending::Unregister, 3_000) {
+                sent += 1;
+            }
+        }
+        self.consumers[c].unregister_left = sent;
+        if sent == 0 {
+            self.finish_shutdown(c);
+        }
+    }
+
+    fn finish_shutdown(&mut self, c: usize) {
+        self.note(|| format!("c{c} stopped"));
+        let conns: Vec<ConnId> = self.consumers[c].conns.values().copied().collect();
+        for conn in conns {
+            self.drop_connection(conn, "shutdown");
+        }
+        self.consumers[c].life = Life::Down;
+        self.consumers[c].pending.clear();
+    }
+
+    // ----- requests -----
+
+    fn connection(&mut self, c: usize, broker: usize) -> Option<ConnId> {
+        if !self.broker_up[broker] {
+            return None;
+        }
+        if let Some(&conn) = self.consumers[c].conns.get(&broker) {
+            return Some(conn);
+        }
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conn_owner.insert(conn, (c, broker));
+        self.consumers[c].conns.insert(broker, conn);
+        let peer = SocketAddr::from(([10, 1, 0, c as u8], 40_000 + (conn % 20_000) as u16));
+        self.brokers[broker].on_connect(conn, peer);
+        Some(conn)
+    }
+
+    /// Sends a request to a broker; `false` (and the pending answer failed) if it cannot be
+    /// reached.
+    fn request(
+        &mut self,
+        c: usize,
+        broker: usize,
+        command: RemotingCommand,
+        pending: Pending,
+        timeout_ms: i64,
+    ) -> bool {
+        let Some(conn) = self.connection(c, broker) else {
+            let error = Error::ConnectionClosed(format!("{} is down", broker_name(broker)));
+            self.on_answer(c, pending, Err(error));
+            return false;
+        };
+        let consumer = &mut self.consumers[c];
+        consumer.next_opaque = consumer.next_opaque.wrapping_add(1);
+        let opaque = consumer.next_opaque;
+        consumer.pending.insert(opaque, (pending, conn));
+        let incarnation = consumer.incarnation;
+        let delay = self.network_delay();
+        self.schedule(
+            delay,
+            Event::ToBroker {
+                broker,
+                conn,
+                command: command.with_opaque(opaque),
+            },
+        );
+        self.schedule(
+            timeout_ms,
+            Event::RequestTimeout {
+                consumer: c,
+                incarnation,
+                opaque,
+            },
+        );
+        true
+    }
+
+    fn fetch_routes(&mut self, c: usize) {
+        for topic in [TOPIC.to_string(), retry::retry_topic(GROUP)] {
+            let header = GetRouteInfoRequestHeader {
+                topic: topic.clone(),
+                ..Default::default()
+            };
+            let consumer = &mut self.consumers[c];
+            consumer.next_opaque = consumer.next_opaque.wrapping_add(1);
+            let opaque = consumer.next_opaque;
+            let request =
+                RemotingCommand::request_with_header(request_code::GET_ROUTEINFO_BY_TOPIC, &header)
+                    .with_opaque(opaque);
+            consumer.pending.insert(opaque, (Pending::Route(topic), 0));
+            let incarnation = consumer.incarnation;
+            let answer = self.nameserver.handle(&request);
+            let delay = self.network_delay();
+            if let Some(command) = answer {
+                self.schedule(
+                    delay,
+                    Event::NameServerReply {
+                        consumer: c,
+                        incarnation,
+                        command,
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_response(&mut self, c: usize, _conn: ConnId, command: RemotingCommand) {
+        let Some((pending, _)) = self.consumers[c].pending.remove(&command.opaque) else {
+            return;
+        };
+        self.on_answer(c, pending, Ok(command));
+    }
+
+    fn on_answer(&mut self, c: usize, pending: Pending, answer: Result<RemotingCommand, Error>) {
+        if self.consumers[c].life == Life::Down {
+            return;
+        }
+        match pending {
+            Pending::Route(topic) => {
+                let route = match &answer {
+                    Ok(r) if r.code == response_code::SUCCESS => {
+                        decode_json::<TopicRouteData>(r.body.as_deref().unwrap_or_default())
+                            .ok()
+                            .map(|data| TopicRoute::new(topic.clone(), data))
+                    }
+                    _ => None,
+                };
+                let first = !self.consumers[c].routes.contains_key(&topic);
+                self.consumers[c].routes.insert(topic, route);
+                if first && self.consumers[c].routes.len() == 2 {
+                    self.heartbeat(c);
+                }
+            }
+            Pending::Heartbeat => {
+                if answer.is_ok_and(|r| r.code == response_code::SUCCESS)
+                    && !self.consumers[c].heartbeat_ok
+                {
+                    self.consumers[c].heartbeat_ok = true;
+                    self.rebalance(c);
+                }
+            }
+            Pending::ConsumerIds(topic) => {
+                let members = match &answer {
+                    Ok(r) if r.code == response_code::SUCCESS => {
+                        decode_json::<ConsumerListBody>(r.body.as_deref().unwrap_or_default())
+                            .ok()
+                            .map(|b| b.consumer_id_list)
+                    }
+                    _ => None,
+                };
+                self.on_members(c, &topic, members);
+            }
+            Pending::QueryOffset(mq) => {
+                let stored = match &answer {
+                    Ok(r) => StoredOffset::from_query_response(
+                        Some(r.code),
+                        r.ext("offset").and_then(|o| o.parse().ok()),
+                    ),
+                    Err(_) => StoredOffset::Unavailable,
+                };
+                let result = match start_offset(
+                    self.consumers[c].cfg.consume_from_where,
+                    stored,
+                    &mq.topic,
+                    0,
+                ) {
+                    StartOffset::Use(offset) => Ok(offset),
+                    other => Err(format!("{other:?}")),
+                };
+                self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                    core.on_start_offset(result, cfg, env, now, out)
+                });
+            }
+            Pending::Pull(mq, order, request) => {
+                let peer = mq.broker_name.clone();
+                let result = answer.and_then(|r| request.read_response(&peer, r));
+                let retry_group = retry::is_retry_topic(&mq.topic).then_some(GROUP);
+                self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                    core.on_pull_answer(&order, result, retry_group, cfg, env, now, out)
+                });
+            }
+            Pending::SendBack {
+                queue,
+                batch,
+                index,
+            } => {
+                let ok = answer.is_ok_and(|r| r.code == response_code::SUCCESS);
+                let consumer = &mut self.consumers[c];
+                let Some(sent) = consumer.send_backs.get_mut(&batch) else {
+                    return;
+                };
+                if let Some(slot) = sent.results.get_mut(index) {
+                    slot.1 = Some(ok);
+                }
+                if sent.results.iter().all(|(_, r)| r.is_some()) {
+                    if let Some(sent) = consumer.send_backs.remove(&batch) {
+                        let results: Vec<(MessageExt, bool)> = sent
+                            .results
+                            .into_iter()
+                            .map(|(m, r)| (m, r.unwrap_or(false)))
+                            .collect();
+                        let epoch = sent.epoch;
+                        debug_assert_eq!(sent.queue, queue);
+                        self.with_queue(c, &queue, |core, cfg, env, now, out| {
+                            core.on_sent_back(results, epoch, cfg, env, now, out)
+                        });
+                    }
+                }
+            }
+            Pending::Persist => {}
+            Pending::FinishPersist(mq) => {
+                // Persisted (or given up): the queue is gone.
+                self.consumers[c].queues.remove(&mq);
+                self.consumers[c].offsets.remove(&mq);
+                if let Some(owners) = self.owners.get_mut(&mq) {
+                    owners.remove(&c);
+                }
+                self.note(|| format!("c{c} released {mq}"));
+                if self.consumers[c].life == Life::ShuttingDown {
+                    self.maybe_unregister(c);
+                }
+            }
+            Pending::Unregister => {
+                let consumer = &mut self.consumers[c];
+                consumer.unregister_left = consumer.unregister_left.saturating_sub(1);
+                if consumer.unregister_left == 0 {
+                    self.finish_shutdown(c);
+                }
+            }
+        }
+    }
+
+    // ----- timers, heartbeat, rebalance -----
+
+    fn on_timer(&mut self, c: usize, timer: Timer) {
+        let every = match timer {
+            Timer::Heartbeat => {
+                self.heartbeat(c);
+                30_000
+            }
+            Timer::Rebalance => {
+                self.rebalance(c);
+                20_000
+            }
+            Timer::Persist => {
+                self.persist(c);
+                5_000
+            }
+            Timer::RouteRefresh => {
+                self.fetch_routes(c);
+                30_000
+            }
+            Timer::CleanExpired => {
+                let queues: Vec<MessageQueue> = self.consumers[c].queues.keys().cloned().collect();
+                for mq in queues {
+                    self.with_queue(c, &mq, |core, cfg, _env, now, out| {
+                        core.clean_expired(cfg, now, out)
+                    });
+                }
+                1_000
+            }
+        };
+        let incarnation = self.consumers[c].incarnation;
+        self.schedule(
+            every,
+            Event::Timer {
+                consumer: c,
+                incarnation,
+                timer,
+            },
+        );
+    }
+
+    fn heartbeat(&mut self, c: usize) {
+        let consumer = &self.consumers[c];
+        let subscriptions = [TOPIC.to_string(), retry::retry_topic(GROUP)]
+            .iter()
+            .map(|t| Subscription::new("*", 1).to_wire(t))
+            .collect();
+        let data = HeartbeatData {
+            client_id: consumer.client_id.clone(),
+            producer_data_set: Vec::new(),
+            consumer_data_set: vec![ConsumerData {
+                group_name: GROUP.into(),
+                consume_type: ConsumeType::ConsumePassively,
+                message_model: body::MessageModel::Clustering,
+                consume_from_where: body::ConsumeFromWhere::ConsumeFromFirstOffset,
+                subscription_data_set: subscriptions,
+                unit_mode: false,
+            }],
+            heartbeat_fingerprint: 0,
+            without_sub: false,
+        };
+        let body = encode_json(&data);
+        for b in 0..self.cfg.brokers {
+            let command =
+                RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
+                    .with_body(body.clone());
+            self.request(c, b, command, Pending::Heartbeat, 3_000);
+        }
+    }
+
+    fn rebalance(&mut self, c: usize) {
+        let consumer = &mut self.consumers[c];
+        if consumer.life != Life::Running || !consumer.heartbeat_ok {
+            return;
+        }
+        if consumer.pass.is_some() {
+            consumer.pass_again = true;
+            return;
+        }
+        let mut pass = Pass {
+            waiting: BTreeSet::new(),
+            target: BTreeSet::new(),
+            seen: BTreeSet::new(),
+        };
+        let mut asks = Vec::new();
+        for (topic, route) in &consumer.routes {
+            match route {
+                None => {
+                    // Not created yet (the retry topic before the first send-back): no queues.
+                    pass.seen.insert(topic.clone());
+                }
+                Some(route) => {
+                    let lowest = route
+                        .data
+                        .broker_datas
+                        .iter()
+                        .filter_map(|b| b.master_addr())
+                        .min()
+                        .and_then(|addr| {
+                            (0..self.cfg.brokers).find(|b| broker_addr(*b).to_string() == addr)
+                        });
+                    if let Some(b) = lowest {
+                        pass.waiting.insert(topic.clone());
+                        asks.push((topic.clone(), b));
+                    }
+                }
+            }
+        }
+        consumer.pass = Some(pass);
+        if asks.is_empty() {
+            self.finish_pass(c);
+            return;
+        }
+        for (topic, b) in asks {
+            let header = GetConsumerListByGroupRequestHeader {
+                consumer_group: GROUP.into(),
+            };
+            let command = RemotingCommand::request_with_header(
+                request_code::GET_CONSUMER_LIST_BY_GROUP,
+                &header,
+            );
+            self.request(c, b, command, Pending::ConsumerIds(topic), 3_000);
+        }
+    }
+
+    fn on_members(&mut self, c: usize, topic: &str, members: Option<Vec<String>>) {
+        let consumer = &mut self.consumers[c];
+        let Some(pass) = consumer.pass.as_mut() else {
+            return;
+        };
+        pass.waiting.remove(topic);
+        if let (Some(members), Some(Some(route))) = (members, consumer.routes.get(topic)) {
+            let share = topic_share(
+                &Averagely,
+                GROUP,
+                &consumer.client_id,
+                &route.consume_queues,
+                &members,
+                true,
+            );
+            if let Ok(queues) = share {
+                pass.target.extend(queues);
+                pass.seen.insert(topic.to_owned());
+            }
+        }
+        if pass.waiting.is_empty() {
+            self.finish_pass(c);
+        }
+    }
+
+    fn finish_pass(&mut self, c: usize) {
+        let Some(pass) = self.consumers[c].pass.take() else {
+            return;
+        };
+        let now = self.now;
+        let cfg = self.consumers[c].cfg.clone();
+        let owned: Vec<MessageQueue> = self.consumers[c]
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.finishing)
+            .map(|(mq, _)| mq.clone())
+            .collect();
+        let stalled: Vec<MessageQueue> = self.consumers[c]
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.finishing && q.core.is_stalled(&cfg, now))
+            .map(|(mq, _)| mq.clone())
+            .collect();
+        let changes = plan_changes(&owned, &pass.target, &pass.seen, &stalled);
+        for mq in changes.drop {
+            self.note(|| format!("c{c} drops {mq}"));
+            self.drop_queue(c, &mq);
+        }
+        for mq in changes.start {
+            if self.consumers[c].queues.contains_key(&mq) {
+                // Still finishing its previous drop: the next pass starts it.
+                continue;
+            }
+            self.start_queue(c, mq);
+        }
+        if std::mem::take(&mut self.consumers[c].pass_again) {
+            self.rebalance(c);
+        }
+    }
+
+    fn start_queue(&mut self, c: usize, mq: MessageQueue) {
+        self.note(|| format!("c{c} takes {mq}"));
+        let now = self.now;
+        let others: Vec<usize> = self
+            .owners
+            .get(&mq)
+            .map(|o| o.keys().copied().filter(|o| *o != c).collect())
+            .unwrap_or_default();
+        if !others.is_empty() {
+            // Another member still holds the queue: a hand-off overlap (RocketMQ's
+            // at-least-once on rebalance). Duplicates of this queue until it ends are explained.
+            self.overlaps.entry(mq.clone()).or_default().push(now);
+        }
+        self.owners.entry(mq.clone()).or_default().insert(c, now);
+        let cfg = &self.consumers[c].cfg;
+        let core = QueueCore::new(Mode::for_config(cfg, now), now);
+        self.consumers[c].queues.insert(
+            mq.clone(),
+            SimQueue {
+                core,
+                finishing: false,
+            },
+        );
+        self.execute(c, &mq, vec![QueueAction::LoadStartOffset(Duration::ZERO)]);
+    }
+
+    fn drop_queue(&mut self, c: usize, mq: &MessageQueue) {
+        let Some(queue) = self.consumers[c].queues.get_mut(mq) else {
+            return;
+        };
+        if queue.finishing {
+            return;
+        }
+        queue.finishing = true;
+        let mut out = Vec::new();
+        queue.core.drop_queue(&mut out);
+        self.execute(c, mq, out);
+    }
+
+    fn persist(&mut self, c: usize) {
+        let entries: Vec<(MessageQueue, i64)> = self.consumers[c]
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.finishing)
+            .filter_map(|(mq, _)| Some((mq.clone(), self.consumers[c].offsets.read(mq)?)))
+            .collect();
+        for (mq, offset) in entries {
+            if let Some(b) = broker_of(&mq) {
+                let command = update_offset_command(GROUP, &mq, offset);
+                self.request(c, b, command, Pending::Persist, 3_000);
+            }
+        }
+    }
+
+    // ----- queues -----
+
+    fn env(&self, c: usize) -> QueueEnv {
+        let consumer = &self.consumers[c];
+        let owned = consumer.queues.values().filter(|q| !q.finishing).count();
+        QueueEnv {
+            running: consumer.life == Life::Running,
+            paused: false,
+            thresholds: QueueThresholds::for_owned_queues(&consumer.cfg, owned.max(1)),
+            has_subscription: true,
+        }
+    }
+
+    /// Runs one core call on a queue of consumer `c` and carries out its actions.
+    fn with_queue(
+        &mut self,
+        c: usize,
+        mq: &MessageQueue,
+        call: impl FnOnce(&mut QueueCore, &PushConsumerConfig, &QueueEnv, i64, &mut Vec<QueueAction>),
+    ) {
+        let env = self.env(c);
+        let now = self.now;
+        let consumer = &mut self.consumers[c];
+        let Some(queue) = consumer.queues.get_mut(mq) else {
+            return;
+        };
+        let mut out = Vec::new();
+        call(&mut queue.core, &consumer.cfg, &env, now, &mut out);
+        self.execute(c, mq, out);
+    }
+
+    fn execute(&mut self, c: usize, mq: &MessageQueue, actions: Vec<QueueAction>) {
+        let incarnation = self.consumers[c].incarnation;
+        for action in actions {
+            self.digest = hash_str(self.digest, action_name(&action));
+            match action {
+                QueueAction::LoadStartOffset(delay) => {
+                    if delay.is_zero() {
+                        if let Some(b) = broker_of(mq) {
+                            let command = query_offset_command(GROUP, mq, false);
+                            self.request(c, b, command, Pending::QueryOffset(mq.clone()), 3_000);
+                        }
+                    } else {
+                        self.queue_timer(c, incarnation, mq, delay, QueueTimer::StartOffset);
+                    }
+                }
+                QueueAction::Pull(order) => {
+                    let Some(b) = broker_of(mq) else { continue };
+                    let cfg = &self.consumers[c].cfg;
+                    let request = PullRequest {
+                        group: GROUP.into(),
+                        queue: mq.clone(),
+                        offset: order.offset,
+                        max_messages: cfg.pull_batch_size as i32,
+                        max_bytes: Some(cfg.pull_batch_size_in_bytes as i32),
+                        subscription: Arc::new(Subscription::new("*", 1)),
+                        send_subscription: order.send_subscription,
+                        commit_offset: order.commit_offset,
+                        suspend: Some(order.suspend),
+                        timeout: order.timeout,
+                        broker_id: order.broker_id,
+                    };
+                    let command = request.to_command();
+                    let timeout = order.timeout.as_millis() as i64;
+                    self.request(
+                        c,
+                        b,
+                        command,
+                        Pending::Pull(mq.clone(), order, Box::new(request)),
+                        timeout,
+                    );
+                }
+                QueueAction::PullAfter(delay) => {
+                    self.queue_timer(c, incarnation, mq, delay, QueueTimer::Pull)
+                }
+                QueueAction::ConsumeOrdered | QueueAction::RecomputeOffset => {}
+                QueueAction::Consume {
+                    messages,
+                    range,
+                    epoch,
+                } => self.listener(c, mq, messages, range, epoch),
+                QueueAction::SendBack {
+                    messages,
+                    delay_level,
+                    epoch,
+                } => {
+                    let Some(b) = broker_of(mq) else { continue };
+                    self.note(|| {
+                        let keys: Vec<String> = messages.iter().map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)).collect();
+                        format!("c{c} {mq} sends back {keys:?}")
+                    });
+                    let consumer = &mut self.consumers[c];
+                    let batch = consumer.next_batch;
+                    consumer.next_batch += 1;
+                    let max = consumer.cfg.max_reconsume_times_for_wire();
+                    let commands: Vec<RemotingCommand> = messages
+                        .iter()
+                        .map(|m| send_back_command(GROUP, mq, m, delay_level, max))
+                        .collect();
+                    consumer.send_backs.insert(
+                        batch,
+                        SentBack {
+                            queue: mq.clone(),
+                            epoch,
+                            results: messages.into_iter().map(|m| (m, None)).collect(),
+                        },
+                    );
+                    for (index, command) in commands.into_iter().enumerate() {
+                        let pending = Pending::SendBack {
+                            queue: mq.clone(),
+                            batch,
+                            index,
+                        };
+                        self.request(c, b, command, pending, 3_000);
+                    }
+                }
+                QueueAction::ReconsumeAfter {
+                    messages,
+                    delay,
+                    epoch,
+                } => self.queue_timer(
+                    c,
+                    incarnation,
+                    mq,
+                    delay,
+                    QueueTimer::Reconsume(messages, epoch),
+                ),
+                QueueAction::Commit(offset) => {
+                    self.note(|| format!("c{c} {mq} commits {offset}"));
+                    let table = &mut self.consumers[c].offsets;
+                    let before = table.read(mq);
+                    table.update(mq, offset, true);
+                    if before.is_some_and(|b| b > offset) {
+                        self.violations.push(Violation::OffsetBackwards(format!(
+                            "c{c} {mq}: {before:?} -> {offset}"
+                        )));
+                    }
+                }
+                QueueAction::AdoptOffset(offset) => {
+                    self.consumers[c].offsets.update(mq, offset, false);
+                }
+                QueueAction::Finish { committed, .. } => {
+                    self.note(|| format!("c{c} finishes {mq} at {committed:?}"));
+                    match (committed, broker_of(mq)) {
+                        (Some(offset), Some(b)) => {
+                            let command = update_offset_command(GROUP, mq, offset);
+                            self.request(c, b, command, Pending::FinishPersist(mq.clone()), 3_000);
+                        }
+                        _ => self.on_answer(
+                            c,
+                            Pending::FinishPersist(mq.clone()),
+                            Err(Error::Shutdown("nothing to persist".into())),
+                        ),
+                    }
+                }
+                QueueAction::Note(_) => {}
+            }
+        }
+        self.check_flow_control(c, mq);
+    }
+
+    fn queue_timer(
+        &mut self,
+        c: usize,
+        incarnation: u32,
+        mq: &MessageQueue,
+        delay: Duration,
+        kind: QueueTimer,
+    ) {
+        self.schedule(
+            delay.as_millis() as i64,
+            Event::QueueTimer {
+                consumer: c,
+                incarnation,
+                queue: mq.clone(),
+                kind,
+            },
+        );
+    }
+
+    fn on_queue_timer(&mut self, c: usize, mq: MessageQueue, kind: QueueTimer) {
+        match kind {
+            QueueTimer::StartOffset => {
+                self.execute(c, &mq, vec![QueueAction::LoadStartOffset(Duration::ZERO)])
+            }
+            QueueTimer::Pull => self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                core.on_pull_timer(cfg, env, now, out)
+            }),
+            QueueTimer::Reconsume(messages, epoch) => {
+                self.with_queue(c, &mq, |core, _cfg, _env, now, out| {
+                    core.on_reconsume_timer(messages, epoch, now, out)
+                })
+            }
+            QueueTimer::Consumed {
+                messages,
+                range,
+                epoch,
+                outcome,
+            } => {
+                let batch = messages.get(range).unwrap_or_default().to_vec();
+                self.note(|| {
+                    let keys: Vec<String> = batch.iter().map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)).collect();
+                    format!("c{c} {mq} listener {} {keys:?} (epoch {epoch})", if outcome.success { "ok" } else { "FAILED" })
+                });
+                if outcome.success {
+                    for message in &batch {
+                        if let Some(key) = key_of(message) {
+                            self.consumed.entry(key).or_default().push(Consumption {
+                                at: self.now,
+                                queue: mq.clone(),
+                            });
+                        }
+                    }
+                }
+                self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                    core.on_consumed(&batch, epoch, outcome, cfg, env, now, out)
+                })
+            }
+        }
+    }
+
+    /// The simulated listener: poison messages always fail, others now and then; most calls
+    /// are quick, some slow.
+    fn listener(
+        &mut self,
+        c: usize,
+        mq: &MessageQueue,
+        messages: Arc<Vec<MessageExt>>,
+        range: Range<usize>,
+        epoch: u64,
+    ) {
+        let poisoned = messages
+            .get(range.clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
+        let success = !poisoned && !self.rng.chance(40);
+        let took = if self.rng.chance(50) {
+            self.rng.range(100..3_000)
+        } else {
+            self.rng.range(0..3)
+        };
+        let incarnation = self.consumers[c].incarnation;
+        self.schedule(
+            took,
+            Event::QueueTimer {
+                consumer: c,
+                incarnation,
+                queue: mq.clone(),
+                kind: QueueTimer::Consumed {
+                    messages,
+                    range,
+                    epoch,
+                    outcome: CallOutcome {
+                        success,
+                        ack_index: None,
+                        delay_level: 0,
+                    },
+                },
+            },
+        );
+    }
+
+    // ----- invariants -----
+
+    fn check_flow_control(&mut self, c: usize, mq: &MessageQueue) {
+        let env = self.env(c);
+        let consumer = &self.consumers[c];
+        let Some(queue) = consumer.queues.get(mq) else {
+            return;
+        };
+        // A pull is sent while the cache is at the limit, and may bring a whole batch.
+        let limit = env.thresholds.max_cached_count + u64::from(consumer.cfg.pull_batch_size);
+        let cached = queue.core.cache_stats().count;
+        if cached > limit {
+            self.violations.push(Violation::FlowControl(format!(
+                "c{c} {mq}: {cached} cached, limit {limit}"
+            )));
+        }
+    }
+
+    fn dead_lettered(&self) -> BTreeSet<u64> {
+        let topic = retry::dlq_topic(GROUP);
+        let mut keys = BTreeSet::new();
+        for broker in &self.brokers {
+            let Some(config) = broker.store().topic(&topic) else {
+                continue;
+            };
+            for queue_id in 0..config.read_queue_nums {
+                let max = broker.store().max_offset(&topic, queue_id);
+                for offset in broker.store().min_offset(&topic, queue_id)..max {
+                    if let Some(raw) = broker.store().record_at(&topic, queue_id, offset) {
+                        let mut raw = Bytes::copy_from_slice(raw);
+                        if let Some(key) = decode_message(&mut raw).ok().as_ref().and_then(key_of) {
+                            keys.insert(key);
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// Whether an unclean fault, or an overlapping hand-off of either queue, happened around the
+    /// two consumptions (a retry of a message shows up on the retry queue).
+    fn explained(&self, first: &Consumption, second: &Consumption) -> bool {
+        let (from, to) = (first.at, second.at);
+        let overlap = |queue: &MessageQueue| {
+            self.overlaps
+                .get(queue)
+                .is_some_and(|o| o.iter().any(|start| *start <= to && *start >= from - 60_000))
+        };
+        self.unclean.iter().any(|t| *t >= from - 30_000 && *t <= to)
+            || overlap(&first.queue)
+            || overlap(&second.queue)
+    }
+
+    fn check_end(&mut self) {
+        let dead = self.dead_lettered();
+        for key in &self.acked {
+            if !self.consumed.contains_key(key) && !dead.contains(key) {
+                self.violations
+                    .push(Violation::Lost(format!("message k{key} never consumed nor in the DLQ")));
+            }
+        }
+        let mut duplicates = Vec::new();
+        for (key, runs) in &self.consumed {
+            for pair in runs.windows(2) {
+                if !self.explained(&pair[0], &pair[1]) {
+                    duplicates.push(format!(
+                        "k{key} consumed at {} ({}) and {} ({})",
+                        pair[0].at - T0,
+                        pair[0].queue,
+                        pair[1].at - T0,
+                        pair[1].queue
+                    ));
+                }
+            }
+        }
+        self.violations
+            .extend(duplicates.into_iter().map(Violation::UnexplainedDuplicate));
+        // With the group stable for the whole quiet phase, every queue has exactly one owner.
+        let mut owners: BTreeMap<MessageQueue, Vec<usize>> = BTreeMap::new();
+        for (c, consumer) in self.consumers.iter().enumerate() {
+            if consumer.life != Life::Running {
+                continue;
+            }
+            for (mq, q) in &consumer.queues {
+                if !q.finishing {
+                    owners.entry(mq.clone()).or_default().push(c);
+                }
+            }
+        }
+        let running = self
+            .consumers
+            .iter()
+            .any(|consumer| consumer.life == Life::Running);
+        for b in 0..self.cfg.brokers {
+            for queue_id in 0..self.cfg.queues_per_broker {
+                let mq = MessageQueue::new(TOPIC, broker_name(b), queue_id);
+                let got = owners.get(&mq).cloned().unwrap_or_default();
+                if running && got.len() != 1 {
+                    self.violations.push(Violation::Ownership(format!(
+                        "{mq} owned by {got:?} after the group settled"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Consumer {
+    fn down() -> Self {
+        let mut cfg = PushConsumerConfig::new(GROUP);
+        cfg.consume_from_where = ConsumeFromWhere::FirstOffset;
+        cfg.max_reconsume_times = Some(3);
+        cfg.pull_threshold_for_queue = 12;
+        cfg.pull_batch_size = 4;
+        Consumer {
+            incarnation: 0,
+            client_id: String::new(),
+            life: Life::Down,
+            cfg,
+            conns: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            next_opaque: 0,
+            routes: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            offsets: crate::consumer::offset::OffsetTable::new(),
+            pass: None,
+            pass_again: false,
+            send_backs: BTreeMap::new(),
+            next_batch: 0,
+            heartbeat_ok: false,
+            unregister_left: 0,
+        }
+    }
+}
+
+fn action_name(action: &QueueAction) -> &'static str {
+    match action {
+        QueueAction::LoadStartOffset(_) => "start",
+        QueueAction::Pull(_) => "pull",
+        QueueAction::PullAfter(_) => "pull-after",
+        QueueAction::ConsumeOrdered => "ordered",
+        QueueAction::RecomputeOffset => "recompute",
+        QueueAction::Consume { .. } => "consume",
+        QueueAction::SendBack { .. } => "send-back",
+        QueueAction::ReconsumeAfter { .. } => "reconsume",
+        QueueAction::Commit(_) => "commit",
+        QueueAction::AdoptOffset(_) => "adopt",
+        QueueAction::Finish { .. } => "finish",
+        QueueAction::Note(_) => "note",
+    }
+}
+
+/// Runs the seed's scenario.
+pub(crate) fn run(seed: u64, trace: bool) -> Report {
+    let mut cfg = SimConfig::from_seed(seed);
+    cfg.trace = trace;
+    World::new(cfg).run()
+}
+
+#[cfg(test)]
+mod tests;
