@@ -136,6 +136,8 @@ pub(crate) struct PullOrder {
     pub broker_id: i64,
     /// Answer with this epoch (see [`QueueCore::on_pull_answer`]).
     pub epoch: u64,
+    /// Which pull of this queue it is: only the answer to the pull in flight counts.
+    pub id: u64,
 }
 
 /// Something worth a log line; the core decides, the executor writes it.
@@ -265,7 +267,9 @@ pub(crate) struct QueueCore {
     pub(crate) pull_from_broker_id: i64,
     /// When the last pull was sent.
     pub(crate) last_pull_ms: i64,
-    pull_in_flight: bool,
+    /// The id of the pull in flight, if one is.
+    pull_in_flight: Option<u64>,
+    next_pull_id: u64,
     pull_scheduled: bool,
     last_activity_ms: i64,
     finished: bool,
@@ -285,7 +289,8 @@ impl QueueCore {
             dropping: false,
             pull_from_broker_id: 0,
             last_pull_ms: now_ms,
-            pull_in_flight: false,
+            pull_in_flight: None,
+            next_pull_id: 0,
             pull_scheduled: false,
             last_activity_ms: now_ms,
             finished: false,
@@ -305,7 +310,7 @@ impl QueueCore {
     /// restarts such a queue).
     pub(crate) fn is_stalled(&self, cfg: &PushConsumerConfig, now_ms: i64) -> bool {
         let idle = Duration::from_millis(now_ms.saturating_sub(self.last_activity_ms).max(0) as u64);
-        self.next_offset.is_some() && !self.pull_in_flight && idle > cfg.pull_max_idle_time
+        self.next_offset.is_some() && self.pull_in_flight.is_none() && idle > cfg.pull_max_idle_time
     }
 
     /// Whether the queue holds a valid broker lock (or needs none).
@@ -345,7 +350,7 @@ impl QueueCore {
 
     /// Pulls after `delay` (unless a pull is out or already scheduled).
     pub(crate) fn schedule_pull(&mut self, delay: Duration, out: &mut Vec<QueueAction>) {
-        if self.pull_scheduled || self.pull_in_flight {
+        if self.pull_scheduled || self.pull_in_flight.is_some() {
             return;
         }
         self.pull_scheduled = true;
@@ -375,7 +380,7 @@ impl QueueCore {
         let Some(offset) = self.next_offset else {
             return;
         };
-        if self.pull_in_flight {
+        if self.pull_in_flight.is_some() {
             return;
         }
         self.last_activity_ms = now_ms;
@@ -407,7 +412,8 @@ impl QueueCore {
             Mode::KeyOrdered { .. } => {}
         }
         let flags = pull_request_flags(cfg, self.committed);
-        self.pull_in_flight = true;
+        self.next_pull_id += 1;
+        self.pull_in_flight = Some(self.next_pull_id);
         out.push(QueueAction::Pull(PullOrder {
             offset,
             // The flags piggyback only an offset above 0 (0 means "none").
@@ -417,6 +423,7 @@ impl QueueCore {
             timeout: flags.request_timeout,
             broker_id: self.pull_from_broker_id,
             epoch: self.epoch,
+            id: self.next_pull_id,
         }));
     }
 
@@ -433,7 +440,12 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        self.pull_in_flight = false;
+        if self.pull_in_flight != Some(order.id) {
+            // Not the pull in flight: one that a reset gave up on. Its answer must not clear
+            // the flag of the pull sent since, or two pulls would run from one offset.
+            return;
+        }
+        self.pull_in_flight = None;
         if order.epoch != self.epoch {
             // The cache was reset while this pull was out: its answer is stale.
             self.pull(cfg, env, now_ms, out);
@@ -732,7 +744,7 @@ impl QueueCore {
             self.commit(offset, out);
         }
         // Space in the cache may unblock a flow-controlled pull loop right away.
-        if !self.pull_in_flight && !self.pull_scheduled && !self.dropping {
+        if self.pull_in_flight.is_none() && !self.pull_scheduled && !self.dropping {
             self.pull(cfg, env, now_ms, out);
         }
     }
@@ -836,8 +848,9 @@ impl QueueCore {
         self.discard_cache();
         self.next_offset = Some(offset);
         self.committed = Some(offset);
-        // A pull held by the broker belongs to the old epoch; start over at once.
-        self.pull_in_flight = false;
+        // A pull held by the broker belongs to the old epoch; start over at once (its answer
+        // will be ignored).
+        self.pull_in_flight = None;
         self.pull(cfg, env, now_ms, out);
     }
 }
@@ -1015,6 +1028,31 @@ mod tests {
         }
         assert!(commits(&out).is_empty());
         assert_eq!(core.committed, Some(10));
+    }
+
+    #[test]
+    fn the_answer_to_a_pull_given_up_by_a_reset_starts_no_second_pull() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, stale) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.reset_offset(10, &cfg, &env, 1, &mut out);
+        let pulls = |out: &[QueueAction]| {
+            out.iter()
+                .filter_map(|a| match a {
+                    QueueAction::Pull(order) => Some(*order),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let fresh = pulls(&out);
+        assert_eq!(fresh.len(), 1);
+        assert_eq!(fresh[0].offset, 10);
+        let mut out = Vec::new();
+        core.on_pull_answer(&stale, Ok(found(0..3)), None, &cfg, &env, 2, &mut out);
+        assert!(out.is_empty(), "the stale answer changed something: {out:?}");
+        core.on_pull_answer(&fresh[0], Ok(found(10..11)), None, &cfg, &env, 3, &mut out);
+        assert_eq!(consumes(&out).len(), 1);
     }
 
     #[test]

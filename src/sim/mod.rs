@@ -160,6 +160,8 @@ pub(crate) enum Violation {
     Ownership(String),
     /// A queue cached more than flow control allows.
     FlowControl(String),
+    /// A member did not come back (or never finished shutting down) by the end.
+    Stuck(String),
 }
 
 /// What a run did.
@@ -219,6 +221,7 @@ enum Event {
         consumer: usize,
         incarnation: u32,
         queue: MessageQueue,
+        instance: u64,
         kind: QueueTimer,
     },
     BrokerTick(usize),
@@ -248,10 +251,11 @@ enum Pending {
     Route(String),
     Heartbeat,
     ConsumerIds(String),
-    QueryOffset(MessageQueue),
-    Pull(MessageQueue, PullOrder, Box<PullRequest>),
+    QueryOffset(MessageQueue, u64),
+    Pull(MessageQueue, u64, PullOrder, Box<PullRequest>),
     SendBack {
         queue: MessageQueue,
+        instance: u64,
         batch: u64,
         index: usize,
     },
@@ -267,6 +271,9 @@ struct SentBack {
 }
 
 struct SimQueue {
+    /// Which start of the queue on this member: answers and timers of an earlier one (dropped
+    /// and taken again since) are not for this core, as an actor's futures die with it.
+    instance: u64,
     core: QueueCore,
     finishing: bool,
 }
@@ -295,6 +302,7 @@ struct Consumer {
     pass_again: bool,
     send_backs: BTreeMap<u64, SentBack>,
     next_batch: u64,
+    next_instance: u64,
     heartbeat_ok: bool,
     unregister_left: usize,
 }
@@ -328,6 +336,8 @@ pub(crate) struct World {
     /// Live connections: conn id → (consumer, broker).
     conn_owner: BTreeMap<ConnId, (usize, usize)>,
     next_conn: ConnId,
+    /// When the last frame sent on a connection (one direction) arrives.
+    wire_clock: BTreeMap<(ConnId, bool), i64>,
     produced: u64,
     acked: BTreeSet<u64>,
     consumed: BTreeMap<u64, Vec<Consumption>>,
@@ -412,6 +422,7 @@ impl World {
             consumers,
             conn_owner: BTreeMap::new(),
             next_conn: 100,
+            wire_clock: BTreeMap::new(),
             produced: 0,
             acked: BTreeSet::new(),
             consumed: BTreeMap::new(),
@@ -452,6 +463,15 @@ impl World {
             let text = line();
             let _ = writeln!(self.trace, "{:>9} {}", self.now - T0, text);
         }
+    }
+
+    /// The delay of the next frame on `conn` in one direction: random, but never overtaking
+    /// an earlier frame (a connection is a TCP stream: frames arrive in the order sent).
+    fn frame_delay(&mut self, conn: ConnId, to_broker: bool) -> i64 {
+        let at = self.now + self.network_delay();
+        let last = self.wire_clock.entry((conn, to_broker)).or_insert(at);
+        *last = (*last).max(at);
+        *last - self.now
     }
 
     fn network_delay(&mut self) -> i64 {
@@ -574,12 +594,13 @@ impl World {
                 consumer,
                 incarnation,
                 queue,
+                instance,
                 kind,
             } => {
                 if self.consumers[consumer].incarnation == incarnation
                     && self.consumers[consumer].life != Life::Down
                 {
-                    self.on_queue_timer(consumer, queue, kind);
+                    self.on_queue_timer(consumer, queue, instance, kind);
                 }
             }
             Event::BrokerTick(b) => {
@@ -623,7 +644,7 @@ impl World {
                         self.note(|| format!("lost response {} to c{consumer}", command.opaque));
                         continue;
                     }
-                    let delay = self.network_delay();
+                    let delay = self.frame_delay(conn, false);
                     self.schedule(
                         delay,
                         Event::ToConsumer {
@@ -759,6 +780,8 @@ impl World {
         let Some((consumer, broker)) = self.conn_owner.remove(&conn) else {
             return;
         };
+        self.wire_clock.remove(&(conn, true));
+        self.wire_clock.remove(&(conn, false));
         self.note(|| format!("c{consumer} conn {conn} to broker-{broker} closed ({why})"));
         let actions = self.brokers[broker].on_disconnect(conn);
         self.broker_actions(broker, actions);
@@ -923,7 +946,7 @@ impl World {
         let opaque = consumer.next_opaque;
         consumer.pending.insert(opaque, (pending, conn));
         let incarnation = consumer.incarnation;
-        let delay = self.network_delay();
+        let delay = self.frame_delay(conn, true);
         self.schedule(
             delay,
             Event::ToBroker {
@@ -1018,7 +1041,7 @@ impl World {
                 };
                 self.on_members(c, &topic, members);
             }
-            Pending::QueryOffset(mq) => {
+            Pending::QueryOffset(mq, instance) => {
                 let stored = match &answer {
                     Ok(r) => StoredOffset::from_query_response(
                         Some(r.code),
@@ -1035,20 +1058,21 @@ impl World {
                     StartOffset::Use(offset) => Ok(offset),
                     other => Err(format!("{other:?}")),
                 };
-                self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                     core.on_start_offset(result, cfg, env, now, out)
                 });
             }
-            Pending::Pull(mq, order, request) => {
+            Pending::Pull(mq, instance, order, request) => {
                 let peer = mq.broker_name.clone();
                 let result = answer.and_then(|r| request.read_response(&peer, r));
                 let retry_group = retry::is_retry_topic(&mq.topic).then_some(GROUP);
-                self.with_queue(c, &mq, |core, cfg, env, now, out| {
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                     core.on_pull_answer(&order, result, retry_group, cfg, env, now, out)
                 });
             }
             Pending::SendBack {
                 queue,
+                instance,
                 batch,
                 index,
             } => {
@@ -1069,7 +1093,7 @@ impl World {
                             .collect();
                         let epoch = sent.epoch;
                         debug_assert_eq!(sent.queue, queue);
-                        self.with_queue(c, &queue, |core, cfg, env, now, out| {
+                        self.with_queue(c, &queue, instance, |core, cfg, env, now, out| {
                             core.on_sent_back(results, epoch, cfg, env, now, out)
                         });
                     }
@@ -1121,7 +1145,10 @@ impl World {
             Timer::CleanExpired => {
                 let queues: Vec<MessageQueue> = self.consumers[c].queues.keys().cloned().collect();
                 for mq in queues {
-                    self.with_queue(c, &mq, |core, cfg, _env, now, out| {
+                    let Some(instance) = self.consumers[c].queues.get(&mq).map(|q| q.instance) else {
+                        continue;
+                    };
+                    self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
                         core.clean_expired(cfg, now, out)
                     });
                 }
@@ -1252,6 +1279,10 @@ impl World {
         let Some(pass) = self.consumers[c].pass.take() else {
             return;
         };
+        if self.consumers[c].life != Life::Running {
+            // A pass that ends after shutdown began changes nothing (the rebalancer is stopped).
+            return;
+        }
         let now = self.now;
         let cfg = self.consumers[c].cfg.clone();
         let owned: Vec<MessageQueue> = self.consumers[c]
@@ -1297,16 +1328,19 @@ impl World {
             self.overlaps.entry(mq.clone()).or_default().push(now);
         }
         self.owners.entry(mq.clone()).or_default().insert(c, now);
-        let cfg = &self.consumers[c].cfg;
-        let core = QueueCore::new(Mode::for_config(cfg, now), now);
-        self.consumers[c].queues.insert(
+        let consumer = &mut self.consumers[c];
+        let core = QueueCore::new(Mode::for_config(&consumer.cfg, now), now);
+        consumer.next_instance += 1;
+        let instance = consumer.next_instance;
+        consumer.queues.insert(
             mq.clone(),
             SimQueue {
+                instance,
                 core,
                 finishing: false,
             },
         );
-        self.execute(c, &mq, vec![QueueAction::LoadStartOffset(Duration::ZERO)]);
+        self.execute(c, &mq, instance, vec![QueueAction::LoadStartOffset(Duration::ZERO)]);
     }
 
     fn drop_queue(&mut self, c: usize, mq: &MessageQueue) {
@@ -1317,9 +1351,10 @@ impl World {
             return;
         }
         queue.finishing = true;
+        let instance = queue.instance;
         let mut out = Vec::new();
         queue.core.drop_queue(&mut out);
-        self.execute(c, mq, out);
+        self.execute(c, mq, instance, out);
     }
 
     fn persist(&mut self, c: usize) {
@@ -1355,6 +1390,7 @@ impl World {
         &mut self,
         c: usize,
         mq: &MessageQueue,
+        instance: u64,
         call: impl FnOnce(&mut QueueCore, &PushConsumerConfig, &QueueEnv, i64, &mut Vec<QueueAction>),
     ) {
         let env = self.env(c);
@@ -1363,12 +1399,15 @@ impl World {
         let Some(queue) = consumer.queues.get_mut(mq) else {
             return;
         };
+        if queue.instance != instance {
+            return;
+        }
         let mut out = Vec::new();
         call(&mut queue.core, &consumer.cfg, &env, now, &mut out);
-        self.execute(c, mq, out);
+        self.execute(c, mq, instance, out);
     }
 
-    fn execute(&mut self, c: usize, mq: &MessageQueue, actions: Vec<QueueAction>) {
+    fn execute(&mut self, c: usize, mq: &MessageQueue, instance: u64, actions: Vec<QueueAction>) {
         let incarnation = self.consumers[c].incarnation;
         for action in actions {
             self.digest = hash_str(self.digest, action_name(&action));
@@ -1377,10 +1416,10 @@ impl World {
                     if delay.is_zero() {
                         if let Some(b) = broker_of(mq) {
                             let command = query_offset_command(GROUP, mq, false);
-                            self.request(c, b, command, Pending::QueryOffset(mq.clone()), 3_000);
+                            self.request(c, b, command, Pending::QueryOffset(mq.clone(), instance), 3_000);
                         }
                     } else {
-                        self.queue_timer(c, incarnation, mq, delay, QueueTimer::StartOffset);
+                        self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::StartOffset);
                     }
                 }
                 QueueAction::Pull(order) => {
@@ -1405,19 +1444,19 @@ impl World {
                         c,
                         b,
                         command,
-                        Pending::Pull(mq.clone(), order, Box::new(request)),
+                        Pending::Pull(mq.clone(), instance, order, Box::new(request)),
                         timeout,
                     );
                 }
                 QueueAction::PullAfter(delay) => {
-                    self.queue_timer(c, incarnation, mq, delay, QueueTimer::Pull)
+                    self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::Pull)
                 }
                 QueueAction::ConsumeOrdered | QueueAction::RecomputeOffset => {}
                 QueueAction::Consume {
                     messages,
                     range,
                     epoch,
-                } => self.listener(c, mq, messages, range, epoch),
+                } => self.listener(c, mq, instance, messages, range, epoch),
                 QueueAction::SendBack {
                     messages,
                     delay_level,
@@ -1447,6 +1486,7 @@ impl World {
                     for (index, command) in commands.into_iter().enumerate() {
                         let pending = Pending::SendBack {
                             queue: mq.clone(),
+                            instance,
                             batch,
                             index,
                         };
@@ -1461,6 +1501,7 @@ impl World {
                     c,
                     incarnation,
                     mq,
+                    instance,
                     delay,
                     QueueTimer::Reconsume(messages, epoch),
                 ),
@@ -1503,6 +1544,7 @@ impl World {
         c: usize,
         incarnation: u32,
         mq: &MessageQueue,
+        instance: u64,
         delay: Duration,
         kind: QueueTimer,
     ) {
@@ -1512,21 +1554,56 @@ impl World {
                 consumer: c,
                 incarnation,
                 queue: mq.clone(),
+                instance,
                 kind,
             },
         );
     }
 
-    fn on_queue_timer(&mut self, c: usize, mq: MessageQueue, kind: QueueTimer) {
-        match kind {
-            QueueTimer::StartOffset => {
-                self.execute(c, &mq, vec![QueueAction::LoadStartOffset(Duration::ZERO)])
+    fn on_queue_timer(&mut self, c: usize, mq: MessageQueue, instance: u64, kind: QueueTimer) {
+        if let QueueTimer::Consumed {
+            messages,
+            range,
+            outcome,
+            epoch,
+        } = &kind
+        {
+            // The listener ran whatever became of the queue since: record what it consumed.
+            let batch = messages.get(range.clone()).unwrap_or_default();
+            self.note(|| {
+                let keys: Vec<String> = batch
+                    .iter()
+                    .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
+                    .collect();
+                let status = if outcome.success { "ok" } else { "FAILED" };
+                format!("c{c} {mq} listener {status} {keys:?} (epoch {epoch})")
+            });
+            if outcome.success {
+                for message in batch {
+                    if let Some(key) = key_of(message) {
+                        self.consumed.entry(key).or_default().push(Consumption {
+                            at: self.now,
+                            queue: mq.clone(),
+                        });
+                    }
+                }
             }
-            QueueTimer::Pull => self.with_queue(c, &mq, |core, cfg, env, now, out| {
+        }
+        if self.consumers[c].queues.get(&mq).map(|q| q.instance) != Some(instance) {
+            return;
+        }
+        match kind {
+            QueueTimer::StartOffset => self.execute(
+                c,
+                &mq,
+                instance,
+                vec![QueueAction::LoadStartOffset(Duration::ZERO)],
+            ),
+            QueueTimer::Pull => self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                 core.on_pull_timer(cfg, env, now, out)
             }),
             QueueTimer::Reconsume(messages, epoch) => {
-                self.with_queue(c, &mq, |core, _cfg, _env, now, out| {
+                self.with_queue(c, &mq, instance, |core, _cfg, _env, now, out| {
                     core.on_reconsume_timer(messages, epoch, now, out)
                 })
             }
@@ -1536,23 +1613,9 @@ impl World {
                 epoch,
                 outcome,
             } => {
-                let batch = messages.get(range).unwrap_or_default().to_vec();
-                self.note(|| {
-                    let keys: Vec<String> = batch.iter().map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)).collect();
-                    format!("c{c} {mq} listener {} {keys:?} (epoch {epoch})", if outcome.success { "ok" } else { "FAILED" })
-                });
-                if outcome.success {
-                    for message in &batch {
-                        if let Some(key) = key_of(message) {
-                            self.consumed.entry(key).or_default().push(Consumption {
-                                at: self.now,
-                                queue: mq.clone(),
-                            });
-                        }
-                    }
-                }
-                self.with_queue(c, &mq, |core, cfg, env, now, out| {
-                    core.on_consumed(&batch, epoch, outcome, cfg, env, now, out)
+                let batch = messages.get(range).unwrap_or_default();
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
+                    core.on_consumed(batch, epoch, outcome, cfg, env, now, out)
                 })
             }
         }
@@ -1564,6 +1627,7 @@ impl World {
         &mut self,
         c: usize,
         mq: &MessageQueue,
+        instance: u64,
         messages: Arc<Vec<MessageExt>>,
         range: Range<usize>,
         epoch: u64,
@@ -1586,6 +1650,7 @@ impl World {
                 consumer: c,
                 incarnation,
                 queue: mq.clone(),
+                instance,
                 kind: QueueTimer::Consumed {
                     messages,
                     range,
@@ -1690,6 +1755,14 @@ impl World {
                 }
             }
         }
+        for (c, consumer) in self.consumers.iter().enumerate() {
+            if consumer.life != Life::Running {
+                self.violations.push(Violation::Stuck(format!(
+                    "c{c} is {:?} at the end",
+                    consumer.life
+                )));
+            }
+        }
         let running = self
             .consumers
             .iter()
@@ -1730,6 +1803,7 @@ impl Consumer {
             pass_again: false,
             send_backs: BTreeMap::new(),
             next_batch: 0,
+            next_instance: 0,
             heartbeat_ok: false,
             unregister_left: 0,
         }
