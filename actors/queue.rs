@@ -13,6 +13,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerShared};
 use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
@@ -66,8 +67,6 @@ pub struct QueueActor {
     pub(crate) core: QueueCore,
     /// The queue is one of the group's retry queues (messages get their topic back).
     retry_queue: bool,
-    /// A consume pass is scheduled (orderly suspend, lock retry), so new messages wait for it.
-    pub(crate) consume_scheduled: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
     offset_flush_scheduled: bool,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
@@ -85,7 +84,6 @@ impl QueueActor {
             queue,
             shared,
             core,
-            consume_scheduled: false,
             drain_waiters: Vec::new(),
             offset_flush_scheduled: false,
             spare_queues: Vec::new(),
@@ -126,8 +124,29 @@ impl QueueActor {
                         act.execute(out, ctx);
                     });
                 }
-                QueueAction::ConsumeOrdered => self.consume_ordered(ctx),
+                QueueAction::Lock => self.request_lock(ctx),
+                QueueAction::LockAfter(delay) => {
+                    ctx.run_later(delay, |act, ctx| {
+                        let mut out = Vec::new();
+                        act.core.on_lock_timer(&mut out);
+                        act.execute(out, ctx);
+                    });
+                }
                 QueueAction::RecomputeOffset => self.recompute_offset(ctx),
+                QueueAction::ConsumeOrderly { batch, epoch } => self.run_orderly(batch, epoch, ctx),
+                QueueAction::ConsumeAfter(delay) => {
+                    ctx.run_later(delay, |act, ctx| {
+                        let mut out = Vec::new();
+                        act.core
+                            .on_consume_timer(&act.shared.config, now_ms(), &mut out);
+                        act.execute(out, ctx);
+                    });
+                }
+                QueueAction::DeadLetter {
+                    letters,
+                    epoch,
+                    suspend,
+                } => self.dead_letter(letters, epoch, suspend, ctx),
                 QueueAction::Consume {
                     messages,
                     range,
@@ -228,6 +247,10 @@ impl QueueActor {
             QueueNote::StartOffsetFailed(error) => {
                 tracing::warn!(%queue, %error, "cannot compute the start offset; retrying")
             }
+            QueueNote::LockFailed(error) => {
+                tracing::debug!(%queue, %error, "lock request failed")
+            }
+            QueueNote::LockLost => tracing::warn!(%queue, "lock lost; consumption paused"),
         }
     }
 
@@ -272,15 +295,6 @@ impl QueueActor {
             );
             act.execute(out, ctx);
         }));
-    }
-
-    /// Asks the core to pull (if flow control allows) and carries it out.
-    pub(crate) fn pull(&mut self, ctx: &mut Context<Self>) {
-        let mut out = Vec::new();
-        let env = self.env();
-        self.core
-            .pull(&self.shared.config, &env, now_ms(), &mut out);
-        self.execute(out, ctx);
     }
 
     fn send_pull(&mut self, order: PullOrder, ctx: &mut Context<Self>) {
@@ -347,12 +361,6 @@ impl QueueActor {
     /// Whether this queue must hold the broker lock to consume (orderly clustering).
     pub(crate) fn needs_lock(&self) -> bool {
         needs_broker_lock(&self.shared.config)
-    }
-
-    pub(crate) fn lock_held(&self, now: i64) -> bool {
-        self.core
-            .lock
-            .is_held(now, self.shared.config.lock_max_live_time)
     }
 
     fn on_consumed(
@@ -446,20 +454,6 @@ impl QueueActor {
         }
     }
 
-    /// Settles one orderly call or dead-letter send.
-    pub(crate) fn settle(&mut self, ctx: &mut Context<Self>) {
-        let mut out = Vec::new();
-        self.core.settle(&mut out);
-        self.execute(out, ctx);
-    }
-
-    /// Raises the committed offset (orderly stage).
-    pub(crate) fn commit(&mut self, offset: i64, ctx: &mut Context<Self>) {
-        let mut out = Vec::new();
-        self.core.commit(offset, &mut out);
-        self.execute(out, ctx);
-    }
-
     fn finish_drop(&mut self, committed: Option<i64>, unlock: bool, ctx: &mut Context<Self>) {
         let queue = self.queue.clone();
         let offsets = self.shared.offsets.clone();
@@ -496,6 +490,24 @@ impl QueueActor {
         }));
     }
 
+    /// Orderly: hears when the connection to the queue's broker closes (the lock may be gone).
+    fn watch_broker_connection(&mut self, ctx: &mut Context<Self>) {
+        let client = self.shared.client.clone();
+        let queue = self.queue.clone();
+        let me = ctx.address().recipient();
+        let subscribe = async move {
+            let addr = client.master_addr(&queue).await?;
+            let connection = client.connection(&addr).await?;
+            connection.send(Subscribe(me)).await?;
+            Ok::<_, Error>(())
+        };
+        ctx.spawn(subscribe.into_actor(self).map(|result, act, _ctx| {
+            if let Err(e) = result {
+                tracing::debug!(queue = %act.queue, error = %e, "cannot watch the broker connection");
+            }
+        }));
+    }
+
     fn clean_expired(&mut self, ctx: &mut Context<Self>) {
         let mut out = Vec::new();
         self.core
@@ -508,13 +520,18 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        // A queue that needs the broker lock is locked before its first pull, then kept locked.
+        let mut out = Vec::new();
+        self.core.start(&self.shared.config, &mut out);
+        self.execute(out, ctx);
         if self.needs_lock() {
-            // A new queue is locked on its broker before its first pull; then kept locked.
-            self.lock_then_start(ctx);
+            self.watch_broker_connection(ctx);
             let every = self.shared.config.lock_interval;
-            ctx.run_interval(every, |act, ctx| act.renew_lock(ctx));
-        } else {
-            self.load_start_offset(ctx);
+            ctx.run_interval(every, |act, ctx| {
+                let mut out = Vec::new();
+                act.core.on_renew_timer(&mut out);
+                act.execute(out, ctx);
+            });
         }
         let timeout = self.shared.config.consume_timeout;
         let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
@@ -549,6 +566,19 @@ impl Handler<DropQueue> for QueueActor {
             }
             .into_actor(self),
         )
+    }
+}
+
+impl Handler<ConnectionEvent> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, event: ConnectionEvent, ctx: &mut Self::Context) {
+        if let ConnectionEvent::Disconnected { peer, reason } = event {
+            tracing::debug!(queue = %self.queue, %peer, %reason, "broker connection closed; re-locking");
+            let mut out = Vec::new();
+            self.core.on_broker_disconnected(now_ms(), &mut out);
+            self.execute(out, ctx);
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! The queue's decisions as a sans-I/O state machine: the pull loop of every consume mode, and
-//! the whole of concurrent consumption (what is cached, what goes to the listener, what is
-//! retried, which offset is committed, when a dropped queue is finished).
+//! The queue's decisions as a sans-I/O state machine: the pull loop, the broker lock, and the
+//! consumption of every mode — concurrent (what goes to the listener, what is retried, which
+//! offset is committed), orderly (one batch at a time, suspend, dead-letter) and key-ordered —
+//! and when a dropped queue is finished.
 //!
 //! The queue actor (`actors/queue.rs`) and the simulator (`crate::sim`) both drive it: they
 //! feed it events with the current time and carry out the [`QueueAction`]s it returns. It
@@ -26,7 +27,11 @@ use crate::consumer::flow::{
 };
 use crate::consumer::key_order::KeyOrderedQueue;
 use crate::consumer::lock::{needs_broker_lock, LockState};
-use crate::consumer::orderly::OrderlyQueueState;
+use crate::consumer::offset::StoredOffset;
+use crate::consumer::orderly::{
+    BatchStep, DeadLetter, OrderlyContext, OrderlyNext, OrderlyQueueState, OrderlyStatus,
+    OrderlyStep,
+};
 use crate::consumer::process_queue::{CacheStats, CachedMessage, ProcessQueue};
 use crate::consumer::retry::{
     self, failed_range, CONSUME_TIMEOUT_DELAY_LEVEL, LOCAL_RECONSUME_DELAY,
@@ -172,6 +177,10 @@ pub(crate) enum QueueNote {
     },
     /// The start offset could not be computed (retried after `pull_delay_on_error`).
     StartOffsetFailed(String),
+    /// A lock request failed (retried, or the last grant kept until it expires).
+    LockFailed(String),
+    /// The broker refused to renew the lock: consumption pauses until it is granted again.
+    LockLost,
 }
 
 /// What the executor must do after a core call.
@@ -184,11 +193,33 @@ pub(crate) enum QueueAction {
     Pull(PullOrder),
     /// Call [`QueueCore::on_pull_timer`] after the delay.
     PullAfter(Duration),
-    /// Orderly and key-ordered: messages were cached; run what may run now.
-    ConsumeOrdered,
+    /// Ask the queue's broker for its lock; answer with [`QueueCore::on_lock_result`].
+    Lock,
+    /// Call [`QueueCore::on_lock_timer`] after the delay.
+    LockAfter(Duration),
     /// Orderly: re-read the stored offset (the lock was regained); answer with
     /// [`QueueCore::on_recomputed_offset`].
     RecomputeOffset,
+    /// Orderly and key-ordered: call the orderly listener with `batch`; answer with
+    /// [`QueueCore::on_orderly_consumed`].
+    ConsumeOrderly {
+        /// The messages, in offset order (one message in key-ordered mode).
+        batch: Arc<[MessageExt]>,
+        /// Epoch to answer with.
+        epoch: u64,
+    },
+    /// Call [`QueueCore::on_consume_timer`] after the delay.
+    ConsumeAfter(Duration),
+    /// Send these messages to the dead-letter queue; answer with
+    /// [`QueueCore::on_dead_lettered`].
+    DeadLetter {
+        /// Messages and their reconsume counts.
+        letters: Vec<DeadLetter<MessageExt>>,
+        /// Epoch to answer with.
+        epoch: u64,
+        /// Key-ordered: how long a message whose send failed waits before it is retried.
+        suspend: Duration,
+    },
     /// Concurrent: call the listener with `messages[range]`; answer with
     /// [`QueueCore::on_consumed`]. Every call of one pull shares `messages`.
     Consume {
@@ -267,6 +298,10 @@ pub(crate) struct QueueCore {
     pub(crate) pull_from_broker_id: i64,
     /// When the last pull was sent.
     pub(crate) last_pull_ms: i64,
+    /// Orderly: a consume pass is scheduled (suspend, lock retry), so new messages wait for it.
+    consume_scheduled: bool,
+    /// The start offset was asked for (after the first lock, when one is needed).
+    start_requested: bool,
     /// The id of the pull in flight, if one is.
     pull_in_flight: Option<u64>,
     next_pull_id: u64,
@@ -289,6 +324,8 @@ impl QueueCore {
             dropping: false,
             pull_from_broker_id: 0,
             last_pull_ms: now_ms,
+            consume_scheduled: false,
+            start_requested: false,
             pull_in_flight: None,
             next_pull_id: 0,
             pull_scheduled: false,
@@ -557,14 +594,14 @@ impl QueueCore {
             }
             Mode::Orderly { pq, .. } => {
                 pq.put_messages(messages);
-                out.push(QueueAction::ConsumeOrdered);
+                self.consume_ordered(cfg, now_ms, out);
             }
             Mode::KeyOrdered { queue } => {
                 for message in messages {
                     let key = crate::consumer::key_order::ordering_key(&message).map(str::to_owned);
                     queue.push(message, key.as_deref());
                 }
-                out.push(QueueAction::ConsumeOrdered);
+                self.consume_ordered(cfg, now_ms, out);
             }
         }
     }
@@ -775,6 +812,388 @@ impl QueueCore {
             committed: self.committed,
             unlock: self.lock.locked,
         });
+    }
+
+    /// The queue was assigned: lock it first if it must be locked, then find the start offset.
+    pub(crate) fn start(&mut self, cfg: &PushConsumerConfig, out: &mut Vec<QueueAction>) {
+        if needs_broker_lock(cfg) {
+            out.push(QueueAction::Lock);
+        } else {
+            self.start_requested = true;
+            out.push(QueueAction::LoadStartOffset(Duration::ZERO));
+        }
+    }
+
+    /// The delay of a [`QueueAction::LockAfter`] ended.
+    pub(crate) fn on_lock_timer(&mut self, out: &mut Vec<QueueAction>) {
+        if !self.dropping {
+            out.push(QueueAction::Lock);
+        }
+    }
+
+    /// The periodic renewal (`lock_interval`) is due.
+    pub(crate) fn on_renew_timer(&mut self, out: &mut Vec<QueueAction>) {
+        if !self.dropping && self.next_offset.is_some() {
+            out.push(QueueAction::Lock);
+        }
+    }
+
+    /// The connection to the queue's broker closed. A restarted broker has forgotten every
+    /// lock and may grant this queue's to another member at once, so the lock is not counted
+    /// on until the broker grants it again (asked for right away). Java keeps consuming on its
+    /// last grant for up to `lock_max_live_time`, two members at once.
+    pub(crate) fn on_broker_disconnected(&mut self, now_ms: i64, out: &mut Vec<QueueAction>) {
+        if !self.lock.locked {
+            return;
+        }
+        self.set_locked(false, now_ms);
+        self.lock.last_lock_ms = None;
+        if self.start_requested && !self.dropping {
+            out.push(QueueAction::Lock);
+        }
+    }
+
+    fn set_locked(&mut self, locked: bool, now_ms: i64) {
+        let was_held = self.lock.locked;
+        self.lock.locked = locked;
+        if locked {
+            self.lock.last_lock_ms = Some(now_ms);
+        }
+        if let Mode::Orderly { pq, .. } = &mut self.mode {
+            pq.set_locked(locked, now_ms);
+        }
+        if locked && !was_held && self.next_offset.is_some() {
+            // Another client may have consumed while we did not hold the lock.
+            self.offset_fixed = false;
+        }
+    }
+
+    /// The broker answered a [`QueueAction::Lock`]: `Ok(true)` granted, `Ok(false)` held by
+    /// another client.
+    pub(crate) fn on_lock_result(
+        &mut self,
+        result: Result<bool, String>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let retry = cfg.pull_delay_on_error;
+        match &result {
+            Ok(granted) => {
+                if self.start_requested && self.lock.locked && !granted {
+                    out.push(QueueAction::Note(QueueNote::LockLost));
+                }
+                if *granted || self.start_requested {
+                    self.set_locked(*granted, now_ms);
+                }
+            }
+            // Keep the last grant: it expires on its own after lock_max_live_time.
+            Err(e) => out.push(QueueAction::Note(QueueNote::LockFailed(e.clone()))),
+        }
+        if self.dropping {
+            return;
+        }
+        if !self.start_requested {
+            if result == Ok(true) {
+                self.start_requested = true;
+                out.push(QueueAction::LoadStartOffset(Duration::ZERO));
+            } else {
+                out.push(QueueAction::LockAfter(retry));
+            }
+            return;
+        }
+        if self.may_consume(cfg, now_ms) {
+            self.consume_ordered(cfg, now_ms, out);
+            self.pull(cfg, env, now_ms, out);
+        } else {
+            out.push(QueueAction::LockAfter(retry));
+        }
+    }
+
+    /// Orderly, after the lock was regained: continue from the broker's stored offset if it is
+    /// ahead of ours (someone else consumed meanwhile), dropping the cache.
+    pub(crate) fn on_recomputed_offset(
+        &mut self,
+        stored: StoredOffset,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        match stored {
+            StoredOffset::Found(stored) => {
+                let offset = stored.max(self.committed.unwrap_or(stored));
+                if self.next_offset != Some(offset) {
+                    self.discard_cache();
+                    self.next_offset = Some(offset);
+                }
+                self.offset_fixed = true;
+                self.pull(cfg, env, now_ms, out);
+            }
+            StoredOffset::NotFound => {
+                self.offset_fixed = true;
+                self.pull(cfg, env, now_ms, out);
+            }
+            StoredOffset::Unavailable => self.schedule_pull(cfg.pull_delay_on_error, out),
+        }
+    }
+
+    fn schedule_consume(&mut self, delay: Duration, out: &mut Vec<QueueAction>) {
+        if self.consume_scheduled {
+            return;
+        }
+        self.consume_scheduled = true;
+        out.push(QueueAction::ConsumeAfter(delay));
+    }
+
+    /// The delay of a [`QueueAction::ConsumeAfter`] ended.
+    pub(crate) fn on_consume_timer(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        self.consume_scheduled = false;
+        self.consume_ordered(cfg, now_ms, out);
+    }
+
+    /// Starts whatever may run now: the next batch of an orderly queue, or every ready key of
+    /// a key-ordered one.
+    fn consume_ordered(&mut self, cfg: &PushConsumerConfig, now_ms: i64, out: &mut Vec<QueueAction>) {
+        if self.consume_scheduled {
+            return;
+        }
+        match &self.mode {
+            Mode::Orderly { .. } => self.consume_orderly_batch(cfg, now_ms, out),
+            Mode::KeyOrdered { .. } => self.consume_ready_keys(cfg, now_ms, out),
+            Mode::Concurrent { .. } => {}
+        }
+    }
+
+    fn consume_orderly_batch(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let Mode::Orderly { pq, state } = &mut self.mode else {
+            return;
+        };
+        match state.next_batch(pq, cfg, now_ms) {
+            BatchStep::Consume(mut batch) => {
+                for message in &mut batch {
+                    message.reconsume_times = state.reconsume_times(&*message);
+                }
+                self.unsettled += 1;
+                out.push(QueueAction::ConsumeOrderly {
+                    batch: batch.into(),
+                    epoch: self.epoch,
+                });
+            }
+            BatchStep::NeedsLock => self.schedule_consume(cfg.pull_delay_on_error, out),
+            BatchStep::Idle | BatchStep::Busy | BatchStep::Dropped => {}
+        }
+    }
+
+    fn consume_ready_keys(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if self.dropping {
+            return;
+        }
+        if !self.may_consume(cfg, now_ms) {
+            self.schedule_consume(cfg.pull_delay_on_error, out);
+            return;
+        }
+        let limit = cfg.effective_consume_concurrency() as usize;
+        let Mode::KeyOrdered { queue } = &mut self.mode else {
+            return;
+        };
+        let room = limit.saturating_sub(queue.in_flight_count());
+        let ready: Vec<MessageExt> = queue
+            .next_ready(room, now_ms)
+            .into_iter()
+            .map(|mut message| {
+                let failures = queue.failures(message.queue_offset).unwrap_or(0);
+                message.reconsume_times = message
+                    .reconsume_times
+                    .saturating_add(i32::try_from(failures).unwrap_or(i32::MAX));
+                message
+            })
+            .collect();
+        let wakeup = queue.next_wakeup_ms(now_ms);
+        for message in ready {
+            self.unsettled += 1;
+            out.push(QueueAction::ConsumeOrderly {
+                batch: Arc::from(vec![message]),
+                epoch: self.epoch,
+            });
+        }
+        if let Some(at) = wakeup {
+            let delay = Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64);
+            self.schedule_consume(delay, out);
+        }
+    }
+
+    /// An orderly listener call for `batch` (of `epoch`) ended.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_orderly_consumed(
+        &mut self,
+        batch: &[MessageExt],
+        epoch: u64,
+        status: OrderlyStatus,
+        context: &OrderlyContext,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if epoch == self.epoch {
+            match &mut self.mode {
+                Mode::Orderly { pq, state } => {
+                    let step = state.on_orderly_result(pq, batch, status, context, cfg, now_ms);
+                    self.apply_orderly_step(step, cfg, env, now_ms, out);
+                }
+                Mode::KeyOrdered { .. } => {
+                    self.on_key_message(batch, status, context, cfg, env, now_ms, out)
+                }
+                Mode::Concurrent { .. } => {}
+            }
+        }
+        self.settle(out);
+    }
+
+    fn apply_orderly_step(
+        &mut self,
+        step: OrderlyStep<MessageExt>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if let Some(offset) = step.commit_offset {
+            self.commit(offset, out);
+        }
+        match step.next {
+            OrderlyNext::Continue => self.consume_ordered(cfg, now_ms, out),
+            // Re-queue behind the other queues: the dispatcher's permits are first come, first
+            // served, so another queue's waiting batch runs before our next one.
+            OrderlyNext::Yield => self.schedule_consume(Duration::ZERO, out),
+            OrderlyNext::SuspendFor(delay) => self.schedule_consume(delay, out),
+            OrderlyNext::SendToDeadLetter(letters) => {
+                self.unsettled += 1;
+                out.push(QueueAction::DeadLetter {
+                    letters,
+                    epoch: self.epoch,
+                    suspend: Duration::ZERO,
+                });
+            }
+            OrderlyNext::Stop => {}
+        }
+        if !self.dropping {
+            self.pull(cfg, env, now_ms, out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_key_message(
+        &mut self,
+        batch: &[MessageExt],
+        status: OrderlyStatus,
+        context: &OrderlyContext,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let Some(message) = batch.first() else {
+            return;
+        };
+        let offset = message.queue_offset;
+        let ok = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
+        let max = cfg.effective_max_reconsume_times();
+        let Mode::KeyOrdered { queue } = &mut self.mode else {
+            return;
+        };
+        let suspend = context.effective_suspend_time();
+        if ok {
+            queue.complete(offset, true);
+        } else if max
+            .is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
+        {
+            // At the maximum: to the dead-letter queue, then the key moves on.
+            self.unsettled += 1;
+            out.push(QueueAction::DeadLetter {
+                letters: vec![DeadLetter {
+                    message: message.clone(),
+                    reconsume_times: message.reconsume_times,
+                }],
+                epoch: self.epoch,
+                suspend,
+            });
+            return;
+        } else {
+            queue.retry_at(offset, now_ms + suspend.as_millis() as i64);
+        }
+        self.after_key_change(cfg, env, now_ms, out);
+    }
+
+    fn after_key_change(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if let Mode::KeyOrdered { queue } = &self.mode {
+            if let Some(offset) = queue.committed_offset() {
+                self.commit(offset, out);
+            }
+        }
+        self.consume_ordered(cfg, now_ms, out);
+        if !self.dropping {
+            self.pull(cfg, env, now_ms, out);
+        }
+    }
+
+    /// The dead-letter sends of a [`QueueAction::DeadLetter`] ended: `attempted` offsets were
+    /// sent, `sent` of them accepted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_dead_lettered(
+        &mut self,
+        attempted: &[i64],
+        sent: &[i64],
+        epoch: u64,
+        suspend: Duration,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if epoch == self.epoch {
+            match &mut self.mode {
+                Mode::Orderly { pq, state } => {
+                    let step = state.on_dead_letter_result(pq, sent, cfg, now_ms);
+                    self.apply_orderly_step(step, cfg, env, now_ms, out);
+                }
+                Mode::KeyOrdered { queue } => {
+                    for offset in attempted {
+                        if sent.contains(offset) {
+                            queue.complete(*offset, true);
+                        } else {
+                            queue.retry_at(*offset, now_ms + suspend.as_millis() as i64);
+                        }
+                    }
+                    self.after_key_change(cfg, env, now_ms, out);
+                }
+                Mode::Concurrent { .. } => {}
+            }
+        }
+        self.settle(out);
     }
 
     /// Concurrent mode's consume timeout: messages whose listener call started longer than
@@ -1056,6 +1475,31 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_broker_connection_stops_orderly_consumption_until_relocked() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        let env = env(&cfg);
+        let mut core = QueueCore::new(Mode::for_config(&cfg, 0), 0);
+        let mut out = Vec::new();
+        core.start(&cfg, &mut out);
+        assert!(matches!(out[..], [QueueAction::Lock]));
+        let mut out = Vec::new();
+        core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
+        core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
+        assert!(core.may_consume(&cfg, 1));
+        let mut out = Vec::new();
+        core.on_broker_disconnected(1, &mut out);
+        assert!(!core.may_consume(&cfg, 1), "a restarted broker may grant it to another");
+        assert!(matches!(out[..], [QueueAction::Lock]), "{out:?}");
+        let mut out = Vec::new();
+        core.on_lock_result(Ok(false), &cfg, &env, 2, &mut out);
+        assert!(!core.may_consume(&cfg, 2));
+        assert!(out.iter().any(|a| matches!(a, QueueAction::LockAfter(_))));
+        core.on_lock_result(Ok(true), &cfg, &env, 3, &mut out);
+        assert!(core.may_consume(&cfg, 3));
+    }
+
+    #[test]
     fn a_dropped_queue_finishes_when_its_calls_settle() {
         let cfg = cfg();
         let env = env(&cfg);
@@ -1107,7 +1551,9 @@ mod tests {
         let (mut core, order) = started(&cfg, 0);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..2)), None, &cfg, &env, 1, &mut out);
-        assert!(out.iter().any(|a| matches!(a, QueueAction::ConsumeOrdered)));
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, QueueAction::ConsumeOrderly { batch, .. } if batch.len() == 1)));
         assert_eq!(core.cache_stats().count, 2);
         let _ = MessageQueue::new("T", "b", 0);
     }

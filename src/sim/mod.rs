@@ -31,7 +31,7 @@ use bytes::Bytes;
 use crate::broker::schedule::DelayLevels;
 use crate::broker::{Action, BrokerConfig, BrokerCore, ConnId, NameServerCore};
 use crate::consumer::allocate::Averagely;
-use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
+use crate::consumer::config::{ConsumeFromWhere, ConsumeMode, PushConsumerConfig};
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
 use crate::consumer::queue_core::{
@@ -46,13 +46,17 @@ use crate::protocol::body::{
     TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
+use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
+use crate::protocol::body::LockBatchResponseBody;
 use crate::protocol::header::{
     GetConsumerListByGroupRequestHeader, GetRouteInfoRequestHeader, HeartbeatRequestHeader,
-    UnregisterClientRequestHeader,
+    SendMessageRequestHeader, SendMessageRequestHeaderV2, UnregisterClientRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::TopicRoute;
-use crate::rpc::{query_offset_command, send_back_command, update_offset_command, PullRequest};
+use crate::rpc::{
+    lock_batch_command, query_offset_command, send_back_command, update_offset_command, PullRequest,
+};
 use crate::rpc::Subscription;
 
 /// Simulated time starts here (ms since the epoch), so times look like real ones.
@@ -109,11 +113,20 @@ pub(crate) enum Profile {
     Chaos,
 }
 
+/// How the group consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SimMode {
+    Concurrent,
+    Orderly,
+    KeyOrdered,
+}
+
 /// The shape of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct SimConfig {
     pub seed: u64,
     pub profile: Profile,
+    pub mode: SimMode,
     pub brokers: usize,
     pub queues_per_broker: i32,
     pub consumers: usize,
@@ -135,6 +148,11 @@ impl SimConfig {
                 Profile::Clean
             } else {
                 Profile::Chaos
+            },
+            mode: match rng.below(4) {
+                0 => SimMode::Orderly,
+                1 => SimMode::KeyOrdered,
+                _ => SimMode::Concurrent,
             },
             brokers: 1 + rng.below(2) as usize,
             queues_per_broker: 2 + rng.below(3) as i32,
@@ -162,6 +180,12 @@ pub(crate) enum Violation {
     FlowControl(String),
     /// A member did not come back (or never finished shutting down) by the end.
     Stuck(String),
+    /// Orderly: a message reached the listener before an earlier one of its queue (key, in
+    /// key-ordered mode) was done.
+    OutOfOrder(String),
+    /// Orderly: a member consumed a queue without the lock, or two members consumed one queue
+    /// at once while both held its lock.
+    LockBroken(String),
 }
 
 /// What a run did.
@@ -235,6 +259,15 @@ enum Event {
 enum QueueTimer {
     StartOffset,
     Pull,
+    Lock,
+    RenewLock,
+    Consume,
+    /// An orderly listener call ends.
+    OrderlyConsumed {
+        batch: Arc<[MessageExt]>,
+        epoch: u64,
+        success: bool,
+    },
     Reconsume(Vec<MessageExt>, u64),
     /// A listener call ends.
     Consumed {
@@ -260,8 +293,25 @@ enum Pending {
         index: usize,
     },
     Persist,
-    FinishPersist(MessageQueue),
+    FinishPersist(MessageQueue, bool),
+    Unlock(MessageQueue),
+    Lock(MessageQueue, u64),
+    Recompute(MessageQueue, u64),
+    DeadLetter {
+        queue: MessageQueue,
+        instance: u64,
+        batch: u64,
+        index: usize,
+    },
     Unregister,
+}
+
+struct DeadLetters {
+    epoch: u64,
+    suspend: Duration,
+    attempted: Vec<i64>,
+    /// Per letter: its key and queue offset, and whether the broker took it (once answered).
+    results: Vec<(Option<u64>, i64, Option<bool>)>,
 }
 
 struct SentBack {
@@ -301,6 +351,7 @@ struct Consumer {
     pass: Option<Pass>,
     pass_again: bool,
     send_backs: BTreeMap<u64, SentBack>,
+    dead_letters: BTreeMap<u64, DeadLetters>,
     next_batch: u64,
     next_instance: u64,
     heartbeat_ok: bool,
@@ -347,6 +398,10 @@ pub(crate) struct World {
     overlaps: BTreeMap<MessageQueue, Vec<i64>>,
     /// Per queue, since when a member owns it.
     owners: BTreeMap<MessageQueue, BTreeMap<usize, i64>>,
+    /// Orderly: per queue, offsets consumed or dead-lettered (what later offsets wait for).
+    done: BTreeMap<MessageQueue, BTreeSet<i64>>,
+    /// Orderly: per queue and member, listener calls in flight.
+    calls: BTreeMap<MessageQueue, BTreeMap<usize, usize>>,
     violations: Vec<Violation>,
     faults: u64,
     digest: u64,
@@ -407,7 +462,7 @@ impl World {
             nameserver.register(core.registration());
             brokers.push(core);
         }
-        let consumers = (0..cfg.consumers).map(|_| Consumer::down()).collect();
+        let consumers = (0..cfg.consumers).map(|_| Consumer::down(cfg.mode)).collect();
         let broker_up = vec![true; cfg.brokers];
         let mut world = World {
             rng,
@@ -429,6 +484,8 @@ impl World {
             unclean: Vec::new(),
             overlaps: BTreeMap::new(),
             owners: BTreeMap::new(),
+            done: BTreeMap::new(),
+            calls: BTreeMap::new(),
             violations: Vec::new(),
             faults: 0,
             digest: 0xCBF2_9CE4_8422_2325,
@@ -681,7 +738,7 @@ impl World {
                 .with_ext("f", "0")
                 .with_ext("g", self.now.to_string())
                 .with_ext("h", "0")
-                .with_ext("i", "")
+                .with_ext("i", format!("KEYS\u{1}key{}\u{2}", key % 5))
                 .with_opaque(key as i32)
                 .with_body(Bytes::from(format!("k{key}")));
             let now = self.now;
@@ -789,7 +846,7 @@ impl World {
         if c.conns.get(&broker) == Some(&conn) {
             c.conns.remove(&broker);
         }
-        let failed: Vec<i32> = c
+        let failed: Vec<i32> = self.consumers[consumer]
             .pending
             .iter()
             .filter(|(_, (_, on))| *on == conn)
@@ -802,6 +859,23 @@ impl World {
                     pending,
                     Err(Error::ConnectionClosed(broker_name(broker))),
                 );
+            }
+        }
+        // Orderly queues of that broker hear of it (as the queue actor does from its
+        // connection) and stop counting on their lock.
+        let c = &self.consumers[consumer];
+        let queues: Vec<(MessageQueue, u64)> = c
+            .queues
+            .iter()
+            .filter(|(mq, _)| broker_of(mq) == Some(broker))
+            .map(|(mq, q)| (mq.clone(), q.instance))
+            .collect();
+        let alive = c.life != Life::Down;
+        if alive {
+            for (mq, instance) in queues {
+                self.with_queue(consumer, &mq, instance, |core, _cfg, _env, now, out| {
+                    core.on_broker_disconnected(now, out)
+                });
             }
         }
     }
@@ -819,7 +893,7 @@ impl World {
             Life::Running => return,
         }
         let incarnation = self.consumers[c].incarnation + 1;
-        let mut consumer = Consumer::down();
+        let mut consumer = Consumer::down(self.cfg.mode);
         consumer.incarnation = incarnation;
         consumer.client_id = format!("10.1.0.{c}@sim{c}-{incarnation}");
         consumer.life = Life::Running;
@@ -857,8 +931,11 @@ impl World {
             self.drop_connection(conn, "crash");
         }
         let incarnation = self.consumers[c].incarnation;
-        self.consumers[c] = Consumer::down();
+        self.consumers[c] = Consumer::down(self.cfg.mode);
         self.consumers[c].incarnation = incarnation;
+        for calls in self.calls.values_mut() {
+            calls.remove(&c);
+        }
     }
 
     fn shutdown(&mut self, c: usize) {
@@ -1100,8 +1177,89 @@ impl World {
                 }
             }
             Pending::Persist => {}
-            Pending::FinishPersist(mq) => {
-                // Persisted (or given up): the queue is gone.
+            Pending::Lock(mq, instance) => {
+                let result = match answer {
+                    Ok(r) if r.code == response_code::SUCCESS => {
+                        decode_json::<LockBatchResponseBody>(r.body.as_deref().unwrap_or_default())
+                            .map(|b| b.lock_ok_mq_set.contains(&mq))
+                            .map_err(|e| e.to_string())
+                    }
+                    Ok(r) => Err(format!("code {}", r.code)),
+                    Err(e) => Err(e.to_string()),
+                };
+                self.note(|| format!("c{c} lock {mq}: {result:?}"));
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
+                    core.on_lock_result(result, cfg, env, now, out)
+                });
+            }
+            Pending::Recompute(mq, instance) => {
+                let stored = match &answer {
+                    Ok(r) => StoredOffset::from_query_response(
+                        Some(r.code),
+                        r.ext("offset").and_then(|o| o.parse().ok()),
+                    ),
+                    Err(_) => StoredOffset::Unavailable,
+                };
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
+                    core.on_recomputed_offset(stored, cfg, env, now, out)
+                });
+            }
+            Pending::DeadLetter {
+                queue,
+                instance,
+                batch,
+                index,
+            } => {
+                let ok = answer.is_ok_and(|r| r.code == response_code::SUCCESS);
+                let consumer = &mut self.consumers[c];
+                let Some(letters) = consumer.dead_letters.get_mut(&batch) else {
+                    return;
+                };
+                if let Some(slot) = letters.results.get_mut(index) {
+                    slot.2 = Some(ok);
+                }
+                if letters.results.iter().all(|(_, _, r)| r.is_some()) {
+                    if let Some(letters) = consumer.dead_letters.remove(&batch) {
+                        let sent: Vec<i64> = letters
+                            .results
+                            .iter()
+                            .filter(|(_, _, r)| *r == Some(true))
+                            .map(|(_, offset, _)| *offset)
+                            .collect();
+                        for offset in &sent {
+                            self.done.entry(queue.clone()).or_default().insert(*offset);
+                        }
+                        self.with_queue(c, &queue, instance, |core, cfg, env, now, out| {
+                            core.on_dead_lettered(
+                                &letters.attempted,
+                                &sent,
+                                letters.epoch,
+                                letters.suspend,
+                                cfg,
+                                env,
+                                now,
+                                out,
+                            )
+                        });
+                    }
+                }
+            }
+            Pending::FinishPersist(mq, unlock) => {
+                // Persisted (or given up); only then may the next owner take the lock.
+                if unlock {
+                    if let Some(b) = broker_of(&mq) {
+                        let client_id = self.consumers[c].client_id.clone();
+                        let command =
+                            lock_batch_command(false, GROUP, &client_id, std::slice::from_ref(&mq));
+                        if self.request(c, b, command, Pending::Unlock(mq.clone()), 3_000) {
+                            return;
+                        }
+                    }
+                }
+                self.on_answer(c, Pending::Unlock(mq), Err(Error::Shutdown("no unlock".into())));
+            }
+            Pending::Unlock(mq) => {
+                // The queue is gone.
                 self.consumers[c].queues.remove(&mq);
                 self.consumers[c].offsets.remove(&mq);
                 if let Some(owners) = self.owners.get_mut(&mq) {
@@ -1340,7 +1498,17 @@ impl World {
                 finishing: false,
             },
         );
-        self.execute(c, &mq, instance, vec![QueueAction::LoadStartOffset(Duration::ZERO)]);
+        let mut out = Vec::new();
+        let consumer = &mut self.consumers[c];
+        if let Some(queue) = consumer.queues.get_mut(&mq) {
+            queue.core.start(&consumer.cfg, &mut out);
+        }
+        if crate::consumer::lock::needs_broker_lock(&self.consumers[c].cfg) {
+            let every = self.consumers[c].cfg.lock_interval;
+            let incarnation = self.consumers[c].incarnation;
+            self.queue_timer(c, incarnation, &mq, instance, every, QueueTimer::RenewLock);
+        }
+        self.execute(c, &mq, instance, out);
     }
 
     fn drop_queue(&mut self, c: usize, mq: &MessageQueue) {
@@ -1451,7 +1619,66 @@ impl World {
                 QueueAction::PullAfter(delay) => {
                     self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::Pull)
                 }
-                QueueAction::ConsumeOrdered | QueueAction::RecomputeOffset => {}
+                QueueAction::Lock => {
+                    let Some(b) = broker_of(mq) else { continue };
+                    let client_id = self.consumers[c].client_id.clone();
+                    let command = lock_batch_command(true, GROUP, &client_id, std::slice::from_ref(mq));
+                    self.request(c, b, command, Pending::Lock(mq.clone(), instance), 1_000);
+                }
+                QueueAction::LockAfter(delay) => {
+                    self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::Lock)
+                }
+                QueueAction::RecomputeOffset => {
+                    let Some(b) = broker_of(mq) else { continue };
+                    let command = query_offset_command(GROUP, mq, false);
+                    self.request(c, b, command, Pending::Recompute(mq.clone(), instance), 3_000);
+                }
+                QueueAction::ConsumeOrderly { batch, epoch } => {
+                    self.orderly_listener(c, mq, instance, batch, epoch)
+                }
+                QueueAction::ConsumeAfter(delay) => {
+                    self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::Consume)
+                }
+                QueueAction::DeadLetter {
+                    letters,
+                    epoch,
+                    suspend,
+                } => {
+                    let Some(b) = broker_of(mq) else { continue };
+                    let consumer = &mut self.consumers[c];
+                    let batch = consumer.next_batch;
+                    consumer.next_batch += 1;
+                    let commands: Vec<RemotingCommand> = letters
+                        .iter()
+                        .map(|l| {
+                            dead_letter_command(
+                                &dead_letter_message(&l.message, l.reconsume_times, &consumer.cfg),
+                                mq,
+                            )
+                        })
+                        .collect();
+                    consumer.dead_letters.insert(
+                        batch,
+                        DeadLetters {
+                            epoch,
+                            suspend,
+                            attempted: letters.iter().map(|l| l.message.queue_offset).collect(),
+                            results: letters
+                                .iter()
+                                .map(|l| (key_of(&l.message), l.message.queue_offset, None))
+                                .collect(),
+                        },
+                    );
+                    for (index, command) in commands.into_iter().enumerate() {
+                        let pending = Pending::DeadLetter {
+                            queue: mq.clone(),
+                            instance,
+                            batch,
+                            index,
+                        };
+                        self.request(c, b, command, pending, 3_000);
+                    }
+                }
                 QueueAction::Consume {
                     messages,
                     range,
@@ -1519,16 +1746,18 @@ impl World {
                 QueueAction::AdoptOffset(offset) => {
                     self.consumers[c].offsets.update(mq, offset, false);
                 }
-                QueueAction::Finish { committed, .. } => {
+                QueueAction::Finish { committed, unlock } => {
                     self.note(|| format!("c{c} finishes {mq} at {committed:?}"));
+                    let unlock = unlock && crate::consumer::lock::needs_broker_lock(&self.consumers[c].cfg);
                     match (committed, broker_of(mq)) {
                         (Some(offset), Some(b)) => {
                             let command = update_offset_command(GROUP, mq, offset);
-                            self.request(c, b, command, Pending::FinishPersist(mq.clone()), 3_000);
+                            let pending = Pending::FinishPersist(mq.clone(), unlock);
+                            self.request(c, b, command, pending, 3_000);
                         }
                         _ => self.on_answer(
                             c,
-                            Pending::FinishPersist(mq.clone()),
+                            Pending::FinishPersist(mq.clone(), unlock),
                             Err(Error::Shutdown("nothing to persist".into())),
                         ),
                     }
@@ -1589,6 +1818,31 @@ impl World {
                 }
             }
         }
+        if let QueueTimer::OrderlyConsumed { batch, success, .. } = &kind {
+            if let Some(calls) = self.calls.get_mut(&mq).and_then(|m| m.get_mut(&c)) {
+                *calls = calls.saturating_sub(1);
+            }
+            self.note(|| {
+                let keys: Vec<String> = batch
+                    .iter()
+                    .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
+                    .collect();
+                let status = if *success { "ok" } else { "SUSPEND" };
+                format!("c{c} {mq} orderly listener {status} {keys:?}")
+            });
+            if *success {
+                let batch = batch.clone();
+                for message in batch.iter() {
+                    if let Some(key) = key_of(message) {
+                        self.consumed.entry(key).or_default().push(Consumption {
+                            at: self.now,
+                            queue: mq.clone(),
+                        });
+                    }
+                    self.done.entry(mq.clone()).or_default().insert(message.queue_offset);
+                }
+            }
+        }
         if self.consumers[c].queues.get(&mq).map(|q| q.instance) != Some(instance) {
             return;
         }
@@ -1602,6 +1856,35 @@ impl World {
             QueueTimer::Pull => self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                 core.on_pull_timer(cfg, env, now, out)
             }),
+            QueueTimer::Lock => self.with_queue(c, &mq, instance, |core, _cfg, _env, _now, out| {
+                core.on_lock_timer(out)
+            }),
+            QueueTimer::RenewLock => {
+                let every = self.consumers[c].cfg.lock_interval;
+                let incarnation = self.consumers[c].incarnation;
+                self.queue_timer(c, incarnation, &mq, instance, every, QueueTimer::RenewLock);
+                self.with_queue(c, &mq, instance, |core, _cfg, _env, _now, out| {
+                    core.on_renew_timer(out)
+                })
+            }
+            QueueTimer::Consume => self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
+                core.on_consume_timer(cfg, now, out)
+            }),
+            QueueTimer::OrderlyConsumed {
+                batch,
+                epoch,
+                success,
+            } => {
+                let status = if success {
+                    OrderlyStatus::Success
+                } else {
+                    OrderlyStatus::SuspendCurrentQueueAMoment
+                };
+                let context = OrderlyContext::new(mq.clone(), &self.consumers[c].cfg);
+                self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
+                    core.on_orderly_consumed(&batch, epoch, status, &context, cfg, env, now, out)
+                })
+            }
             QueueTimer::Reconsume(messages, epoch) => {
                 self.with_queue(c, &mq, instance, |core, _cfg, _env, now, out| {
                     core.on_reconsume_timer(messages, epoch, now, out)
@@ -1663,6 +1946,125 @@ impl World {
                 },
             },
         );
+    }
+
+    /// The orderly listener: as [`World::listener`], and checks order and locks at the start
+    /// of every call.
+    fn orderly_listener(
+        &mut self,
+        c: usize,
+        mq: &MessageQueue,
+        instance: u64,
+        batch: Arc<[MessageExt]>,
+        epoch: u64,
+    ) {
+        self.check_order(mq, &batch);
+        self.check_lock(c, mq);
+        *self
+            .calls
+            .entry(mq.clone())
+            .or_default()
+            .entry(c)
+            .or_default() += 1;
+        let poisoned = batch
+            .iter()
+            .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
+        let success = !poisoned && !self.rng.chance(40);
+        let took = if self.rng.chance(50) {
+            self.rng.range(100..3_000)
+        } else {
+            self.rng.range(0..3)
+        };
+        let incarnation = self.consumers[c].incarnation;
+        self.schedule(
+            took,
+            Event::QueueTimer {
+                consumer: c,
+                incarnation,
+                queue: mq.clone(),
+                instance,
+                kind: QueueTimer::OrderlyConsumed {
+                    batch,
+                    epoch,
+                    success,
+                },
+            },
+        );
+    }
+
+    /// Every earlier message of the batch's queue (of its key, key-ordered) must be done.
+    fn check_order(&mut self, mq: &MessageQueue, batch: &[MessageExt]) {
+        if retry::is_retry_topic(&mq.topic) {
+            return;
+        }
+        let done = self.done.get(mq);
+        let store = broker_of(mq).map(|b| &self.brokers[b]);
+        for message in batch {
+            let key = crate::consumer::key_order::ordering_key(message).map(str::to_owned);
+            let missing = (0..message.queue_offset).find(|o| {
+                if done.is_some_and(|d| d.contains(o)) {
+                    return false;
+                }
+                if self.cfg.mode == SimMode::KeyOrdered {
+                    // Only earlier messages of the same key must be done.
+                    let Some(raw) = store.and_then(|b| b.store().record_at(&mq.topic, mq.queue_id, *o)) else {
+                        return false;
+                    };
+                    let mut raw = Bytes::copy_from_slice(raw);
+                    let earlier = decode_message(&mut raw).ok();
+                    let same_key = earlier
+                        .as_ref()
+                        .and_then(|m| crate::consumer::key_order::ordering_key(m).map(str::to_owned));
+                    return same_key == key;
+                }
+                true
+            });
+            if let Some(missing) = missing {
+                self.violations.push(Violation::OutOfOrder(format!(
+                    "{mq}: offset {} reached the listener before offset {missing} was done",
+                    message.queue_offset
+                )));
+                return;
+            }
+        }
+    }
+
+    /// A call may start only while its member holds the lock, and not while another member
+    /// that also holds it has a call in flight.
+    fn check_lock(&mut self, c: usize, mq: &MessageQueue) {
+        let now = self.now;
+        let holds = |world: &World, member: usize| {
+            let consumer = &world.consumers[member];
+            consumer
+                .queues
+                .get(mq)
+                .is_some_and(|q| q.core.may_consume(&consumer.cfg, now))
+        };
+        if !holds(self, c) {
+            self.violations.push(Violation::LockBroken(format!(
+                "c{c} consumes {mq} without its lock"
+            )));
+            return;
+        }
+        let others: Vec<usize> = self
+            .calls
+            .get(mq)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter(|(member, n)| **member != c && **n > 0)
+                    .map(|(member, _)| *member)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for other in others {
+            if holds(self, other) {
+                self.note(|| format!("LOCK BROKEN: c{c} and c{other} on {mq}"));
+                self.violations.push(Violation::LockBroken(format!(
+                    "c{c} and c{other} consume {mq} at once, both holding its lock"
+                )));
+            }
+        }
     }
 
     // ----- invariants -----
@@ -1782,8 +2184,16 @@ impl World {
 }
 
 impl Consumer {
-    fn down() -> Self {
+    fn down(mode: SimMode) -> Self {
         let mut cfg = PushConsumerConfig::new(GROUP);
+        match mode {
+            SimMode::Concurrent => {}
+            SimMode::Orderly => cfg.consume_mode = ConsumeMode::Orderly,
+            SimMode::KeyOrdered => {
+                cfg.consume_mode = ConsumeMode::Orderly;
+                cfg.key_ordered = true;
+            }
+        }
         cfg.consume_from_where = ConsumeFromWhere::FirstOffset;
         cfg.max_reconsume_times = Some(3);
         cfg.pull_threshold_for_queue = 12;
@@ -1802,6 +2212,7 @@ impl Consumer {
             pass: None,
             pass_again: false,
             send_backs: BTreeMap::new(),
+            dead_letters: BTreeMap::new(),
             next_batch: 0,
             next_instance: 0,
             heartbeat_ok: false,
@@ -1810,12 +2221,49 @@ impl Consumer {
     }
 }
 
+/// The SEND_MESSAGE_V2 of a dead-letter message (the consumer's retry producer sends it to the
+/// retry topic with a reconsume count above the maximum; the broker stores it in the DLQ).
+fn dead_letter_command(message: &crate::message::Message, queue: &MessageQueue) -> RemotingCommand {
+    let mut properties = message.properties.clone();
+    let reconsume_times = properties
+        .remove(crate::message::property::RECONSUME_TIME)
+        .and_then(|v| v.parse().ok());
+    let max_reconsume_times = properties
+        .remove(crate::message::property::MAX_RECONSUME_TIMES)
+        .and_then(|v| v.parse().ok());
+    let header = SendMessageRequestHeader {
+        producer_group: "CLIENT_INNER_PRODUCER".into(),
+        topic: message.topic.clone(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id: 0,
+        sys_flag: 0,
+        born_timestamp: 0,
+        flag: message.flag,
+        properties: Some(properties.wire_text().into_owned()),
+        reconsume_times,
+        unit_mode: None,
+        max_reconsume_times,
+        batch: None,
+        bname: Some(queue.broker_name.clone()),
+    };
+    RemotingCommand::request_with_header(
+        request_code::SEND_MESSAGE_V2,
+        &SendMessageRequestHeaderV2(header),
+    )
+    .with_body(message.body.clone())
+}
+
 fn action_name(action: &QueueAction) -> &'static str {
     match action {
         QueueAction::LoadStartOffset(_) => "start",
         QueueAction::Pull(_) => "pull",
         QueueAction::PullAfter(_) => "pull-after",
-        QueueAction::ConsumeOrdered => "ordered",
+        QueueAction::Lock => "lock",
+        QueueAction::LockAfter(_) => "lock-after",
+        QueueAction::ConsumeOrderly { .. } => "consume-orderly",
+        QueueAction::ConsumeAfter(_) => "consume-after",
+        QueueAction::DeadLetter { .. } => "dead-letter",
         QueueAction::RecomputeOffset => "recompute",
         QueueAction::Consume { .. } => "consume",
         QueueAction::SendBack { .. } => "send-back",
