@@ -231,6 +231,13 @@ impl OrderlyQueueState {
             .unwrap_or_else(|| msg.reconsume_times())
     }
 
+    /// The late result of a batch handed out before [`Self::clear`] arrived: nothing of it
+    /// counts any more, but the queue may start its next batch.
+    pub fn on_stale_result(&mut self) {
+        self.in_flight = false;
+        self.pending = None;
+    }
+
     /// Forgets all per-message bookkeeping (the process queue was cleared by an offset reset
     /// or a drop). A listener call still running stays "in flight", so no second batch of the
     /// queue starts before its (late) result is reported; that result finds nothing to commit.

@@ -334,6 +334,39 @@ impl QueueCore {
         }
     }
 
+    /// A one-line account of the state, for simulator traces.
+    #[cfg(test)]
+    pub(crate) fn summary(&self) -> String {
+        let mode = match &self.mode {
+            Mode::Concurrent { pq, .. } => format!("concurrent cached={}", pq.cached_count()),
+            Mode::Orderly { pq, state } => format!(
+                "orderly cached={} consuming={} in_flight={} pq_locked={}",
+                pq.cached_count(),
+                pq.consuming_count(),
+                state.is_in_flight(),
+                pq.is_locked()
+            ),
+            Mode::KeyOrdered { queue } => format!(
+                "key-ordered cached={} in_flight={}",
+                queue.len(),
+                queue.in_flight_count()
+            ),
+        };
+        format!(
+            "{mode} next={:?} committed={:?} epoch={} unsettled={} lock={:?} fixed={} scheduled={} pull={:?}/{} dropping={}",
+            self.next_offset,
+            self.committed,
+            self.epoch,
+            self.unsettled,
+            self.lock,
+            self.offset_fixed,
+            self.consume_scheduled,
+            self.pull_in_flight,
+            self.pull_scheduled,
+            self.dropping
+        )
+    }
+
     /// The cache's size.
     pub(crate) fn cache_stats(&self) -> CacheStats {
         match &self.mode {
@@ -1063,6 +1096,8 @@ impl QueueCore {
                 }
                 Mode::Concurrent { .. } => {}
             }
+        } else {
+            self.release_stale_batch(cfg, now_ms, out);
         }
         self.settle(out);
     }
@@ -1192,8 +1227,25 @@ impl QueueCore {
                 }
                 Mode::Concurrent { .. } => {}
             }
+        } else {
+            self.release_stale_batch(cfg, now_ms, out);
         }
         self.settle(out);
+    }
+
+    /// Orderly: the cache was thrown away while a batch (or its dead-letter sends) was out.
+    /// Its late result changes nothing, but it ends the wait that kept a second batch from
+    /// starting; without this the queue would never consume again.
+    fn release_stale_batch(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if let Mode::Orderly { state, .. } = &mut self.mode {
+            state.on_stale_result();
+            self.consume_ordered(cfg, now_ms, out);
+        }
     }
 
     /// Concurrent mode's consume timeout: messages whose listener call started longer than
@@ -1497,6 +1549,56 @@ mod tests {
         assert!(out.iter().any(|a| matches!(a, QueueAction::LockAfter(_))));
         core.on_lock_result(Ok(true), &cfg, &env, 3, &mut out);
         assert!(core.may_consume(&cfg, 3));
+    }
+
+    #[test]
+    fn an_orderly_queue_reset_during_a_batch_consumes_again_after_its_late_result() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.message_model = crate::consumer::config::MessageModel::Broadcasting;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..1)), None, &cfg, &env, 1, &mut out);
+        let (stale, stale_epoch) = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
+                _ => None,
+            })
+            .expect("a batch");
+        let mut out = Vec::new();
+        core.reset_offset(5, &cfg, &env, 2, &mut out);
+        let fresh = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::Pull(order) => Some(*order),
+                _ => None,
+            })
+            .expect("a pull from the reset offset");
+        let mut out = Vec::new();
+        core.on_pull_answer(&fresh, Ok(found(5..6)), None, &cfg, &env, 3, &mut out);
+        assert!(
+            !out.iter().any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
+            "no second batch while the first runs"
+        );
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            &stale,
+            stale_epoch,
+            OrderlyStatus::Success,
+            &context,
+            &cfg,
+            &env,
+            4,
+            &mut out,
+        );
+        assert!(commits(&out).is_empty(), "the stale batch commits nothing");
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::ConsumeOrderly { batch, .. } if batch[0].queue_offset == 5)),
+            "the queue consumes again: {out:?}"
+        );
     }
 
     #[test]

@@ -1579,6 +1579,15 @@ impl World {
         let incarnation = self.consumers[c].incarnation;
         for action in actions {
             self.digest = hash_str(self.digest, action_name(&action));
+            if self.cfg.trace && !matches!(action, QueueAction::Commit(_) | QueueAction::Note(_)) {
+                let name = action_name(&action);
+                let detail = match &action {
+                    QueueAction::Pull(o) => format!(" from {} (epoch {})", o.offset, o.epoch),
+                    QueueAction::PullAfter(d) | QueueAction::ConsumeAfter(d) | QueueAction::LockAfter(d) => format!(" {d:?}"),
+                    _ => String::new(),
+                };
+                self.note(|| format!("c{c} {mq} -> {name}{detail}"));
+            }
             match action {
                 QueueAction::LoadStartOffset(delay) => {
                     if delay.is_zero() {
@@ -1762,7 +1771,7 @@ impl World {
                         ),
                     }
                 }
-                QueueAction::Note(_) => {}
+                QueueAction::Note(note) => self.note(|| format!("c{c} {mq} note {note:?}")),
             }
         }
         self.check_flow_control(c, mq);
@@ -2122,6 +2131,14 @@ impl World {
     }
 
     fn check_end(&mut self) {
+        if self.cfg.trace {
+            for (c, consumer) in self.consumers.iter().enumerate() {
+                for (mq, q) in &consumer.queues {
+                    let line = format!("end: c{c} {mq}: {}", q.core.summary());
+                    let _ = writeln!(self.trace, "{line}");
+                }
+            }
+        }
         let dead = self.dead_lettered();
         for key in &self.acked {
             if !self.consumed.contains_key(key) && !dead.contains(key) {
