@@ -369,6 +369,7 @@ struct Pass {
 struct Consumption {
     at: i64,
     queue: MessageQueue,
+    offset: i64,
 }
 
 /// The whole simulated world.
@@ -396,6 +397,8 @@ pub(crate) struct World {
     unclean: Vec<i64>,
     /// Per queue, the times when two members owned it at once (start of B before A finished).
     overlaps: BTreeMap<MessageQueue, Vec<i64>>,
+    /// Per queue, when a member let it go and the committed offset it persisted then.
+    releases: BTreeMap<MessageQueue, Vec<(i64, i64)>>,
     /// Per queue, since when a member owns it.
     owners: BTreeMap<MessageQueue, BTreeMap<usize, i64>>,
     /// Orderly: per queue, offsets consumed or dead-lettered (what later offsets wait for).
@@ -483,6 +486,7 @@ impl World {
             consumed: BTreeMap::new(),
             unclean: Vec::new(),
             overlaps: BTreeMap::new(),
+            releases: BTreeMap::new(),
             owners: BTreeMap::new(),
             done: BTreeMap::new(),
             calls: BTreeMap::new(),
@@ -1757,6 +1761,10 @@ impl World {
                 }
                 QueueAction::Finish { committed, unlock } => {
                     self.note(|| format!("c{c} finishes {mq} at {committed:?}"));
+                    self.releases
+                        .entry(mq.clone())
+                        .or_default()
+                        .push((self.now, committed.unwrap_or(0)));
                     let unlock = unlock && crate::consumer::lock::needs_broker_lock(&self.consumers[c].cfg);
                     match (committed, broker_of(mq)) {
                         (Some(offset), Some(b)) => {
@@ -1822,6 +1830,7 @@ impl World {
                         self.consumed.entry(key).or_default().push(Consumption {
                             at: self.now,
                             queue: mq.clone(),
+                            offset: message.queue_offset,
                         });
                     }
                 }
@@ -1846,6 +1855,7 @@ impl World {
                         self.consumed.entry(key).or_default().push(Consumption {
                             at: self.now,
                             queue: mq.clone(),
+                            offset: message.queue_offset,
                         });
                     }
                     self.done.entry(mq.clone()).or_default().insert(message.queue_offset);
@@ -2125,9 +2135,17 @@ impl World {
                 .get(queue)
                 .is_some_and(|o| o.iter().any(|start| *start <= to && *start >= from - 60_000))
         };
+        // The queue changed hands while the message was above the committed offset (a later
+        // message was done, an earlier one not yet — key-ordered, or a slow call): the next
+        // owner starts below it, by design.
+        let released_above = self.releases.get(&first.queue).is_some_and(|r| {
+            r.iter()
+                .any(|(at, committed)| *at >= from && *at <= to && *committed <= first.offset)
+        });
         self.unclean.iter().any(|t| *t >= from - 30_000 && *t <= to)
             || overlap(&first.queue)
             || overlap(&second.queue)
+            || released_above
     }
 
     fn check_end(&mut self) {
