@@ -167,7 +167,9 @@ impl QueueActor {
                         Ok(outcome) => finished.push((batch, epoch, outcome)),
                         Err(pending) => {
                             ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
-                                move |outcome, act, ctx| act.on_consumed(batch, epoch, outcome, ctx),
+                                move |outcome, act, ctx| {
+                                    act.on_consumed(batch, epoch, outcome, ctx)
+                                },
                             ));
                         }
                     }

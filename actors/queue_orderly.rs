@@ -112,7 +112,12 @@ impl QueueActor {
     }
 
     /// Runs the orderly listener on `batch` and reports the outcome to the core.
-    pub(crate) fn run_orderly(&mut self, batch: Arc<[MessageExt]>, epoch: u64, ctx: &mut Context<Self>) {
+    pub(crate) fn run_orderly(
+        &mut self,
+        batch: Arc<[MessageExt]>,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) {
         let context = OrderlyContext::new(self.queue.clone(), &self.shared.config);
         let consumed = self
             .shared

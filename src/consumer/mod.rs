@@ -38,8 +38,8 @@ pub(crate) mod process_queue;
 // The queue's pull loop and concurrent consumption as a state machine.
 pub(crate) mod queue_core;
 // Which queues a member owns, and what a rebalance pass changes.
-pub(crate) mod rebalance;
 pub mod pull_config;
+pub(crate) mod rebalance;
 #[allow(dead_code)]
 pub(crate) mod retry;
 pub(crate) mod serde_duration;

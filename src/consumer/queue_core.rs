@@ -379,7 +379,8 @@ impl QueueCore {
     /// Whether the pull loop showed no activity for `pull_max_idle_time` (the rebalancer
     /// restarts such a queue).
     pub(crate) fn is_stalled(&self, cfg: &PushConsumerConfig, now_ms: i64) -> bool {
-        let idle = Duration::from_millis(now_ms.saturating_sub(self.last_activity_ms).max(0) as u64);
+        let idle =
+            Duration::from_millis(now_ms.saturating_sub(self.last_activity_ms).max(0) as u64);
         self.next_offset.is_some() && self.pull_in_flight.is_none() && idle > cfg.pull_max_idle_time
     }
 
@@ -565,7 +566,10 @@ impl QueueCore {
             Some(OffsetUpdate::FreezeAndPersist(offset)) => {
                 // Adopt it, drop the cache, commit at once. Outcomes of the dropped messages
                 // are ignored.
-                out.push(QueueAction::Note(QueueNote::OffsetMoved { requested, offset }));
+                out.push(QueueAction::Note(QueueNote::OffsetMoved {
+                    requested,
+                    offset,
+                }));
                 self.discard_cache();
                 self.committed = Some(offset);
                 out.push(QueueAction::AdoptOffset(offset));
@@ -747,7 +751,13 @@ impl QueueCore {
     ) {
         if epoch == self.epoch {
             let (sent, kept): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, ok)| *ok);
-            self.remove_done(sent.iter().map(|(m, _)| m.queue_offset), cfg, env, now_ms, out);
+            self.remove_done(
+                sent.iter().map(|(m, _)| m.queue_offset),
+                cfg,
+                env,
+                now_ms,
+                out,
+            );
             if !kept.is_empty() && !self.dropping {
                 let again: Vec<MessageExt> = kept
                     .into_iter()
@@ -993,7 +1003,12 @@ impl QueueCore {
 
     /// Starts whatever may run now: the next batch of an orderly queue, or every ready key of
     /// a key-ordered one.
-    fn consume_ordered(&mut self, cfg: &PushConsumerConfig, now_ms: i64, out: &mut Vec<QueueAction>) {
+    fn consume_ordered(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
         if self.consume_scheduled {
             return;
         }
@@ -1461,9 +1476,21 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert!(commits(&out).is_empty(), "a failure does not commit");
         let mut out = Vec::new();
-        core.on_sent_back(vec![(sent[0][0].clone(), false)], e, &cfg, &env, 3, &mut out);
-        assert!(commits(&out).is_empty(), "a failed send-back keeps the message");
-        assert!(out.iter().any(|a| matches!(a, QueueAction::ReconsumeAfter { .. })));
+        core.on_sent_back(
+            vec![(sent[0][0].clone(), false)],
+            e,
+            &cfg,
+            &env,
+            3,
+            &mut out,
+        );
+        assert!(
+            commits(&out).is_empty(),
+            "a failed send-back keeps the message"
+        );
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, QueueAction::ReconsumeAfter { .. })));
         let mut out = Vec::new();
         core.on_sent_back(vec![(sent[0][0].clone(), true)], e, &cfg, &env, 3, &mut out);
         assert_eq!(commits(&out), vec![1]);
@@ -1480,7 +1507,9 @@ mod tests {
         let (m, r, e) = consumes(&out).remove(0);
         let mut out = Vec::new();
         core.on_consumed(&m[r], e, FAILED, &cfg, &env, 2, &mut out);
-        assert!(!out.iter().any(|a| matches!(a, QueueAction::SendBack { .. })));
+        assert!(!out
+            .iter()
+            .any(|a| matches!(a, QueueAction::SendBack { .. })));
         assert_eq!(commits(&out), vec![1]);
     }
 
@@ -1521,7 +1550,10 @@ mod tests {
         assert_eq!(fresh[0].offset, 10);
         let mut out = Vec::new();
         core.on_pull_answer(&stale, Ok(found(0..3)), None, &cfg, &env, 2, &mut out);
-        assert!(out.is_empty(), "the stale answer changed something: {out:?}");
+        assert!(
+            out.is_empty(),
+            "the stale answer changed something: {out:?}"
+        );
         core.on_pull_answer(&fresh[0], Ok(found(10..11)), None, &cfg, &env, 3, &mut out);
         assert_eq!(consumes(&out).len(), 1);
     }
@@ -1541,7 +1573,10 @@ mod tests {
         assert!(core.may_consume(&cfg, 1));
         let mut out = Vec::new();
         core.on_broker_disconnected(1, &mut out);
-        assert!(!core.may_consume(&cfg, 1), "a restarted broker may grant it to another");
+        assert!(
+            !core.may_consume(&cfg, 1),
+            "a restarted broker may grant it to another"
+        );
         assert!(matches!(out[..], [QueueAction::Lock]), "{out:?}");
         let mut out = Vec::new();
         core.on_lock_result(Ok(false), &cfg, &env, 2, &mut out);
@@ -1579,7 +1614,8 @@ mod tests {
         let mut out = Vec::new();
         core.on_pull_answer(&fresh, Ok(found(5..6)), None, &cfg, &env, 3, &mut out);
         assert!(
-            !out.iter().any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
+            !out.iter()
+                .any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
             "no second batch while the first runs"
         );
         let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);

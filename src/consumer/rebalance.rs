@@ -98,14 +98,7 @@ mod tests {
     #[test]
     fn a_member_the_broker_does_not_list_takes_nothing() {
         let queues = vec![mq("T", 0), mq("T", 1)];
-        let share = topic_share(
-            &Averagely,
-            "G",
-            "c1",
-            &queues,
-            &["c2".into()],
-            true,
-        );
+        let share = topic_share(&Averagely, "G", "c1", &queues, &["c2".into()], true);
         assert_eq!(share, Err(ShareError::NotAMember));
         let all = topic_share(&Averagely, "G", "c1", &queues, &[], false);
         assert_eq!(all, Ok(queues));

@@ -18,8 +18,8 @@
 //! Replay one seed with its trace:
 //! `SIM_SEED=42 cargo test --lib sim::tests::replay -- --ignored --nocapture`.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -34,30 +34,28 @@ use crate::consumer::allocate::Averagely;
 use crate::consumer::config::{ConsumeFromWhere, ConsumeMode, PushConsumerConfig};
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
-use crate::consumer::queue_core::{
-    CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv,
-};
+use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
+use crate::consumer::queue_core::{CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv};
 use crate::consumer::rebalance::{plan_changes, topic_share};
 use crate::consumer::retry;
 use crate::error::{Error, RequestCode};
 use crate::message::{decode_message, MessageExt, MessageQueue};
+use crate::protocol::body::LockBatchResponseBody;
 use crate::protocol::body::{
     self, decode_json, encode_json, ConsumeType, ConsumerData, ConsumerListBody, HeartbeatData,
     TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
-use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
-use crate::protocol::body::LockBatchResponseBody;
 use crate::protocol::header::{
     GetConsumerListByGroupRequestHeader, GetRouteInfoRequestHeader, HeartbeatRequestHeader,
     SendMessageRequestHeader, SendMessageRequestHeaderV2, UnregisterClientRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::TopicRoute;
+use crate::rpc::Subscription;
 use crate::rpc::{
     lock_batch_command, query_offset_command, send_back_command, update_offset_command, PullRequest,
 };
-use crate::rpc::Subscription;
 
 /// Simulated time starts here (ms since the epoch), so times look like real ones.
 const T0: i64 = 1_700_000_000_000;
@@ -393,6 +391,10 @@ pub(crate) struct World {
     produced: u64,
     acked: BTreeSet<u64>,
     consumed: BTreeMap<u64, Vec<Consumption>>,
+    /// When each message first reached a listener, whatever the outcome, and the queues it
+    /// reached listeners from (its own and the retry queue).
+    first_attempt: BTreeMap<u64, i64>,
+    attempt_queues: BTreeMap<u64, BTreeSet<MessageQueue>>,
     /// When unclean faults happened (they explain duplicates).
     unclean: Vec<i64>,
     /// Per queue, the times when two members owned it at once (start of B before A finished).
@@ -465,7 +467,9 @@ impl World {
             nameserver.register(core.registration());
             brokers.push(core);
         }
-        let consumers = (0..cfg.consumers).map(|_| Consumer::down(cfg.mode)).collect();
+        let consumers = (0..cfg.consumers)
+            .map(|_| Consumer::down(cfg.mode))
+            .collect();
         let broker_up = vec![true; cfg.brokers];
         let mut world = World {
             rng,
@@ -484,6 +488,8 @@ impl World {
             produced: 0,
             acked: BTreeSet::new(),
             consumed: BTreeMap::new(),
+            first_attempt: BTreeMap::new(),
+            attempt_queues: BTreeMap::new(),
             unclean: Vec::new(),
             overlaps: BTreeMap::new(),
             releases: BTreeMap::new(),
@@ -757,7 +763,9 @@ impl World {
                 self.produced += 1;
             }
         }
-        let gap = self.rng.range(0..(self.cfg.fault_ms / self.cfg.messages as i64).max(1));
+        let gap = self
+            .rng
+            .range(0..(self.cfg.fault_ms / self.cfg.messages as i64).max(1));
         self.schedule(gap, Event::Produce);
     }
 
@@ -806,7 +814,8 @@ impl World {
                         self.drop_connection(conn, "broker restart");
                     }
                     self.brokers[b].on_restart();
-                    self.brokers[b].on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
+                    self.brokers[b]
+                        .on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
                     self.broker_up[b] = false;
                     let down = self.rng.range(100..4_000);
                     self.schedule(down, Event::BrokerUp(b));
@@ -1260,7 +1269,11 @@ impl World {
                         }
                     }
                 }
-                self.on_answer(c, Pending::Unlock(mq), Err(Error::Shutdown("no unlock".into())));
+                self.on_answer(
+                    c,
+                    Pending::Unlock(mq),
+                    Err(Error::Shutdown("no unlock".into())),
+                );
             }
             Pending::Unlock(mq) => {
                 // The queue is gone.
@@ -1307,7 +1320,8 @@ impl World {
             Timer::CleanExpired => {
                 let queues: Vec<MessageQueue> = self.consumers[c].queues.keys().cloned().collect();
                 for mq in queues {
-                    let Some(instance) = self.consumers[c].queues.get(&mq).map(|q| q.instance) else {
+                    let Some(instance) = self.consumers[c].queues.get(&mq).map(|q| q.instance)
+                    else {
                         continue;
                     };
                     self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
@@ -1350,9 +1364,11 @@ impl World {
         };
         let body = encode_json(&data);
         for b in 0..self.cfg.brokers {
-            let command =
-                RemotingCommand::request_with_header(request_code::HEART_BEAT, &HeartbeatRequestHeader {})
-                    .with_body(body.clone());
+            let command = RemotingCommand::request_with_header(
+                request_code::HEART_BEAT,
+                &HeartbeatRequestHeader {},
+            )
+            .with_body(body.clone());
             self.request(c, b, command, Pending::Heartbeat, 3_000);
         }
     }
@@ -1587,7 +1603,9 @@ impl World {
                 let name = action_name(&action);
                 let detail = match &action {
                     QueueAction::Pull(o) => format!(" from {} (epoch {})", o.offset, o.epoch),
-                    QueueAction::PullAfter(d) | QueueAction::ConsumeAfter(d) | QueueAction::LockAfter(d) => format!(" {d:?}"),
+                    QueueAction::PullAfter(d)
+                    | QueueAction::ConsumeAfter(d)
+                    | QueueAction::LockAfter(d) => format!(" {d:?}"),
                     _ => String::new(),
                 };
                 self.note(|| format!("c{c} {mq} -> {name}{detail}"));
@@ -1597,10 +1615,23 @@ impl World {
                     if delay.is_zero() {
                         if let Some(b) = broker_of(mq) {
                             let command = query_offset_command(GROUP, mq, false);
-                            self.request(c, b, command, Pending::QueryOffset(mq.clone(), instance), 3_000);
+                            self.request(
+                                c,
+                                b,
+                                command,
+                                Pending::QueryOffset(mq.clone(), instance),
+                                3_000,
+                            );
                         }
                     } else {
-                        self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::StartOffset);
+                        self.queue_timer(
+                            c,
+                            incarnation,
+                            mq,
+                            instance,
+                            delay,
+                            QueueTimer::StartOffset,
+                        );
                     }
                 }
                 QueueAction::Pull(order) => {
@@ -1635,7 +1666,8 @@ impl World {
                 QueueAction::Lock => {
                     let Some(b) = broker_of(mq) else { continue };
                     let client_id = self.consumers[c].client_id.clone();
-                    let command = lock_batch_command(true, GROUP, &client_id, std::slice::from_ref(mq));
+                    let command =
+                        lock_batch_command(true, GROUP, &client_id, std::slice::from_ref(mq));
                     self.request(c, b, command, Pending::Lock(mq.clone(), instance), 1_000);
                 }
                 QueueAction::LockAfter(delay) => {
@@ -1644,7 +1676,13 @@ impl World {
                 QueueAction::RecomputeOffset => {
                     let Some(b) = broker_of(mq) else { continue };
                     let command = query_offset_command(GROUP, mq, false);
-                    self.request(c, b, command, Pending::Recompute(mq.clone(), instance), 3_000);
+                    self.request(
+                        c,
+                        b,
+                        command,
+                        Pending::Recompute(mq.clone(), instance),
+                        3_000,
+                    );
                 }
                 QueueAction::ConsumeOrderly { batch, epoch } => {
                     self.orderly_listener(c, mq, instance, batch, epoch)
@@ -1704,7 +1742,12 @@ impl World {
                 } => {
                     let Some(b) = broker_of(mq) else { continue };
                     self.note(|| {
-                        let keys: Vec<String> = messages.iter().map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)).collect();
+                        let keys: Vec<String> = messages
+                            .iter()
+                            .map(|m| {
+                                format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)
+                            })
+                            .collect();
                         format!("c{c} {mq} sends back {keys:?}")
                     });
                     let consumer = &mut self.consumers[c];
@@ -1764,8 +1807,9 @@ impl World {
                     self.releases
                         .entry(mq.clone())
                         .or_default()
-                        .push((self.now, committed.unwrap_or(0)));
-                    let unlock = unlock && crate::consumer::lock::needs_broker_lock(&self.consumers[c].cfg);
+                        .push((self.now, committed.unwrap_or(i64::MAX)));
+                    let unlock =
+                        unlock && crate::consumer::lock::needs_broker_lock(&self.consumers[c].cfg);
                     match (committed, broker_of(mq)) {
                         (Some(offset), Some(b)) => {
                             let command = update_offset_command(GROUP, mq, offset);
@@ -1858,7 +1902,10 @@ impl World {
                             offset: message.queue_offset,
                         });
                     }
-                    self.done.entry(mq.clone()).or_default().insert(message.queue_offset);
+                    self.done
+                        .entry(mq.clone())
+                        .or_default()
+                        .insert(message.queue_offset);
                 }
             }
         }
@@ -1886,9 +1933,11 @@ impl World {
                     core.on_renew_timer(out)
                 })
             }
-            QueueTimer::Consume => self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
-                core.on_consume_timer(cfg, now, out)
-            }),
+            QueueTimer::Consume => {
+                self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
+                    core.on_consume_timer(cfg, now, out)
+                })
+            }
             QueueTimer::OrderlyConsumed {
                 batch,
                 epoch,
@@ -1934,6 +1983,15 @@ impl World {
         range: Range<usize>,
         epoch: u64,
     ) {
+        for message in messages.get(range.clone()).unwrap_or_default() {
+            if let Some(key) = key_of(message) {
+                self.first_attempt.entry(key).or_insert(self.now);
+                self.attempt_queues
+                    .entry(key)
+                    .or_default()
+                    .insert(mq.clone());
+            }
+        }
         let poisoned = messages
             .get(range.clone())
             .unwrap_or_default()
@@ -1985,6 +2043,15 @@ impl World {
             .or_default()
             .entry(c)
             .or_default() += 1;
+        for message in batch.iter() {
+            if let Some(key) = key_of(message) {
+                self.first_attempt.entry(key).or_insert(self.now);
+                self.attempt_queues
+                    .entry(key)
+                    .or_default()
+                    .insert(mq.clone());
+            }
+        }
         let poisoned = batch
             .iter()
             .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
@@ -2026,14 +2093,16 @@ impl World {
                 }
                 if self.cfg.mode == SimMode::KeyOrdered {
                     // Only earlier messages of the same key must be done.
-                    let Some(raw) = store.and_then(|b| b.store().record_at(&mq.topic, mq.queue_id, *o)) else {
+                    let Some(raw) =
+                        store.and_then(|b| b.store().record_at(&mq.topic, mq.queue_id, *o))
+                    else {
                         return false;
                     };
                     let mut raw = Bytes::copy_from_slice(raw);
                     let earlier = decode_message(&mut raw).ok();
-                    let same_key = earlier
-                        .as_ref()
-                        .and_then(|m| crate::consumer::key_order::ordering_key(m).map(str::to_owned));
+                    let same_key = earlier.as_ref().and_then(|m| {
+                        crate::consumer::key_order::ordering_key(m).map(str::to_owned)
+                    });
                     return same_key == key;
                 }
                 true
@@ -2128,23 +2197,42 @@ impl World {
 
     /// Whether an unclean fault, or an overlapping hand-off of either queue, happened around the
     /// two consumptions (a retry of a message shows up on the retry queue).
-    fn explained(&self, first: &Consumption, second: &Consumption) -> bool {
+    fn explained(&self, key: u64, first: &Consumption, second: &Consumption) -> bool {
         let (from, to) = (first.at, second.at);
+        // A fault after the message first reached a listener (a failed attempt whose retry
+        // copy was sent, then a crash before the commit) explains a second success.
+        let attempted = self
+            .first_attempt
+            .get(&key)
+            .copied()
+            .unwrap_or(from)
+            .min(from);
         let overlap = |queue: &MessageQueue| {
-            self.overlaps
-                .get(queue)
-                .is_some_and(|o| o.iter().any(|start| *start <= to && *start >= from - 60_000))
+            self.overlaps.get(queue).is_some_and(|o| {
+                o.iter()
+                    .any(|start| *start <= to && *start >= attempted - 60_000)
+            })
         };
-        // The queue changed hands while the message was above the committed offset (a later
-        // message was done, an earlier one not yet — key-ordered, or a slow call): the next
-        // owner starts below it, by design.
-        let released_above = self.releases.get(&first.queue).is_some_and(|r| {
-            r.iter()
-                .any(|(at, committed)| *at >= from && *at <= to && *committed <= first.offset)
-        });
-        self.unclean.iter().any(|t| *t >= from - 30_000 && *t <= to)
+        // Two owners at once of a queue the message came from (each may fail it and send
+        // back a copy).
+        let overlap_anywhere = self
+            .attempt_queues
+            .get(&key)
+            .is_some_and(|queues| queues.iter().any(overlap));
+        // Key-ordered: the queue changed hands while the message was above the committed
+        // offset (a message of another key was still suspended): the next owner starts below
+        // it, by design. (Concurrent and orderly queues hand over past everything consumed.)
+        let released_above = self.cfg.mode == SimMode::KeyOrdered
+            && self.releases.get(&first.queue).is_some_and(|r| {
+                r.iter()
+                    .any(|(at, committed)| *at >= from && *at <= to && *committed <= first.offset)
+            });
+        self.unclean
+            .iter()
+            .any(|t| *t >= attempted - 30_000 && *t <= to)
             || overlap(&first.queue)
             || overlap(&second.queue)
+            || overlap_anywhere
             || released_above
     }
 
@@ -2160,14 +2248,15 @@ impl World {
         let dead = self.dead_lettered();
         for key in &self.acked {
             if !self.consumed.contains_key(key) && !dead.contains(key) {
-                self.violations
-                    .push(Violation::Lost(format!("message k{key} never consumed nor in the DLQ")));
+                self.violations.push(Violation::Lost(format!(
+                    "message k{key} never consumed nor in the DLQ"
+                )));
             }
         }
         let mut duplicates = Vec::new();
         for (key, runs) in &self.consumed {
             for pair in runs.windows(2) {
-                if !self.explained(&pair[0], &pair[1]) {
+                if !self.explained(*key, &pair[0], &pair[1]) {
                     duplicates.push(format!(
                         "k{key} consumed at {} ({}) and {} ({})",
                         pair[0].at - T0,

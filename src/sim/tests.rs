@@ -4,7 +4,9 @@ use super::*;
 
 /// The command that replays `seed` with its trace.
 fn replay_command(seed: u64) -> String {
-    format!("SIM_SEED={seed} cargo test --release --lib sim::tests::replay -- --ignored --nocapture")
+    format!(
+        "SIM_SEED={seed} cargo test --release --lib sim::tests::replay -- --ignored --nocapture"
+    )
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -62,7 +64,11 @@ fn seeded_fault_schedules_hold_every_invariant() {
     let count = env_u64("SIM_SEEDS").unwrap_or(300);
     let start = env_u64("SIM_START").unwrap_or(0);
     let (ran, failing) = run_seeds(start..start + count);
-    assert!(failing.is_empty(), "{} of {ran} seeds failed: {failing:?}", failing.len());
+    assert!(
+        failing.is_empty(),
+        "{} of {ran} seeds failed: {failing:?}",
+        failing.len()
+    );
 }
 
 /// `SIM_SEED=N`: runs one seed with a trace of every event.
