@@ -58,6 +58,19 @@ fn runs_consume_fail_and_dead_letter() {
     assert!(faults > 50, "{faults}");
 }
 
+/// Seeds that exposed bugs, kept green (each fails again when its fix is reverted).
+#[test]
+fn seeds_that_found_bugs_stay_green() {
+    // An orderly queue whose cache was thrown away (re-lock after a lost connection) while a
+    // batch ran stayed "in flight" forever and never consumed again: messages lost.
+    let stuck_orderly = [1_002_677, 1_002_693, 1_002_745];
+    // After a broker restart forgot its locks, a member kept consuming on its last grant while
+    // another was granted the lock: two members consumed one queue at once.
+    let lock_after_restart = [1_002_668, 1_002_672, 1_002_688];
+    let (_, failing) = run_seeds(stuck_orderly.into_iter().chain(lock_after_restart));
+    assert!(failing.is_empty(), "{failing:?}");
+}
+
 #[test]
 fn seeded_fault_schedules_hold_every_invariant() {
     // SIM_SEEDS widens the budget; SIM_START moves the window.
