@@ -59,6 +59,28 @@ pub struct QueueStatus {
 #[rtype(result = "Result<()>")]
 pub struct ResetQueueOffset(pub i64);
 
+/// The listener calls of one round of actions that finished at once, and when the first began.
+#[derive(Default)]
+struct Finished {
+    started: Option<std::time::Instant>,
+    calls: Vec<(Messages, u64, ConsumeOutcome)>,
+}
+
+impl Finished {
+    fn started(&mut self) -> std::time::Instant {
+        *self.started.get_or_insert_with(std::time::Instant::now)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    fn into_parts(self) -> (std::time::Instant, Vec<(Messages, u64, ConsumeOutcome)>) {
+        let started = self.started.unwrap_or_else(std::time::Instant::now);
+        (started, self.calls)
+    }
+}
+
 /// One owned queue. Created and stopped by the rebalancer.
 pub struct QueueActor {
     pub(crate) queue: MessageQueue,
@@ -67,6 +89,9 @@ pub struct QueueActor {
     pub(crate) core: QueueCore,
     /// The queue is one of the group's retry queues (messages get their topic back).
     retry_queue: bool,
+    /// The consumer subscribes to the queue's topic, as of the last pull (looked up once per
+    /// pull, not once per message).
+    subscribed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
     offset_flush_scheduled: bool,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
@@ -81,6 +106,7 @@ impl QueueActor {
         let core = QueueCore::new(Mode::for_config(&shared.config, now), now);
         QueueActor {
             retry_queue: retry::is_retry_topic(&queue.topic),
+            subscribed: shared.subscription(&queue.topic).is_some(),
             queue,
             shared,
             core,
@@ -96,16 +122,36 @@ impl QueueActor {
             running: self.shared.running.get(),
             paused: self.shared.paused.get(),
             thresholds: self.shared.thresholds.get(),
-            has_subscription: self.shared.subscription(&self.queue.topic).is_some(),
+            has_subscription: self.subscribed
+                || self.shared.subscription(&self.queue.topic).is_some(),
         }
     }
 
     /// Carries out the core's decisions.
     pub(crate) fn execute(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
-        // Listener calls that finish at once are timed together (two clock reads, not two per
-        // call) and settled after the last one ran.
-        let mut finished = Vec::new();
-        let mut run_started = None;
+        let mut actions = actions;
+        // Listener calls that finish at once (the usual case) are timed together (two clock
+        // reads, not two per call); their outcomes go to the core together, and what it
+        // decides is carried out in the next round, so a pull's calls cost one buffer.
+        loop {
+            let finished = self.execute_round(std::mem::take(&mut actions), ctx);
+            if finished.is_empty() {
+                return;
+            }
+            let (started, finished) = finished.into_parts();
+            let share = started.elapsed() / u32::try_from(finished.len()).unwrap_or(u32::MAX);
+            let env = self.env();
+            let now = now_ms();
+            for (batch, epoch, mut outcome) in finished {
+                outcome.elapsed = share;
+                self.settle_call(batch, epoch, outcome, &env, now, &mut actions);
+            }
+        }
+    }
+
+    /// Carries out one round of actions; returns the listener calls that finished at once.
+    fn execute_round(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) -> Finished {
+        let mut finished = Finished::default();
         for action in actions {
             match action {
                 QueueAction::LoadStartOffset(delay) if delay.is_zero() => {
@@ -114,7 +160,7 @@ impl QueueActor {
                 QueueAction::LoadStartOffset(delay) => {
                     ctx.run_later(delay, |act, ctx| act.load_start_offset(ctx));
                 }
-                QueueAction::Pull(order) => self.send_pull(order, ctx),
+                QueueAction::Pull(order) => self.send_pull(*order, ctx),
                 QueueAction::PullAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
                         let mut out = Vec::new();
@@ -152,7 +198,7 @@ impl QueueActor {
                     range,
                     epoch,
                 } => {
-                    let started = *run_started.get_or_insert_with(std::time::Instant::now);
+                    let started = finished.started();
                     let batch = Messages::slice(messages, range);
                     let queue = self
                         .spare_queues
@@ -164,7 +210,7 @@ impl QueueActor {
                         started,
                     );
                     match call {
-                        Ok(outcome) => finished.push((batch, epoch, outcome)),
+                        Ok(outcome) => finished.calls.push((batch, epoch, outcome)),
                         Err(pending) => {
                             ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
                                 move |outcome, act, ctx| {
@@ -191,8 +237,9 @@ impl QueueActor {
                         act.execute(out, ctx);
                     });
                 }
+                // The flush sends the latest committed offset, whichever commit scheduled it.
                 QueueAction::Commit(offset) => {
-                    tracing::trace!(queue = %self.queue, offset, "committed");
+                    debug_assert!(self.core.committed >= Some(offset));
                     self.schedule_offset_flush(ctx)
                 }
                 QueueAction::AdoptOffset(offset) => {
@@ -210,19 +257,10 @@ impl QueueActor {
                 QueueAction::Finish { committed, unlock } => {
                     self.finish_drop(committed, unlock, ctx)
                 }
-                QueueAction::Note(note) => self.log(note),
+                QueueAction::Note(note) => self.log(*note),
             }
         }
-        if finished.is_empty() {
-            return;
-        }
-        // Each call is credited an equal share of the run (the stats keep a mean anyway).
-        let elapsed = run_started.map(|s| s.elapsed()).unwrap_or_default();
-        let share = elapsed / u32::try_from(finished.len()).unwrap_or(u32::MAX);
-        for (batch, epoch, mut outcome) in finished {
-            outcome.elapsed = share;
-            self.on_consumed(batch, epoch, outcome, ctx);
-        }
+        finished
     }
 
     fn log(&self, note: QueueNote) {
@@ -301,7 +339,9 @@ impl QueueActor {
 
     fn send_pull(&mut self, order: PullOrder, ctx: &mut Context<Self>) {
         let shared = &self.shared;
-        let Some(subscription) = shared.subscription(&self.queue.topic) else {
+        let subscription = shared.subscription(&self.queue.topic);
+        self.subscribed = subscription.is_some();
+        let Some(subscription) = subscription else {
             // The core saw a subscription a moment ago; answer as a failed pull.
             let mut out = Vec::new();
             let env = self.env();
@@ -365,12 +405,29 @@ impl QueueActor {
         needs_broker_lock(&self.shared.config)
     }
 
+    /// A listener call that ran as a task of this actor ended.
     fn on_consumed(
         &mut self,
         batch: Messages,
         epoch: u64,
         outcome: ConsumeOutcome,
         ctx: &mut Context<Self>,
+    ) {
+        let mut out = Vec::new();
+        let env = self.env();
+        self.settle_call(batch, epoch, outcome, &env, now_ms(), &mut out);
+        self.execute(out, ctx);
+    }
+
+    /// Records a listener call's outcome and hands it to the core.
+    fn settle_call(
+        &mut self,
+        batch: Messages,
+        epoch: u64,
+        outcome: ConsumeOutcome,
+        env: &QueueEnv,
+        now: i64,
+        out: &mut Vec<QueueAction>,
     ) {
         let ConsumeOutcome {
             status,
@@ -390,18 +447,8 @@ impl QueueActor {
         if context.queue == self.queue && self.spare_queues.len() < MAX_SPARE_QUEUES {
             self.spare_queues.push(context.queue);
         }
-        let mut out = Vec::new();
-        let env = self.env();
-        self.core.on_consumed(
-            &batch,
-            epoch,
-            call,
-            &self.shared.config,
-            &env,
-            now_ms(),
-            &mut out,
-        );
-        self.execute(out, ctx);
+        self.core
+            .on_consumed(&batch, epoch, call, &self.shared.config, env, now, out);
     }
 
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).

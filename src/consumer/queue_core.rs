@@ -189,8 +189,9 @@ pub(crate) enum QueueAction {
     /// Compute the start offset (stored offset + `consume_from_where`), after the delay, and
     /// report it with [`QueueCore::on_start_offset`].
     LoadStartOffset(Duration),
-    /// Send a pull now; answer with [`QueueCore::on_pull_answer`].
-    Pull(PullOrder),
+    /// Send a pull now; answer with [`QueueCore::on_pull_answer`]. (Boxed, as the rare
+    /// variants are, so that the actions of a pull's listener calls stay small.)
+    Pull(Box<PullOrder>),
     /// Call [`QueueCore::on_pull_timer`] after the delay.
     PullAfter(Duration),
     /// Ask the queue's broker for its lock; answer with [`QueueCore::on_lock_result`].
@@ -261,7 +262,13 @@ pub(crate) enum QueueAction {
         unlock: bool,
     },
     /// Worth a log line.
-    Note(QueueNote),
+    Note(Box<QueueNote>),
+}
+
+impl QueueAction {
+    fn note(note: QueueNote) -> Self {
+        QueueAction::Note(Box::new(note))
+    }
 }
 
 /// Outcome of one concurrent listener call, as the core needs it.
@@ -407,13 +414,13 @@ impl QueueCore {
                 self.pull(cfg, env, now_ms, out);
             }
             Ok(offset) => {
-                out.push(QueueAction::Note(QueueNote::StartOffsetFailed(format!(
+                out.push(QueueAction::note(QueueNote::StartOffsetFailed(format!(
                     "negative start offset {offset}"
                 ))));
                 out.push(QueueAction::LoadStartOffset(cfg.pull_delay_on_error));
             }
             Err(e) => {
-                out.push(QueueAction::Note(QueueNote::StartOffsetFailed(e)));
+                out.push(QueueAction::note(QueueNote::StartOffsetFailed(e)));
                 out.push(QueueAction::LoadStartOffset(cfg.pull_delay_on_error));
             }
         }
@@ -485,7 +492,7 @@ impl QueueCore {
         let flags = pull_request_flags(cfg, self.committed);
         self.next_pull_id += 1;
         self.pull_in_flight = Some(self.next_pull_id);
-        out.push(QueueAction::Pull(PullOrder {
+        out.push(QueueAction::Pull(Box::new(PullOrder {
             offset,
             // The flags piggyback only an offset above 0 (0 means "none").
             commit_offset: (flags.commit_offset > 0).then_some(flags.commit_offset),
@@ -495,7 +502,7 @@ impl QueueCore {
             broker_id: self.pull_from_broker_id,
             epoch: self.epoch,
             id: self.next_pull_id,
-        }));
+        })));
     }
 
     /// The answer to a [`QueueAction::Pull`] (or why there is none). `retry_group` is the
@@ -530,7 +537,7 @@ impl QueueCore {
             Ok(response) => response,
             Err(e) => {
                 let (delay, reason) = pull_error_delay(cfg, e.response_code());
-                out.push(QueueAction::Note(QueueNote::PullFailed {
+                out.push(QueueAction::note(QueueNote::PullFailed {
                     error: e.to_string(),
                     reason,
                 }));
@@ -555,7 +562,7 @@ impl QueueCore {
         };
         let outcome = on_pull_result(cfg, &result);
         if outcome.suspicious {
-            out.push(QueueAction::Note(QueueNote::Suspicious {
+            out.push(QueueAction::note(QueueNote::Suspicious {
                 requested,
                 next: response.next_begin_offset,
             }));
@@ -566,7 +573,7 @@ impl QueueCore {
             Some(OffsetUpdate::FreezeAndPersist(offset)) => {
                 // Adopt it, drop the cache, commit at once. Outcomes of the dropped messages
                 // are ignored.
-                out.push(QueueAction::Note(QueueNote::OffsetMoved {
+                out.push(QueueAction::note(QueueNote::OffsetMoved {
                     requested,
                     offset,
                 }));
@@ -717,7 +724,7 @@ impl QueueCore {
             .collect();
         let broadcast_failures = !retries.is_empty() && !cfg.is_clustering();
         if broadcast_failures {
-            out.push(QueueAction::Note(QueueNote::BroadcastFailuresDropped(
+            out.push(QueueAction::note(QueueNote::BroadcastFailuresDropped(
                 retries.iter().map(|m| m.queue_offset).collect(),
             )));
         } else if !retries.is_empty() {
@@ -766,7 +773,7 @@ impl QueueCore {
                         m
                     })
                     .collect();
-                out.push(QueueAction::Note(QueueNote::SendBackFailed(again.len())));
+                out.push(QueueAction::note(QueueNote::SendBackFailed(again.len())));
                 self.unsettled += 1;
                 out.push(QueueAction::ReconsumeAfter {
                     messages: again,
@@ -925,14 +932,14 @@ impl QueueCore {
         match &result {
             Ok(granted) => {
                 if self.start_requested && self.lock.locked && !granted {
-                    out.push(QueueAction::Note(QueueNote::LockLost));
+                    out.push(QueueAction::note(QueueNote::LockLost));
                 }
                 if *granted || self.start_requested {
                     self.set_locked(*granted, now_ms);
                 }
             }
             // Keep the last grant: it expires on its own after lock_max_live_time.
-            Err(e) => out.push(QueueAction::Note(QueueNote::LockFailed(e.clone()))),
+            Err(e) => out.push(QueueAction::note(QueueNote::LockFailed(e.clone()))),
         }
         if self.dropping {
             return;
@@ -1287,7 +1294,7 @@ impl QueueCore {
         if expired.is_empty() {
             return;
         }
-        out.push(QueueAction::Note(QueueNote::ConsumeTimedOut(expired.len())));
+        out.push(QueueAction::note(QueueNote::ConsumeTimedOut(expired.len())));
         for message in &expired {
             timed_out.insert(message.queue_offset);
         }
@@ -1386,7 +1393,7 @@ mod tests {
         let order = out
             .iter()
             .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(*order),
+                QueueAction::Pull(order) => Some(**order),
                 _ => None,
             })
             .expect("a first pull");
@@ -1540,7 +1547,7 @@ mod tests {
         let pulls = |out: &[QueueAction]| {
             out.iter()
                 .filter_map(|a| match a {
-                    QueueAction::Pull(order) => Some(*order),
+                    QueueAction::Pull(order) => Some(**order),
                     _ => None,
                 })
                 .collect::<Vec<_>>()
@@ -1607,7 +1614,7 @@ mod tests {
         let fresh = out
             .iter()
             .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(*order),
+                QueueAction::Pull(order) => Some(**order),
                 _ => None,
             })
             .expect("a pull from the reset offset");

@@ -1635,6 +1635,7 @@ impl World {
                     }
                 }
                 QueueAction::Pull(order) => {
+                    let order = *order;
                     let Some(b) = broker_of(mq) else { continue };
                     let cfg = &self.consumers[c].cfg;
                     let request = PullRequest {
