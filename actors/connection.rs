@@ -21,6 +21,7 @@ use crate::error::{Error, ProtocolError, RequestCode, Result};
 use crate::protocol::codes::response_code;
 use crate::protocol::command::RequestFrame;
 use crate::protocol::{RemotingCodec, RemotingCommand};
+use crate::remoting::{Backoff, RequestTable};
 
 /// Initial capacity of a connection's read buffer.
 const READ_BUFFER_CAPACITY: usize = 512 * 1024;
@@ -75,8 +76,6 @@ pub struct EncodedRequest {
     pub reply: oneshot::Sender<Result<RemotingCommand>>,
 }
 
-/// Pending-table size that first triggers a sweep of abandoned encoded requests.
-const ABANDONED_SWEEP_MIN: usize = 1024;
 
 /// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
 /// writing (or fails if the connection cannot be established).
@@ -150,10 +149,8 @@ pub struct Close;
 #[rtype(result = "bool")]
 pub struct IsConnected;
 
-struct Pending {
-    code: i32,
-    reply: oneshot::Sender<Result<RemotingCommand>>,
-}
+/// Who waits for an answer: the caller's reply channel.
+type Reply = oneshot::Sender<Result<RemotingCommand>>;
 
 enum State {
     /// No socket. A request connects once `retry_at` has passed.
@@ -185,14 +182,12 @@ pub struct Connection {
     config: ConnectionConfig,
     state: State,
     generation: u64,
-    next_opaque: i32,
-    pending: HashMap<i32, Pending>,
+    /// Requests waiting for their answer (the sans-I/O table of `crate::remoting`).
+    pending: RequestTable<Reply>,
     handlers: HashMap<i32, Recipient<ServerRequest>>,
     fallback_handler: Option<Recipient<ServerRequest>>,
     subscribers: Vec<Recipient<ConnectionEvent>>,
-    backoff: Duration,
-    /// Pending-table size at which the next sweep of abandoned requests runs.
-    sweep_at: usize,
+    backoff: Backoff,
 }
 
 impl Connection {
@@ -207,26 +202,14 @@ impl Connection {
     pub fn with_config(peer: impl Into<String>, config: ConnectionConfig) -> Self {
         Connection {
             peer: peer.into(),
-            backoff: config.backoff_initial,
+            backoff: Backoff::new(config.backoff_initial, config.backoff_max),
             config,
             state: State::Idle { retry_at: None },
             generation: 0,
-            next_opaque: 0,
-            pending: HashMap::new(),
+            pending: RequestTable::new(),
             handlers: HashMap::new(),
             fallback_handler: None,
             subscribers: Vec::new(),
-            sweep_at: ABANDONED_SWEEP_MIN,
-        }
-    }
-
-    fn allocate_opaque(&mut self) -> i32 {
-        // Java wraps its counter too; skip values still pending after a wrap.
-        loop {
-            self.next_opaque = self.next_opaque.wrapping_add(1);
-            if !self.pending.contains_key(&self.next_opaque) {
-                return self.next_opaque;
-            }
         }
     }
 
@@ -309,18 +292,18 @@ impl Connection {
                     writer.write(frame);
                 }
                 self.state = State::Connected { writer, reader };
-                self.backoff = self.config.backoff_initial;
+                self.backoff.on_connected();
                 tracing::debug!(peer = %self.peer, "connected");
                 self.notify(ConnectionEvent::Connected {
                     peer: self.peer.clone(),
                 });
             }
             Err(reason) => {
-                tracing::warn!(peer = %self.peer, %reason, backoff = ?self.backoff, "connect failed");
+                let wait = self.backoff.on_failure();
+                tracing::warn!(peer = %self.peer, %reason, backoff = ?wait, "connect failed");
                 self.state = State::Idle {
-                    retry_at: Some(Instant::now() + self.backoff),
+                    retry_at: Some(Instant::now() + wait),
                 };
-                self.backoff = (self.backoff * 2).min(self.config.backoff_max);
                 // Each waiting caller gets its own copy of the cause.
                 self.fail_pending(|peer| Error::Connect {
                     addr: peer.to_owned(),
@@ -341,9 +324,8 @@ impl Connection {
         }
         tracing::info!(peer = %self.peer, %reason, pending = self.pending.len(), "connection closed");
         self.state = State::Idle {
-            retry_at: Some(Instant::now() + self.backoff),
+            retry_at: Some(Instant::now() + self.backoff.on_failure()),
         };
-        self.backoff = (self.backoff * 2).min(self.config.backoff_max);
         self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
         self.notify(ConnectionEvent::Disconnected {
             peer: self.peer.clone(),
@@ -451,7 +433,7 @@ impl StreamHandler<Incoming> for Connection {
         }
         match incoming.item {
             Some(Ok(command)) if command.is_response() => {
-                match self.pending.remove(&command.opaque) {
+                match self.pending.take(command.opaque) {
                     Some(pending) => {
                         let _ = pending.reply.send(Ok(command));
                     }
@@ -482,15 +464,15 @@ impl Handler<Request> for Connection {
     fn handle(&mut self, msg: Request, ctx: &mut Self::Context) -> Self::Result {
         let mut command = msg.command;
         let code = command.code;
-        let opaque = self.allocate_opaque();
+        let (reply, response) = oneshot::channel();
+        let opaque = self.pending.register(code, reply);
         command.opaque = opaque;
         command.flag &= !(RemotingCommand::FLAG_RESPONSE | RemotingCommand::FLAG_ONEWAY);
         let mut frame = BytesMut::new();
         if let Err(e) = command.encode(&mut frame) {
+            self.pending.take(opaque);
             return Box::pin(fut::ready(Err(Error::Protocol(e))));
         }
-        let (reply, response) = oneshot::channel();
-        self.pending.insert(opaque, Pending { code, reply });
         self.write_frame(frame.freeze(), ctx);
         let peer = self.peer.clone();
         let timeout = msg.timeout;
@@ -501,7 +483,7 @@ impl Handler<Request> for Connection {
                     Ok(Ok(result)) => result,
                     Ok(Err(_)) => Err(Error::ConnectionClosed(peer)),
                     Err(_) => {
-                        let code = act.pending.remove(&opaque).map_or(code, |p| p.code);
+                        let code = act.pending.take(opaque).map_or(code, |p| p.code);
                         Err(Error::Timeout {
                             peer,
                             code: RequestCode(code),
@@ -522,15 +504,11 @@ impl Handler<EncodedRequest> for Connection {
             return; // the caller gave up while the request sat in the mailbox
         }
         let code = frame.code();
-        let opaque = self.allocate_opaque();
+        let opaque = self.pending.register(code, reply);
         frame.set_opaque(opaque);
-        self.pending.insert(opaque, Pending { code, reply });
-        if self.pending.len() >= self.sweep_at {
-            // A timed-out encoded request leaves its entry behind (its caller waited outside
-            // the actor); the doubling threshold keeps these sweeps amortised O(1).
-            self.pending.retain(|_, pending| !pending.reply.is_closed());
-            self.sweep_at = (self.pending.len() * 2).max(ABANDONED_SWEEP_MIN);
-        }
+        // A timed-out encoded request leaves its entry behind (its caller waited outside the
+        // actor).
+        self.pending.sweep_abandoned(|reply| reply.is_closed());
         self.write_frame(frame.into_bytes(), ctx);
     }
 }
@@ -575,7 +553,7 @@ impl Handler<Oneway> for Connection {
 
     fn handle(&mut self, msg: Oneway, ctx: &mut Self::Context) -> Self::Result {
         let mut command = msg.command;
-        command.opaque = self.allocate_opaque();
+        command.opaque = self.pending.allocate_opaque();
         command.mark_oneway();
         let mut frame = BytesMut::new();
         command.encode(&mut frame)?;

@@ -69,6 +69,9 @@ pub mod protocol;
 pub mod route;
 pub mod rpc;
 
+/// One connection's request table and reconnect backoff, without the socket.
+pub(crate) mod remoting;
+
 /// The embedded broker's sans-I/O core: storage, offsets, groups, locks, long polling, retry/DLQ.
 // Its inspection helpers serve the unit tests and the embedded-cluster API.
 #[cfg(feature = "embedded")]

@@ -51,6 +51,7 @@ use crate::protocol::header::{
     SendMessageRequestHeader, SendMessageRequestHeaderV2, UnregisterClientRequestHeader,
 };
 use crate::protocol::RemotingCommand;
+use crate::remoting::{Pending as RemotingPending, RequestTable};
 use crate::route::TopicRoute;
 use crate::rpc::Subscription;
 use crate::rpc::{
@@ -232,6 +233,7 @@ enum Event {
     RequestTimeout {
         consumer: usize,
         incarnation: u32,
+        conn: ConnId,
         opaque: i32,
     },
     Timer {
@@ -340,8 +342,9 @@ struct Consumer {
     cfg: PushConsumerConfig,
     /// Live connection per broker.
     conns: BTreeMap<usize, ConnId>,
-    pending: BTreeMap<i32, (Pending, ConnId)>,
-    next_opaque: i32,
+    /// Requests waiting for answers, per connection (0: the name server), in the request
+    /// table the connection actor uses.
+    tables: BTreeMap<ConnId, RequestTable<Pending>>,
     routes: BTreeMap<String, Option<TopicRoute>>,
     queues: BTreeMap<MessageQueue, SimQueue>,
     offsets: crate::consumer::offset::OffsetTable,
@@ -632,12 +635,17 @@ impl World {
             Event::RequestTimeout {
                 consumer,
                 incarnation,
+                conn,
                 opaque,
             } => {
                 if self.consumers[consumer].incarnation != incarnation {
                     return;
                 }
-                if let Some((pending, _)) = self.consumers[consumer].pending.remove(&opaque) {
+                let waiting = self.consumers[consumer]
+                    .tables
+                    .get_mut(&conn)
+                    .and_then(|table| table.take(opaque));
+                if let Some(RemotingPending { reply: pending, .. }) = waiting {
                     let error = Error::Timeout {
                         peer: "sim".into(),
                         code: RequestCode(0),
@@ -859,20 +867,17 @@ impl World {
         if c.conns.get(&broker) == Some(&conn) {
             c.conns.remove(&broker);
         }
-        let failed: Vec<i32> = self.consumers[consumer]
-            .pending
-            .iter()
-            .filter(|(_, (_, on))| *on == conn)
-            .map(|(opaque, _)| *opaque)
-            .collect();
-        for opaque in failed {
-            if let Some((pending, _)) = self.consumers[consumer].pending.remove(&opaque) {
-                self.on_answer(
-                    consumer,
-                    pending,
-                    Err(Error::ConnectionClosed(broker_name(broker))),
-                );
-            }
+        let failed = self.consumers[consumer]
+            .tables
+            .remove(&conn)
+            .map(|mut table| table.drain())
+            .unwrap_or_default();
+        for (_, waiting) in failed {
+            self.on_answer(
+                consumer,
+                waiting.reply,
+                Err(Error::ConnectionClosed(broker_name(broker))),
+            );
         }
         // Orderly queues of that broker hear of it (as the queue actor does from its
         // connection) and stop counting on their lock.
@@ -995,7 +1000,7 @@ impl World {
             self.drop_connection(conn, "shutdown");
         }
         self.consumers[c].life = Life::Down;
-        self.consumers[c].pending.clear();
+        self.consumers[c].tables.clear();
     }
 
     // ----- requests -----
@@ -1032,9 +1037,11 @@ impl World {
             return false;
         };
         let consumer = &mut self.consumers[c];
-        consumer.next_opaque = consumer.next_opaque.wrapping_add(1);
-        let opaque = consumer.next_opaque;
-        consumer.pending.insert(opaque, (pending, conn));
+        let opaque = consumer
+            .tables
+            .entry(conn)
+            .or_default()
+            .register(command.code, pending);
         let incarnation = consumer.incarnation;
         let delay = self.frame_delay(conn, true);
         self.schedule(
@@ -1050,6 +1057,7 @@ impl World {
             Event::RequestTimeout {
                 consumer: c,
                 incarnation,
+                conn,
                 opaque,
             },
         );
@@ -1063,12 +1071,14 @@ impl World {
                 ..Default::default()
             };
             let consumer = &mut self.consumers[c];
-            consumer.next_opaque = consumer.next_opaque.wrapping_add(1);
-            let opaque = consumer.next_opaque;
+            let opaque = consumer
+                .tables
+                .entry(0)
+                .or_default()
+                .register(request_code::GET_ROUTEINFO_BY_TOPIC, Pending::Route(topic));
             let request =
                 RemotingCommand::request_with_header(request_code::GET_ROUTEINFO_BY_TOPIC, &header)
                     .with_opaque(opaque);
-            consumer.pending.insert(opaque, (Pending::Route(topic), 0));
             let incarnation = consumer.incarnation;
             let answer = self.nameserver.handle(&request);
             let delay = self.network_delay();
@@ -1085,11 +1095,14 @@ impl World {
         }
     }
 
-    fn on_response(&mut self, c: usize, _conn: ConnId, command: RemotingCommand) {
-        let Some((pending, _)) = self.consumers[c].pending.remove(&command.opaque) else {
-            return;
-        };
-        self.on_answer(c, pending, Ok(command));
+    fn on_response(&mut self, c: usize, conn: ConnId, command: RemotingCommand) {
+        let waiting = self.consumers[c]
+            .tables
+            .get_mut(&conn)
+            .and_then(|table| table.take(command.opaque));
+        if let Some(waiting) = waiting {
+            self.on_answer(c, waiting.reply, Ok(command));
+        }
     }
 
     fn on_answer(&mut self, c: usize, pending: Pending, answer: Result<RemotingCommand, Error>) {
@@ -2329,8 +2342,7 @@ impl Consumer {
             life: Life::Down,
             cfg,
             conns: BTreeMap::new(),
-            pending: BTreeMap::new(),
-            next_opaque: 0,
+            tables: BTreeMap::new(),
             routes: BTreeMap::new(),
             queues: BTreeMap::new(),
             offsets: crate::consumer::offset::OffsetTable::new(),
