@@ -76,7 +76,6 @@ pub struct EncodedRequest {
     pub reply: oneshot::Sender<Result<RemotingCommand>>,
 }
 
-
 /// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
 /// writing (or fails if the connection cannot be established).
 #[derive(Message)]
@@ -432,18 +431,16 @@ impl StreamHandler<Incoming> for Connection {
             return; // a frame from a socket already replaced
         }
         match incoming.item {
-            Some(Ok(command)) if command.is_response() => {
-                match self.pending.take(command.opaque) {
-                    Some(pending) => {
-                        let _ = pending.reply.send(Ok(command));
-                    }
-                    None => tracing::debug!(
-                        peer = %self.peer,
-                        opaque = command.opaque,
-                        "response for no pending request (it timed out)"
-                    ),
+            Some(Ok(command)) if command.is_response() => match self.pending.take(command.opaque) {
+                Some(pending) => {
+                    let _ = pending.reply.send(Ok(command));
                 }
-            }
+                None => tracing::debug!(
+                    peer = %self.peer,
+                    opaque = command.opaque,
+                    "response for no pending request (it timed out)"
+                ),
+            },
             Some(Ok(command)) => self.on_server_request(command, ctx),
             Some(Err(e)) => {
                 tracing::warn!(peer = %self.peer, error = %e, "malformed frame, closing connection");

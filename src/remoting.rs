@@ -157,7 +157,11 @@ mod tests {
         let first = table.register(1, ());
         assert_eq!(first, i32::MIN);
         table.next_opaque = i32::MAX - 1;
-        assert_eq!(table.allocate_opaque(), i32::MIN.wrapping_add(1), "skips both");
+        assert_eq!(
+            table.allocate_opaque(),
+            i32::MIN.wrapping_add(1),
+            "skips both"
+        );
     }
 
     #[test]
@@ -180,7 +184,11 @@ mod tests {
         table.sweep_abandoned(|gave_up| *gave_up);
         assert_eq!(table.len(), ABANDONED_SWEEP_MIN / 2);
         table.sweep_abandoned(|_| true);
-        assert_eq!(table.len(), ABANDONED_SWEEP_MIN / 2, "not before it doubles again");
+        assert_eq!(
+            table.len(),
+            ABANDONED_SWEEP_MIN / 2,
+            "not before it doubles again"
+        );
     }
 
     #[test]

@@ -40,6 +40,22 @@ use crate::error::Error;
 use crate::message::MessageExt;
 use crate::rpc::PullResult as PullResponse;
 
+/// Where to continue after a pull answer. One case differs from what the broker suggests: the
+/// requested offset is past the queue's end while the queue still starts at 0 — the broker lost
+/// its data (restarted without it) and the queue was refilled from 0. A 5.x broker then points at
+/// its end, which would skip every message stored since; this consumer starts again at 0 (what
+/// 4.x brokers suggested), so nothing produced after the loss is skipped.
+fn corrected_next_offset(response: &PullResponse, requested: i64) -> i64 {
+    let lost_data = response.status == crate::rpc::PullStatus::OffsetIllegal
+        && requested > response.max_offset
+        && response.min_offset == 0;
+    if lost_data {
+        0
+    } else {
+        response.next_begin_offset
+    }
+}
+
 /// What the concurrent cache keeps per message: what flow control and offsets need, and where
 /// the message itself is — in the pull it came with (shared with its listener calls), for
 /// consume-timeout send-backs.
@@ -552,16 +568,17 @@ impl QueueCore {
             return;
         }
         let requested = order.offset;
+        let next_begin_offset = corrected_next_offset(&response, requested);
         let result = PullResult {
             status: response.status,
             requested_offset: requested,
-            next_begin_offset: response.next_begin_offset,
+            next_begin_offset,
             delivered: response.messages.len(),
             first_delivered_offset: response.messages.first().map(|m| m.queue_offset),
             cache_empty: self.cache_stats().count == 0,
         };
         let outcome = on_pull_result(cfg, &result);
-        if outcome.suspicious {
+        if outcome.suspicious && next_begin_offset == response.next_begin_offset {
             out.push(QueueAction::note(QueueNote::Suspicious {
                 requested,
                 next: response.next_begin_offset,
@@ -1642,6 +1659,41 @@ mod tests {
             out.iter().any(|a| matches!(a, QueueAction::ConsumeOrderly { batch, .. } if batch[0].queue_offset == 5)),
             "the queue consumes again: {out:?}"
         );
+    }
+
+    #[test]
+    fn a_broker_that_lost_its_data_is_read_again_from_its_start() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, _) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.reset_offset(50, &cfg, &env, 1, &mut out);
+        let order = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::Pull(order) => Some(**order),
+                _ => None,
+            })
+            .expect("a pull from 50");
+        // The restarted broker holds 3 messages; a 5.x broker suggests its end.
+        let moved = PullResponse {
+            status: PullStatus::OffsetIllegal,
+            next_begin_offset: 3,
+            min_offset: 0,
+            max_offset: 3,
+            suggest_broker_id: 0,
+            messages: Vec::new(),
+            unfiltered: 0,
+        };
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(moved), None, &cfg, &env, 2, &mut out);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::AdoptOffset(0))),
+            "{out:?}"
+        );
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, QueueAction::Pull(order) if order.offset == 0)));
     }
 
     #[test]

@@ -357,6 +357,8 @@ struct Consumer {
     next_instance: u64,
     heartbeat_ok: bool,
     unregister_left: usize,
+    /// How far this member's clock is from the simulated time (clock steps).
+    clock_skew: i64,
 }
 
 struct Pass {
@@ -406,6 +408,14 @@ pub(crate) struct World {
     releases: BTreeMap<MessageQueue, Vec<(i64, i64)>>,
     /// Per queue, since when a member owns it.
     owners: BTreeMap<MessageQueue, BTreeMap<usize, i64>>,
+    /// Messages lost with a broker that restarted without its data.
+    wiped: BTreeSet<u64>,
+    /// Where each acknowledged message was stored.
+    placed: BTreeMap<u64, (MessageQueue, i64)>,
+    /// Per queue of a broker that lost its data: how far the group had read it. Messages
+    /// stored afterwards below this offset are skipped by design (a consumer cannot tell a
+    /// refilled queue's new offsets from the ones it already read).
+    wipe_marks: BTreeMap<MessageQueue, i64>,
     /// Orderly: per queue, offsets consumed or dead-lettered (what later offsets wait for).
     done: BTreeMap<MessageQueue, BTreeSet<i64>>,
     /// Orderly: per queue and member, listener calls in flight.
@@ -497,6 +507,9 @@ impl World {
             overlaps: BTreeMap::new(),
             releases: BTreeMap::new(),
             owners: BTreeMap::new(),
+            wiped: BTreeSet::new(),
+            placed: BTreeMap::new(),
+            wipe_marks: BTreeMap::new(),
             done: BTreeMap::new(),
             calls: BTreeMap::new(),
             violations: Vec::new(),
@@ -552,6 +565,11 @@ impl World {
         } else {
             self.rng.range(0..4)
         }
+    }
+
+    /// What member `c`'s clock reads now (its cores are fed this time).
+    fn clock(&self, c: usize) -> i64 {
+        self.now + self.consumers[c].clock_skew
     }
 
     fn in_fault_phase(&self) -> bool {
@@ -761,13 +779,20 @@ impl World {
                 .with_body(Bytes::from(format!("k{key}")));
             let now = self.now;
             let actions = self.brokers[broker].handle(PRODUCER_CONN, request, now);
-            let acked = actions.iter().any(|a| {
-                matches!(a, Action::Send { conn: PRODUCER_CONN, command }
-                    if command.is_response() && command.code == response_code::SUCCESS)
+            let stored_at = actions.iter().find_map(|a| match a {
+                Action::Send {
+                    conn: PRODUCER_CONN,
+                    command,
+                } if command.is_response() && command.code == response_code::SUCCESS => command
+                    .ext("queueOffset")
+                    .and_then(|o| o.parse::<i64>().ok()),
+                _ => None,
             });
             self.broker_actions(broker, actions);
-            if acked {
+            if let Some(offset) = stored_at {
                 self.acked.insert(key);
+                let mq = MessageQueue::new(TOPIC, broker_name(broker), queue_id);
+                self.placed.insert(key, (mq, offset));
                 self.produced += 1;
             }
         }
@@ -846,10 +871,98 @@ impl World {
                     self.schedule(back, Event::StartConsumer(c));
                 }
             }
+            80..=87 => {
+                // The member's wall clock steps (NTP, a VM resumed): -30 s to +60 s.
+                let step = self.rng.range(-30_000..60_000);
+                self.faults += 1;
+                self.consumers[c].clock_skew += step;
+                self.note(|| format!("c{c} clock steps {step} ms"));
+            }
+            88..=90 if chaos => {
+                let b = self.rng.below(self.cfg.brokers as u64) as usize;
+                self.wipe_broker(b);
+            }
             _ => {}
         }
         let next = self.rng.range(3_000..15_000);
         self.schedule(next, Event::Fault);
+    }
+
+    /// Broker `b` restarts without its data (no persistence): messages, offsets and retry
+    /// topics are gone. What it held is no longer expected to be consumed; the group must carry
+    /// on with what is produced afterwards.
+    fn wipe_broker(&mut self, b: usize) {
+        if !self.broker_up[b] {
+            return;
+        }
+        self.faults += 1;
+        self.unclean.push(self.now);
+        self.note(|| format!("broker-{b} restarts without its data"));
+        let conns: Vec<ConnId> = self
+            .conn_owner
+            .iter()
+            .filter(|(_, (_, broker))| *broker == b)
+            .map(|(conn, _)| *conn)
+            .collect();
+        for conn in conns {
+            self.drop_connection(conn, "broker wiped");
+        }
+        // Every message the broker stored (its own and its retry copies) is gone.
+        let name = broker_name(b);
+        let mut gone = Vec::new();
+        for config in self.brokers[b].topic_configs() {
+            for queue_id in 0..config.read_queue_nums {
+                let store = self.brokers[b].store();
+                for offset in store.min_offset(&config.topic_name, queue_id)
+                    ..store.max_offset(&config.topic_name, queue_id)
+                {
+                    if let Some(raw) = store.record_at(&config.topic_name, queue_id, offset) {
+                        let mut raw = Bytes::copy_from_slice(raw);
+                        if let Some(key) = decode_message(&mut raw).ok().as_ref().and_then(key_of) {
+                            gone.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        self.wiped.extend(gone);
+        // How far any member had read each queue of it (next pull, committed, stored offset).
+        let mut marks: BTreeMap<MessageQueue, i64> = BTreeMap::new();
+        for consumer in &self.consumers {
+            for (mq, q) in &consumer.queues {
+                if mq.broker_name == name {
+                    let reached = q.core.next_offset.max(q.core.committed).unwrap_or(0);
+                    let mark = marks.entry(mq.clone()).or_default();
+                    *mark = (*mark).max(reached);
+                }
+            }
+        }
+        for queue_id in 0..self.cfg.queues_per_broker {
+            let mq = MessageQueue::new(TOPIC, name.clone(), queue_id);
+            let stored = self.brokers[b]
+                .offsets()
+                .query(GROUP, TOPIC, queue_id)
+                .unwrap_or(0);
+            let mark = marks.entry(mq).or_default();
+            *mark = (*mark).max(stored);
+        }
+        for (mq, mark) in marks {
+            let entry = self.wipe_marks.entry(mq).or_default();
+            *entry = (*entry).max(mark);
+        }
+        self.done.retain(|mq, _| mq.broker_name != name);
+        let config = self.brokers[b].config().clone();
+        let mut fresh = BrokerCore::new(config);
+        fresh.create_topic(crate::broker::store::TopicConfig::new(
+            TOPIC,
+            self.cfg.queues_per_broker,
+        ));
+        fresh.on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
+        self.nameserver.register(fresh.registration());
+        self.brokers[b] = fresh;
+        self.broker_up[b] = false;
+        let down = self.rng.range(100..4_000);
+        self.schedule(down, Event::BrokerUp(b));
     }
 
     /// Closes `conn` on both sides: the broker forgets it, the consumer fails what waits on it
@@ -1474,7 +1587,7 @@ impl World {
             // A pass that ends after shutdown began changes nothing (the rebalancer is stopped).
             return;
         }
-        let now = self.now;
+        let now = self.clock(c);
         let cfg = self.consumers[c].cfg.clone();
         let owned: Vec<MessageQueue> = self.consumers[c]
             .queues
@@ -1519,8 +1632,9 @@ impl World {
             self.overlaps.entry(mq.clone()).or_default().push(now);
         }
         self.owners.entry(mq.clone()).or_default().insert(c, now);
+        let clock = self.clock(c);
         let consumer = &mut self.consumers[c];
-        let core = QueueCore::new(Mode::for_config(&consumer.cfg, now), now);
+        let core = QueueCore::new(Mode::for_config(&consumer.cfg, clock), clock);
         consumer.next_instance += 1;
         let instance = consumer.next_instance;
         consumer.queues.insert(
@@ -1595,7 +1709,7 @@ impl World {
         call: impl FnOnce(&mut QueueCore, &PushConsumerConfig, &QueueEnv, i64, &mut Vec<QueueAction>),
     ) {
         let env = self.env(c);
-        let now = self.now;
+        let now = self.clock(c);
         let consumer = &mut self.consumers[c];
         let Some(queue) = consumer.queues.get_mut(mq) else {
             return;
@@ -2101,8 +2215,9 @@ impl World {
         let store = broker_of(mq).map(|b| &self.brokers[b]);
         for message in batch {
             let key = crate::consumer::key_order::ordering_key(message).map(str::to_owned);
+            let mark = self.wipe_marks.get(mq).copied().unwrap_or(0);
             let missing = (0..message.queue_offset).find(|o| {
-                if done.is_some_and(|d| d.contains(o)) {
+                if done.is_some_and(|d| d.contains(o)) || *o < mark {
                     return false;
                 }
                 if self.cfg.mode == SimMode::KeyOrdered {
@@ -2134,9 +2249,10 @@ impl World {
     /// A call may start only while its member holds the lock, and not while another member
     /// that also holds it has a call in flight.
     fn check_lock(&mut self, c: usize, mq: &MessageQueue) {
-        let now = self.now;
+        // Each member judges its lock by its own clock.
         let holds = |world: &World, member: usize| {
             let consumer = &world.consumers[member];
+            let now = world.clock(member);
             consumer
                 .queues
                 .get(mq)
@@ -2261,7 +2377,14 @@ impl World {
         }
         let dead = self.dead_lettered();
         for key in &self.acked {
-            if !self.consumed.contains_key(key) && !dead.contains(key) {
+            let skippable = self.placed.get(key).is_some_and(|(mq, offset)| {
+                self.wipe_marks.get(mq).is_some_and(|mark| offset < mark)
+            });
+            if !self.consumed.contains_key(key)
+                && !dead.contains(key)
+                && !self.wiped.contains(key)
+                && !skippable
+            {
                 self.violations.push(Violation::Lost(format!(
                     "message k{key} never consumed nor in the DLQ"
                 )));
@@ -2354,6 +2477,7 @@ impl Consumer {
             next_instance: 0,
             heartbeat_ok: false,
             unregister_left: 0,
+            clock_skew: 0,
         }
     }
 }
