@@ -63,10 +63,10 @@ fn runs_consume_fail_and_dead_letter() {
 fn seeds_that_found_bugs_stay_green() {
     // An orderly queue whose cache was thrown away (re-lock after a lost connection) while a
     // batch ran stayed "in flight" forever and never consumed again: messages lost.
-    let stuck_orderly = [1_002_677, 1_002_693, 1_002_745];
+    let stuck_orderly = [2_000_588, 2_000_929, 2_001_070];
     // After a broker restart forgot its locks, a member kept consuming on its last grant while
     // another was granted the lock: two members consumed one queue at once.
-    let lock_after_restart = [1_002_668, 1_002_672, 1_002_688];
+    let lock_after_restart = [2_003_067, 2_003_074, 2_003_088];
     let (_, failing) = run_seeds(stuck_orderly.into_iter().chain(lock_after_restart));
     assert!(failing.is_empty(), "{failing:?}");
 }
