@@ -185,6 +185,9 @@ pub(crate) enum Violation {
     /// Orderly: a member consumed a queue without the lock, or two members consumed one queue
     /// at once while both held its lock.
     LockBroken(String),
+    /// A member committed an offset past a message it had not finished (consumed, sent back
+    /// or dead-lettered).
+    CommitPastUnfinished(String),
 }
 
 /// What a run did.
@@ -321,6 +324,8 @@ struct SentBack {
 }
 
 struct SimQueue {
+    /// Every offset below this was checked finished when it was committed past.
+    checked_from: Option<i64>,
     /// Which start of the queue on this member: answers and timers of an earlier one (dropped
     /// and taken again since) are not for this core, as an actor's futures die with it.
     instance: u64,
@@ -416,6 +421,9 @@ pub(crate) struct World {
     /// stored afterwards below this offset are skipped by design (a consumer cannot tell a
     /// refilled queue's new offsets from the ones it already read).
     wipe_marks: BTreeMap<MessageQueue, i64>,
+    /// Per queue, offsets the member working on them was told are finished: consumed, sent
+    /// back, dead-lettered.
+    settled: BTreeMap<MessageQueue, BTreeSet<i64>>,
     /// Orderly: per queue, offsets consumed or dead-lettered (what later offsets wait for).
     done: BTreeMap<MessageQueue, BTreeSet<i64>>,
     /// Orderly: per queue and member, listener calls in flight.
@@ -510,6 +518,7 @@ impl World {
             wiped: BTreeSet::new(),
             placed: BTreeMap::new(),
             wipe_marks: BTreeMap::new(),
+            settled: BTreeMap::new(),
             done: BTreeMap::new(),
             calls: BTreeMap::new(),
             violations: Vec::new(),
@@ -951,6 +960,14 @@ impl World {
             *entry = (*entry).max(mark);
         }
         self.done.retain(|mq, _| mq.broker_name != name);
+        self.settled.retain(|mq, _| mq.broker_name != name);
+        for consumer in &mut self.consumers {
+            for (mq, q) in consumer.queues.iter_mut() {
+                if mq.broker_name == name {
+                    q.checked_from = None;
+                }
+            }
+        }
         let config = self.brokers[b].config().clone();
         let mut fresh = BrokerCore::new(config);
         fresh.create_topic(crate::broker::store::TopicConfig::new(
@@ -1307,6 +1324,14 @@ impl World {
                             .into_iter()
                             .map(|(m, r)| (m, r.unwrap_or(false)))
                             .collect();
+                        for (message, ok) in &results {
+                            if *ok {
+                                self.settled
+                                    .entry(queue.clone())
+                                    .or_default()
+                                    .insert(message.queue_offset);
+                            }
+                        }
                         let epoch = sent.epoch;
                         debug_assert_eq!(sent.queue, queue);
                         self.with_queue(c, &queue, instance, |core, cfg, env, now, out| {
@@ -1367,6 +1392,10 @@ impl World {
                             .collect();
                         for offset in &sent {
                             self.done.entry(queue.clone()).or_default().insert(*offset);
+                            self.settled
+                                .entry(queue.clone())
+                                .or_default()
+                                .insert(*offset);
                         }
                         self.with_queue(c, &queue, instance, |core, cfg, env, now, out| {
                             core.on_dead_lettered(
@@ -1640,6 +1669,7 @@ impl World {
         consumer.queues.insert(
             mq.clone(),
             SimQueue {
+                checked_from: None,
                 instance,
                 core,
                 finishing: false,
@@ -1918,6 +1948,7 @@ impl World {
                 ),
                 QueueAction::Commit(offset) => {
                     self.note(|| format!("c{c} {mq} commits {offset}"));
+                    self.check_commit(c, mq, instance, offset);
                     let table = &mut self.consumers[c].offsets;
                     let before = table.read(mq);
                     table.update(mq, offset, true);
@@ -1929,6 +1960,11 @@ impl World {
                 }
                 QueueAction::AdoptOffset(offset) => {
                     self.consumers[c].offsets.update(mq, offset, false);
+                    if let Some(q) = self.consumers[c].queues.get_mut(mq) {
+                        if q.instance == instance {
+                            q.checked_from = Some(offset);
+                        }
+                    }
                 }
                 QueueAction::Finish { committed, unlock } => {
                     self.note(|| format!("c{c} finishes {mq} at {committed:?}"));
@@ -1998,6 +2034,10 @@ impl World {
             });
             if outcome.success {
                 for message in batch {
+                    self.settled
+                        .entry(mq.clone())
+                        .or_default()
+                        .insert(message.queue_offset);
                     if let Some(key) = key_of(message) {
                         self.consumed.entry(key).or_default().push(Consumption {
                             at: self.now,
@@ -2031,6 +2071,10 @@ impl World {
                         });
                     }
                     self.done
+                        .entry(mq.clone())
+                        .or_default()
+                        .insert(message.queue_offset);
+                    self.settled
                         .entry(mq.clone())
                         .or_default()
                         .insert(message.queue_offset);
@@ -2204,6 +2248,33 @@ impl World {
                 },
             },
         );
+    }
+
+    /// A commit may only pass messages the member was told are finished.
+    fn check_commit(&mut self, c: usize, mq: &MessageQueue, instance: u64, offset: i64) {
+        let Some(q) = self.consumers[c].queues.get_mut(mq) else {
+            return;
+        };
+        if q.instance != instance {
+            return;
+        }
+        let Some(from) = q.checked_from.replace(offset) else {
+            // The first commit is the start offset.
+            return;
+        };
+        if offset <= from {
+            return;
+        }
+        let settled = self.settled.get(mq);
+        // Below a wipe mark, what the member finished went with the broker's data.
+        let mark = self.wipe_marks.get(mq).copied().unwrap_or(0);
+        let unfinished = |o: &i64| *o >= mark && !settled.is_some_and(|s| s.contains(o));
+        if let Some(missing) = (from..offset).find(unfinished) {
+            self.violations
+                .push(Violation::CommitPastUnfinished(format!(
+                    "c{c} {mq}: committed {offset} while offset {missing} was unfinished"
+                )));
+        }
     }
 
     /// Every earlier message of the batch's queue (of its key, key-ordered) must be done.
