@@ -863,22 +863,18 @@ impl World {
                     self.schedule(down, Event::BrokerUp(b));
                 }
             }
-            45..=59 if chaos => {
-                if self.consumers[c].life == Life::Running {
-                    self.faults += 1;
-                    self.unclean.push(self.now);
-                    self.crash(c);
-                    let back = self.rng.range(500..10_000);
-                    self.schedule(back, Event::StartConsumer(c));
-                }
+            45..=59 if chaos && self.consumers[c].life == Life::Running => {
+                self.faults += 1;
+                self.unclean.push(self.now);
+                self.crash(c);
+                let back = self.rng.range(500..10_000);
+                self.schedule(back, Event::StartConsumer(c));
             }
-            60..=79 => {
-                if self.consumers[c].life == Life::Running {
-                    self.faults += 1;
-                    self.shutdown(c);
-                    let back = self.rng.range(2_000..20_000);
-                    self.schedule(back, Event::StartConsumer(c));
-                }
+            60..=79 if self.consumers[c].life == Life::Running => {
+                self.faults += 1;
+                self.shutdown(c);
+                let back = self.rng.range(2_000..20_000);
+                self.schedule(back, Event::StartConsumer(c));
             }
             80..=87 => {
                 // The member's wall clock steps (NTP, a VM resumed): -30 s to +60 s.
