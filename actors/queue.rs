@@ -18,7 +18,7 @@ use crate::actors::consumer::{now_ms, ConsumerShared};
 use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
-use crate::consumer::config::ConsumeFromWhere;
+use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
 use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
@@ -127,6 +127,25 @@ impl QueueActor {
         }
     }
 
+    /// Runs one core call with the consumer's configuration, its view of the consumer and the
+    /// time, then carries out what the core decided.
+    pub(crate) fn step(
+        &mut self,
+        ctx: &mut Context<Self>,
+        call: impl FnOnce(&mut QueueCore, &PushConsumerConfig, &QueueEnv, i64, &mut Vec<QueueAction>),
+    ) {
+        let mut out = Vec::new();
+        let env = self.env();
+        call(
+            &mut self.core,
+            &self.shared.config,
+            &env,
+            now_ms(),
+            &mut out,
+        );
+        self.execute(out, ctx);
+    }
+
     /// Carries out the core's decisions.
     pub(crate) fn execute(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
         let mut actions = actions;
@@ -163,11 +182,9 @@ impl QueueActor {
                 QueueAction::Pull(order) => self.send_pull(*order, ctx),
                 QueueAction::PullAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
-                        let mut out = Vec::new();
-                        let env = act.env();
-                        act.core
-                            .on_pull_timer(&act.shared.config, &env, now_ms(), &mut out);
-                        act.execute(out, ctx);
+                        act.step(ctx, |core, cfg, env, now, out| {
+                            core.on_pull_timer(cfg, env, now, out)
+                        });
                     });
                 }
                 QueueAction::Lock => self.request_lock(ctx),
@@ -324,16 +341,9 @@ impl QueueActor {
             if let Ok(offset) = result {
                 tracing::debug!(queue = %act.queue, offset, "queue starts");
             }
-            let mut out = Vec::new();
-            let env = act.env();
-            act.core.on_start_offset(
-                result.map_err(|e| e.to_string()),
-                &act.shared.config,
-                &env,
-                now_ms(),
-                &mut out,
-            );
-            act.execute(out, ctx);
+            act.step(ctx, |core, cfg, env, now, out| {
+                core.on_start_offset(result.map_err(|e| e.to_string()), cfg, env, now, out)
+            });
         }));
     }
 
@@ -474,11 +484,9 @@ impl QueueActor {
                 let sent = results.iter().filter(|(_, ok)| *ok).count();
                 act.shared.stats.record_sent_back(sent);
             }
-            let mut out = Vec::new();
-            let env = act.env();
-            act.core
-                .on_sent_back(results, epoch, &act.shared.config, &env, now_ms(), &mut out);
-            act.execute(out, ctx);
+            act.step(ctx, |core, cfg, env, now, out| {
+                core.on_sent_back(results, epoch, cfg, env, now, out)
+            });
         }));
     }
 
@@ -652,11 +660,9 @@ impl Handler<ResetQueueOffset> for QueueActor {
             offset,
             freeze: false,
         });
-        let mut out = Vec::new();
-        let env = self.env();
-        self.core
-            .reset_offset(offset, &self.shared.config, &env, now_ms(), &mut out);
-        self.execute(out, ctx);
+        self.step(ctx, |core, cfg, env, now, out| {
+            core.reset_offset(offset, cfg, env, now, out)
+        });
         Box::pin(async move { set.await? }.into_actor(self))
     }
 }

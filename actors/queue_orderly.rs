@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::consumer::{now_ms, ConsumerShared};
+use crate::actors::consumer::ConsumerShared;
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::QueueActor;
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
@@ -46,16 +46,9 @@ impl QueueActor {
             async move { lock_queue(&shared, &queue).await }
                 .into_actor(self)
                 .map(|result, act, ctx| {
-                    let mut out = Vec::new();
-                    let env = act.env();
-                    act.core.on_lock_result(
-                        result.map_err(|e| e.to_string()),
-                        &act.shared.config,
-                        &env,
-                        now_ms(),
-                        &mut out,
-                    );
-                    act.execute(out, ctx);
+                    act.step(ctx, |core, cfg, env, now, out| {
+                        core.on_lock_result(result.map_err(|e| e.to_string()), cfg, env, now, out)
+                    });
                 }),
         );
     }
@@ -79,11 +72,9 @@ impl QueueActor {
                     Ok(found @ (StoredOffset::Found(_) | StoredOffset::NotFound)) => found,
                     _ => StoredOffset::Unavailable,
                 };
-                let mut out = Vec::new();
-                let env = act.env();
-                act.core
-                    .on_recomputed_offset(stored, &act.shared.config, &env, now_ms(), &mut out);
-                act.execute(out, ctx);
+                act.step(ctx, |core, cfg, env, now, out| {
+                    core.on_recomputed_offset(stored, cfg, env, now, out)
+                });
             }),
         );
     }
@@ -132,19 +123,18 @@ impl QueueActor {
             act.shared
                 .stats
                 .record_consumed(batch.len() - failed, failed, outcome.elapsed);
-            let mut out = Vec::new();
-            let env = act.env();
-            act.core.on_orderly_consumed(
-                &batch,
-                epoch,
-                outcome.status,
-                &outcome.context,
-                &act.shared.config,
-                &env,
-                now_ms(),
-                &mut out,
-            );
-            act.execute(out, ctx);
+            act.step(ctx, |core, cfg, env, now, out| {
+                core.on_orderly_consumed(
+                    &batch,
+                    epoch,
+                    outcome.status,
+                    &outcome.context,
+                    cfg,
+                    env,
+                    now,
+                    out,
+                )
+            });
         }));
     }
 
@@ -176,19 +166,9 @@ impl QueueActor {
             if epoch == act.core.epoch {
                 act.shared.stats.record_sent_back(sent.len());
             }
-            let mut out = Vec::new();
-            let env = act.env();
-            act.core.on_dead_lettered(
-                &attempted,
-                &sent,
-                epoch,
-                suspend,
-                &act.shared.config,
-                &env,
-                now_ms(),
-                &mut out,
-            );
-            act.execute(out, ctx);
+            act.step(ctx, |core, cfg, env, now, out| {
+                core.on_dead_lettered(&attempted, &sent, epoch, suspend, cfg, env, now, out)
+            });
         }));
     }
 }
