@@ -2011,71 +2011,34 @@ impl World {
     }
 
     fn on_queue_timer(&mut self, c: usize, mq: MessageQueue, instance: u64, kind: QueueTimer) {
-        if let QueueTimer::Consumed {
-            messages,
-            range,
-            outcome,
-            epoch,
-        } = &kind
-        {
-            // The listener ran whatever became of the queue since: record what it consumed.
-            let batch = messages.get(range.clone()).unwrap_or_default();
-            self.note(|| {
-                let keys: Vec<String> = batch
-                    .iter()
-                    .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
-                    .collect();
+        // The listener ran whatever became of the queue since: record what it consumed.
+        match &kind {
+            QueueTimer::Consumed {
+                messages,
+                range,
+                outcome,
+                ..
+            } => {
+                let batch = messages.get(range.clone()).unwrap_or_default();
                 let status = if outcome.success { "ok" } else { "FAILED" };
-                format!("c{c} {mq} listener {status} {keys:?} (epoch {epoch})")
-            });
-            if outcome.success {
-                for message in batch {
-                    self.settled
-                        .entry(mq.clone())
-                        .or_default()
-                        .insert(message.queue_offset);
-                    if let Some(key) = key_of(message) {
-                        self.consumed.entry(key).or_default().push(Consumption {
-                            at: self.now,
-                            queue: mq.clone(),
-                            offset: message.queue_offset,
-                        });
-                    }
+                self.end_call(c, &mq, batch, outcome.success, status);
+            }
+            QueueTimer::OrderlyConsumed { batch, success, .. } => {
+                if let Some(calls) = self.calls.get_mut(&mq).and_then(|m| m.get_mut(&c)) {
+                    *calls = calls.saturating_sub(1);
+                }
+                let status = if *success {
+                    "orderly ok"
+                } else {
+                    "orderly SUSPEND"
+                };
+                self.end_call(c, &mq, batch, *success, status);
+                if *success {
+                    let done = self.done.entry(mq.clone()).or_default();
+                    done.extend(batch.iter().map(|m| m.queue_offset));
                 }
             }
-        }
-        if let QueueTimer::OrderlyConsumed { batch, success, .. } = &kind {
-            if let Some(calls) = self.calls.get_mut(&mq).and_then(|m| m.get_mut(&c)) {
-                *calls = calls.saturating_sub(1);
-            }
-            self.note(|| {
-                let keys: Vec<String> = batch
-                    .iter()
-                    .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
-                    .collect();
-                let status = if *success { "ok" } else { "SUSPEND" };
-                format!("c{c} {mq} orderly listener {status} {keys:?}")
-            });
-            if *success {
-                let batch = batch.clone();
-                for message in batch.iter() {
-                    if let Some(key) = key_of(message) {
-                        self.consumed.entry(key).or_default().push(Consumption {
-                            at: self.now,
-                            queue: mq.clone(),
-                            offset: message.queue_offset,
-                        });
-                    }
-                    self.done
-                        .entry(mq.clone())
-                        .or_default()
-                        .insert(message.queue_offset);
-                    self.settled
-                        .entry(mq.clone())
-                        .or_default()
-                        .insert(message.queue_offset);
-                }
-            }
+            _ => {}
         }
         if self.consumers[c].queues.get(&mq).map(|q| q.instance) != Some(instance) {
             return;
@@ -2140,6 +2103,65 @@ impl World {
         }
     }
 
+    /// A listener call of `batch` ended: a success counts each message as consumed (the ledger)
+    /// and finished (what commits may pass).
+    fn end_call(
+        &mut self,
+        c: usize,
+        mq: &MessageQueue,
+        batch: &[MessageExt],
+        success: bool,
+        status: &str,
+    ) {
+        self.note(|| {
+            let keys: Vec<String> = batch
+                .iter()
+                .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
+                .collect();
+            format!("c{c} {mq} listener {status} {keys:?}")
+        });
+        if !success {
+            return;
+        }
+        for message in batch {
+            self.settled
+                .entry(mq.clone())
+                .or_default()
+                .insert(message.queue_offset);
+            if let Some(key) = key_of(message) {
+                self.consumed.entry(key).or_default().push(Consumption {
+                    at: self.now,
+                    queue: mq.clone(),
+                    offset: message.queue_offset,
+                });
+            }
+        }
+    }
+
+    /// A listener call of `batch` starts: records the attempts and draws how it goes — whether
+    /// it succeeds (poison messages never do) and how long it takes.
+    fn begin_call(&mut self, mq: &MessageQueue, batch: &[MessageExt]) -> (bool, i64) {
+        for message in batch {
+            if let Some(key) = key_of(message) {
+                self.first_attempt.entry(key).or_insert(self.now);
+                self.attempt_queues
+                    .entry(key)
+                    .or_default()
+                    .insert(mq.clone());
+            }
+        }
+        let poisoned = batch
+            .iter()
+            .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
+        let success = !poisoned && !self.rng.chance(40);
+        let took = if self.rng.chance(50) {
+            self.rng.range(100..3_000)
+        } else {
+            self.rng.range(0..3)
+        };
+        (success, took)
+    }
+
     /// The simulated listener: poison messages always fail, others now and then; most calls
     /// are quick, some slow.
     fn listener(
@@ -2151,26 +2173,7 @@ impl World {
         range: Range<usize>,
         epoch: u64,
     ) {
-        for message in messages.get(range.clone()).unwrap_or_default() {
-            if let Some(key) = key_of(message) {
-                self.first_attempt.entry(key).or_insert(self.now);
-                self.attempt_queues
-                    .entry(key)
-                    .or_default()
-                    .insert(mq.clone());
-            }
-        }
-        let poisoned = messages
-            .get(range.clone())
-            .unwrap_or_default()
-            .iter()
-            .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
-        let success = !poisoned && !self.rng.chance(40);
-        let took = if self.rng.chance(50) {
-            self.rng.range(100..3_000)
-        } else {
-            self.rng.range(0..3)
-        };
+        let (success, took) = self.begin_call(mq, messages.get(range.clone()).unwrap_or_default());
         let incarnation = self.consumers[c].incarnation;
         self.schedule(
             took,
@@ -2211,24 +2214,7 @@ impl World {
             .or_default()
             .entry(c)
             .or_default() += 1;
-        for message in batch.iter() {
-            if let Some(key) = key_of(message) {
-                self.first_attempt.entry(key).or_insert(self.now);
-                self.attempt_queues
-                    .entry(key)
-                    .or_default()
-                    .insert(mq.clone());
-            }
-        }
-        let poisoned = batch
-            .iter()
-            .any(|m| key_of(m).is_some_and(|k| k % POISON_EVERY == 0));
-        let success = !poisoned && !self.rng.chance(40);
-        let took = if self.rng.chance(50) {
-            self.rng.range(100..3_000)
-        } else {
-            self.rng.range(0..3)
-        };
+        let (success, took) = self.begin_call(mq, &batch);
         let incarnation = self.consumers[c].incarnation;
         self.schedule(
             took,
