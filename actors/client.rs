@@ -24,22 +24,22 @@ use crate::error::{Error, Result};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
-    decode_json, encode_json, ConsumerListBody, HeartbeatData, LockBatchResponseBody,
-    ResetOffsetBody, TopicRouteData,
+    decode_json, ConsumerListBody, HeartbeatData, LockBatchResponseBody, ResetOffsetBody,
+    TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    GetConsumerListByGroupRequestHeader, GetEarliestMsgStoretimeRequestHeader,
-    GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
-    GetRouteInfoRequestHeader, HeartbeatRequestHeader, OffsetResponseHeader,
-    QueryConsumerOffsetResponseHeader, ResetOffsetRequestHeader, SearchOffsetRequestHeader,
-    UnregisterClientRequestHeader, ViewMessageRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, GetRouteInfoRequestHeader,
+    OffsetResponseHeader, QueryConsumerOffsetResponseHeader, ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader, ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
 use crate::rpc::{
-    broker_error, expect_success, lock_batch_command, query_offset_command, send_back_command,
-    update_offset_command, PullRequest, PullResult, RawPullResult,
+    broker_error, consumer_ids_command, expect_success, heartbeat_command, lock_batch_command,
+    query_offset_command, send_back_command, unregister_client_command, update_offset_command,
+    PullRequest, PullResult, RawPullResult,
 };
 
 /// Settings shared by everything that uses one client instance.
@@ -812,24 +812,14 @@ impl Client {
             .min()
             .ok_or_else(|| Error::TopicRouteNotFound(topic.to_owned()))?
             .to_owned();
-        let header = GetConsumerListByGroupRequestHeader {
-            consumer_group: group.to_owned(),
-        };
-        let command =
-            RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header);
-        let response = self.invoke(&addr, command).await?;
+        let response = self.invoke(&addr, consumer_ids_command(group)).await?;
         let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
         Ok((addr, members.consumer_id_list))
     }
 
     /// HEART_BEAT to the broker at `addr`.
     pub async fn heartbeat(&self, addr: &str, data: &HeartbeatData) -> Result<()> {
-        let command = RemotingCommand::request_with_header(
-            request_code::HEART_BEAT,
-            &HeartbeatRequestHeader {},
-        )
-        .with_body(encode_json(data));
-        self.invoke(addr, command).await?;
+        self.invoke(addr, heartbeat_command(data)).await?;
         Ok(())
     }
 
@@ -840,13 +830,7 @@ impl Client {
         producer_group: Option<&str>,
         consumer_group: Option<&str>,
     ) -> Result<()> {
-        let header = UnregisterClientRequestHeader {
-            client_id: self.client_id().to_owned(),
-            producer_group: producer_group.map(str::to_owned),
-            consumer_group: consumer_group.map(str::to_owned),
-        };
-        let command =
-            RemotingCommand::request_with_header(request_code::UNREGISTER_CLIENT, &header);
+        let command = unregister_client_command(self.client_id(), producer_group, consumer_group);
         self.invoke(addr, command).await?;
         Ok(())
     }

@@ -384,6 +384,37 @@ pub(crate) fn update_offset_command(
     RemotingCommand::request_with_header(request_code::UPDATE_CONSUMER_OFFSET, &header)
 }
 
+/// GET_CONSUMER_LIST_BY_GROUP: the client ids of `group`'s members as a broker knows them.
+pub(crate) fn consumer_ids_command(group: &str) -> RemotingCommand {
+    let header = crate::protocol::header::GetConsumerListByGroupRequestHeader {
+        consumer_group: group.to_owned(),
+    };
+    RemotingCommand::request_with_header(request_code::GET_CONSUMER_LIST_BY_GROUP, &header)
+}
+
+/// HEART_BEAT carrying `data` (the client's producer and consumer groups and subscriptions).
+pub(crate) fn heartbeat_command(data: &crate::protocol::body::HeartbeatData) -> RemotingCommand {
+    RemotingCommand::request_with_header(
+        request_code::HEART_BEAT,
+        &crate::protocol::header::HeartbeatRequestHeader {},
+    )
+    .with_body(crate::protocol::body::encode_json(data))
+}
+
+/// UNREGISTER_CLIENT of `client_id` for a producer group, a consumer group or both.
+pub(crate) fn unregister_client_command(
+    client_id: &str,
+    producer_group: Option<&str>,
+    consumer_group: Option<&str>,
+) -> RemotingCommand {
+    let header = crate::protocol::header::UnregisterClientRequestHeader {
+        client_id: client_id.to_owned(),
+        producer_group: producer_group.map(str::to_owned),
+        consumer_group: consumer_group.map(str::to_owned),
+    };
+    RemotingCommand::request_with_header(request_code::UNREGISTER_CLIENT, &header)
+}
+
 /// LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for `queues` (all of one broker): the two requests carry the
 /// same fields on the wire.
 pub(crate) fn lock_batch_command(

@@ -42,20 +42,19 @@ use crate::error::{Error, RequestCode};
 use crate::message::{decode_message, MessageExt, MessageQueue};
 use crate::protocol::body::LockBatchResponseBody;
 use crate::protocol::body::{
-    self, decode_json, encode_json, ConsumeType, ConsumerData, ConsumerListBody, HeartbeatData,
-    TopicRouteData,
+    self, decode_json, ConsumeType, ConsumerData, ConsumerListBody, HeartbeatData, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    GetConsumerListByGroupRequestHeader, GetRouteInfoRequestHeader, HeartbeatRequestHeader,
-    SendMessageRequestHeader, SendMessageRequestHeaderV2, UnregisterClientRequestHeader,
+    GetRouteInfoRequestHeader, SendMessageRequestHeader, SendMessageRequestHeaderV2,
 };
 use crate::protocol::RemotingCommand;
 use crate::remoting::{Pending as RemotingPending, RequestTable};
 use crate::route::TopicRoute;
 use crate::rpc::Subscription;
 use crate::rpc::{
-    lock_batch_command, query_offset_command, send_back_command, update_offset_command, PullRequest,
+    consumer_ids_command, heartbeat_command, lock_batch_command, query_offset_command,
+    send_back_command, unregister_client_command, update_offset_command, PullRequest,
 };
 
 /// Simulated time starts here (ms since the epoch), so times look like real ones.
@@ -1102,13 +1101,7 @@ impl World {
         let client_id = self.consumers[c].client_id.clone();
         let mut sent = 0;
         for b in 0..self.cfg.brokers {
-            let header = UnregisterClientRequestHeader {
-                client_id: client_id.clone(),
-                producer_group: None,
-                consumer_group: Some(GROUP.into()),
-            };
-            let command =
-                RemotingCommand::request_with_header(request_code::UNREGISTER_CLIENT, &header);
+            let command = unregister_client_command(&client_id, None, Some(GROUP));
             if self.request(c, b, command, Pending::Unregister, 3_000) {
                 sent += 1;
             }
@@ -1513,14 +1506,9 @@ impl World {
             heartbeat_fingerprint: 0,
             without_sub: false,
         };
-        let body = encode_json(&data);
+        let command = heartbeat_command(&data);
         for b in 0..self.cfg.brokers {
-            let command = RemotingCommand::request_with_header(
-                request_code::HEART_BEAT,
-                &HeartbeatRequestHeader {},
-            )
-            .with_body(body.clone());
-            self.request(c, b, command, Pending::Heartbeat, 3_000);
+            self.request(c, b, command.clone(), Pending::Heartbeat, 3_000);
         }
     }
 
@@ -1568,14 +1556,13 @@ impl World {
             return;
         }
         for (topic, b) in asks {
-            let header = GetConsumerListByGroupRequestHeader {
-                consumer_group: GROUP.into(),
-            };
-            let command = RemotingCommand::request_with_header(
-                request_code::GET_CONSUMER_LIST_BY_GROUP,
-                &header,
+            self.request(
+                c,
+                b,
+                consumer_ids_command(GROUP),
+                Pending::ConsumerIds(topic),
+                3_000,
             );
-            self.request(c, b, command, Pending::ConsumerIds(topic), 3_000);
         }
     }
 
