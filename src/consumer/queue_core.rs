@@ -38,6 +38,7 @@ use crate::consumer::retry::{
 };
 use crate::error::Error;
 use crate::message::MessageExt;
+use crate::protocol::codes::response_code;
 use crate::rpc::PullResult as PullResponse;
 
 /// Where to continue after a pull answer. One case differs from what the broker suggests: the
@@ -553,10 +554,14 @@ impl QueueCore {
             Ok(response) => response,
             Err(e) => {
                 let (delay, reason) = pull_error_delay(cfg, e.response_code());
+                let topic_gone = e.response_code() == Some(response_code::TOPIC_NOT_EXIST);
                 out.push(QueueAction::note(QueueNote::PullFailed {
                     error: e.to_string(),
                     reason,
                 }));
+                if topic_gone && self.next_offset != Some(0) {
+                    self.restart_reborn_queue(order.offset, out);
+                }
                 self.schedule_pull(delay, out);
                 return;
             }
@@ -610,6 +615,22 @@ impl QueueCore {
             // offset rather than dropping and re-adding it.
             NextPull::Stop => self.pull(cfg, env, now_ms, out),
         }
+    }
+
+    /// The broker no longer has the queue's topic: it lost its data (a restart without it) or
+    /// the topic was deleted. When the topic comes back its queues start again at 0, so
+    /// whatever is stored there then is new; resuming at the old position would skip it
+    /// (the send-backs of a retry topic reborn by the first failed message, say). Reading from
+    /// 0 costs duplicates only if the broker kept messages it denied having.
+    fn restart_reborn_queue(&mut self, requested: i64, out: &mut Vec<QueueAction>) {
+        out.push(QueueAction::note(QueueNote::OffsetMoved {
+            requested,
+            offset: 0,
+        }));
+        self.discard_cache();
+        self.next_offset = Some(0);
+        self.committed = Some(0);
+        out.push(QueueAction::AdoptOffset(0));
     }
 
     /// Throws the cache away; answers and outcomes of the old epoch are ignored from now on.
@@ -990,10 +1011,15 @@ impl QueueCore {
     ) {
         match stored {
             StoredOffset::Found(stored) => {
-                let offset = stored.max(self.committed.unwrap_or(stored));
-                if self.next_offset != Some(offset) {
+                // Only a stored offset past ours means someone else consumed meanwhile. The
+                // cache runs ahead of the committed offset, so comparing with the next pull
+                // would drop (and consume again) messages nobody else has seen.
+                let ahead = self.committed.is_none_or(|committed| stored > committed);
+                if ahead && self.next_offset != Some(stored) {
                     self.discard_cache();
-                    self.next_offset = Some(offset);
+                    self.next_offset = Some(stored);
+                    self.committed = Some(stored);
+                    out.push(QueueAction::AdoptOffset(stored));
                 }
                 self.offset_fixed = true;
                 self.pull(cfg, env, now_ms, out);
@@ -1661,6 +1687,110 @@ mod tests {
         );
     }
 
+    /// An orderly queue that consumed offset 0 of 0..4 and runs the batch of offset 1, then
+    /// lost its lock and got it back.
+    fn orderly_relocked_during_a_batch() -> (PushConsumerConfig, QueueCore, Arc<[MessageExt]>, u64)
+    {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        let env = env(&cfg);
+        let mut core = QueueCore::new(Mode::for_config(&cfg, 0), 0);
+        let mut out = Vec::new();
+        core.start(&cfg, &mut out);
+        core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
+        let mut out = Vec::new();
+        core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
+        let order = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::Pull(order) => Some(**order),
+                _ => None,
+            })
+            .expect("a first pull");
+        let batch_of = |out: &[QueueAction]| {
+            out.iter()
+                .find_map(|a| match a {
+                    QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
+                    _ => None,
+                })
+                .expect("a batch")
+        };
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..4)), None, &cfg, &env, 1, &mut out);
+        let (first, epoch) = batch_of(&out);
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            &first,
+            epoch,
+            OrderlyStatus::Success,
+            &context,
+            &cfg,
+            &env,
+            2,
+            &mut out,
+        );
+        assert_eq!(commits(&out), vec![1]);
+        let (second, epoch) = batch_of(&out);
+        assert_eq!(second[0].queue_offset, 1);
+        let mut out = Vec::new();
+        core.on_lock_result(Ok(false), &cfg, &env, 3, &mut out);
+        core.on_lock_result(Ok(true), &cfg, &env, 4, &mut out);
+        (cfg, core, second, epoch)
+    }
+
+    #[test]
+    fn a_relocked_orderly_queue_keeps_its_cache_when_nobody_consumed_meanwhile() {
+        let (cfg, mut core, running, epoch) = orderly_relocked_during_a_batch();
+        let env = env(&cfg);
+        let mut out = Vec::new();
+        core.on_recomputed_offset(StoredOffset::Found(1), &cfg, &env, 5, &mut out);
+        assert!(
+            !out.iter()
+                .any(|a| matches!(a, QueueAction::Pull(order) if order.offset < 4)),
+            "cached messages are not fetched (and consumed) again: {out:?}"
+        );
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            &running,
+            epoch,
+            OrderlyStatus::Success,
+            &context,
+            &cfg,
+            &env,
+            6,
+            &mut out,
+        );
+        assert_eq!(commits(&out), vec![2], "the running batch still counts");
+    }
+
+    #[test]
+    fn a_relocked_orderly_queue_continues_where_another_member_stopped() {
+        let (cfg, mut core, running, epoch) = orderly_relocked_during_a_batch();
+        let env = env(&cfg);
+        let mut out = Vec::new();
+        core.on_recomputed_offset(StoredOffset::Found(3), &cfg, &env, 5, &mut out);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::AdoptOffset(3))),
+            "{out:?}"
+        );
+        assert_eq!(core.next_offset, Some(3), "the next pull starts there");
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            &running,
+            epoch,
+            OrderlyStatus::Success,
+            &context,
+            &cfg,
+            &env,
+            6,
+            &mut out,
+        );
+        assert!(commits(&out).is_empty(), "the old batch commits nothing");
+    }
+
     #[test]
     fn a_broker_that_lost_its_data_is_read_again_from_its_start() {
         let cfg = cfg();
@@ -1694,6 +1824,50 @@ mod tests {
         assert!(out
             .iter()
             .any(|a| matches!(a, QueueAction::Pull(order) if order.offset == 0)));
+    }
+
+    #[test]
+    fn a_queue_whose_topic_vanished_is_read_from_0_when_it_comes_back() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        let old_calls = consumes(&out);
+        let order = out
+            .iter()
+            .find_map(|a| match a {
+                QueueAction::Pull(order) => Some(**order),
+                _ => None,
+            })
+            .expect("a pull from 3");
+        assert_eq!(order.offset, 3);
+        let gone = Error::Broker {
+            peer: "b".into(),
+            request: crate::error::RequestCode(crate::protocol::request_code::PULL_MESSAGE),
+            code: crate::error::ResponseCode(response_code::TOPIC_NOT_EXIST),
+            remark: "topic not exist".into(),
+        };
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Err(gone), None, &cfg, &env, 2, &mut out);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::AdoptOffset(0))),
+            "the offset store forgets the old position: {out:?}"
+        );
+        let mut out = Vec::new();
+        core.on_pull_timer(&cfg, &env, 3_000, &mut out);
+        assert!(
+            out.iter()
+                .any(|a| matches!(a, QueueAction::Pull(order) if order.offset == 0)),
+            "the reborn queue is read from its start: {out:?}"
+        );
+        // Calls of the old life that end now must not commit its offsets.
+        let mut out = Vec::new();
+        for (m, r, e) in &old_calls {
+            core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 3_001, &mut out);
+        }
+        assert!(!old_calls.is_empty());
+        assert!(commits(&out).is_empty(), "{out:?}");
     }
 
     #[test]
