@@ -14,7 +14,7 @@
 //! `commit_sync` / `commit`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,17 +34,15 @@ use crate::actors::offset_store::{
 use crate::actors::pull_consumer::resolve_client;
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
+use crate::consumer::lite_core::{
+    Admission, Delivery, LiteAction, LiteCore, LiteNote, SlotId, Taken, TakenMark,
+};
 use crate::consumer::offset::StoredOffset;
-use crate::consumer::pull_config::{may_pull_lite, LitePullConsumerConfig};
+use crate::consumer::pull_config::LitePullConsumerConfig;
 use crate::error::{Error, Result};
-use crate::message::decode::count_records;
 use crate::message::{MessageExt, MessageQueue};
-use crate::rpc::{decode_pulled, PullRequest, PullStatus, Subscription};
+use crate::rpc::{PullRequest, Subscription};
 
-/// Wait before re-asking for admission when the cache is full (Java 50 ms).
-const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
-/// Wait before re-asking for admission while paused (Java 1 s; a resume wakes the queue).
-const PAUSED_DELAY: Duration = Duration::from_secs(1);
 /// Wait before retrying a queue whose start offset could not be read.
 const START_RETRY_DELAY: Duration = Duration::from_secs(1);
 
@@ -127,20 +125,15 @@ impl LitePullConsumerBuilder {
             client: client.clone(),
             group: self.config.base.consumer_group.as_str().into(),
             config: self.config.clone(),
-            subscriptions,
+            core: LiteCore::new(self.config.clone(), subscriptions),
             offsets: None,
-            queues: Slots::default(),
-            buffer: VecDeque::new(),
-            buffered: 0,
+            loops: BTreeMap::new(),
             waiters: VecDeque::new(),
             last_commit: Instant::now(),
             topic_listeners: self.topic_listeners,
             topic_queues: BTreeMap::new(),
             pending: Vec::new(),
-            throttled: BTreeSet::new(),
-            marks: Vec::new(),
-            pending_advances: Vec::new(),
-            stopping: false,
+            actions: Vec::new(),
         }
         .start();
         let (member, offsets) = Member::start(MemberSpec {
@@ -408,32 +401,6 @@ impl LitePullConsumer {
     }
 }
 
-/// What one poll took from the buffer: the messages, and for a tracked take (the stream) the
-/// mark the taker moves as it hands them out.
-#[derive(Default)]
-struct Taken {
-    messages: Vec<MessageExt>,
-    /// The queue's slot (meaningless in an empty `Taken`).
-    slot: Option<SlotId>,
-    epoch: u64,
-    /// The batch's end (see [`Batch::next_offset`]).
-    next_offset: i64,
-    mark: Option<Arc<TakenMark>>,
-}
-
-/// How far the stream has handed out a tracked batch: the offset after the last message it
-/// yielded, or -1 before the first. The root folds it into the consumed position at commits.
-struct TakenMark {
-    slot: SlotId,
-    epoch: u64,
-    next: AtomicI64,
-    /// What `next` becomes once the last message is yielded (filtered-out offsets included).
-    end: i64,
-    /// Set when the queue is sought, reset, paused or dropped: the stream hands out no more
-    /// of this batch.
-    stale: AtomicBool,
-}
-
 /// A poll waiting for a batch; dropped unfinished, it gives back a batch that already arrived.
 struct PendingPoll {
     rx: Option<oneshot::Receiver<Taken>>,
@@ -565,159 +532,23 @@ impl Drop for TrackedBatch {
     }
 }
 
-/// A batch from a queue actor, for the buffer.
-struct Batch {
-    slot: SlotId,
-    epoch: u64,
-    content: Content,
-    /// Messages counted for flow control (the body's records, or the decoded messages).
-    count: u64,
-    bytes: u64,
-    /// Where the pull began: a body that cannot be decoded is pulled again from here.
-    from_offset: i64,
-    /// The offset after the batch, filtered-out messages included: the consumed position once
-    /// all of it is taken.
-    next_offset: i64,
-}
-
-/// A batch's messages: as they came off the wire (decoded when the application takes them, so
-/// a buffer of thousands stays compact and a taken batch is decoded hot in the cache), or
-/// decoded already (a batch given back); none at all marks a run of filtered-out offsets.
-enum Content {
-    Wire {
-        body: bytes::Bytes,
-        offset_delta: Option<i64>,
-    },
-    Decoded(Vec<MessageExt>),
-}
-
-/// Names a [`Slot`] on the data path, where looking a queue up by name (two strings) for every
-/// batch cost more than the rest of the root's work. The generation tells a reused index's new
-/// queue from the old one, whose actor may still be sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct SlotId {
-    index: u32,
-    generation: u32,
-}
-
-/// The root's queues: by id on the data path, by name for the application's calls.
-#[derive(Default)]
-struct Slots {
-    entries: Vec<(u32, Option<Slot>)>,
-    free: Vec<u32>,
-    by_name: BTreeMap<MessageQueue, SlotId>,
-}
-
-impl Slots {
-    /// Adds `queue`, its slot made by `make` from the id it gets.
-    fn insert_with(&mut self, queue: MessageQueue, make: impl FnOnce(SlotId) -> Slot) -> SlotId {
-        let id = match self.free.pop() {
-            Some(index) => {
-                let entry = &mut self.entries[index as usize];
-                entry.0 = entry.0.wrapping_add(1);
-                SlotId {
-                    index,
-                    generation: entry.0,
-                }
-            }
-            None => {
-                self.entries.push((0, None));
-                SlotId {
-                    index: (self.entries.len() - 1) as u32,
-                    generation: 0,
-                }
-            }
-        };
-        self.entries[id.index as usize].1 = Some(make(id));
-        self.by_name.insert(queue, id);
-        id
-    }
-
-    fn remove(&mut self, queue: &MessageQueue) -> Option<Slot> {
-        let id = self.by_name.remove(queue)?;
-        self.free.push(id.index);
-        self.entries.get_mut(id.index as usize)?.1.take()
-    }
-
-    fn id(&self, queue: &MessageQueue) -> Option<SlotId> {
-        self.by_name.get(queue).copied()
-    }
-
-    fn at(&self, id: SlotId) -> Option<&Slot> {
-        match self.entries.get(id.index as usize) {
-            Some((generation, Some(slot))) if *generation == id.generation => Some(slot),
-            _ => None,
-        }
-    }
-
-    fn at_mut(&mut self, id: SlotId) -> Option<&mut Slot> {
-        match self.entries.get_mut(id.index as usize) {
-            Some((generation, Some(slot))) if *generation == id.generation => Some(slot),
-            _ => None,
-        }
-    }
-
-    fn contains_key(&self, queue: &MessageQueue) -> bool {
-        self.by_name.contains_key(queue)
-    }
-
-    fn get_mut(&mut self, queue: &MessageQueue) -> Option<&mut Slot> {
-        self.at_mut(self.id(queue)?)
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &MessageQueue> {
-        self.by_name.keys()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &Slot)> {
-        self.by_name
-            .iter()
-            .filter_map(|(queue, id)| Some((queue, self.at(*id)?)))
-    }
-}
-
-/// The root's view of one assigned queue.
-struct Slot {
-    queue: MessageQueue,
-    /// What the queue is pulled for (the re-filter when a batch is decoded).
-    subscription: Arc<Subscription>,
-    /// Batches of this queue in the buffer.
-    queued: usize,
-    /// A consumed position to adopt once no stream holds a batch of this queue any more.
-    pending_consumed: Option<i64>,
-    actor: Addr<LiteQueue>,
-    epoch: u64,
-    /// The offset after the last message `poll` returned (what a commit stores).
-    consumed: Option<i64>,
-    /// The offset the next pull reads from (for the span).
-    pulled_to: Option<i64>,
-    cached_count: u64,
-    cached_bytes: u64,
-    paused: bool,
-}
-
+/// The lite pull consumer's actor: executes its [`LiteCore`] (buffer, positions, flow control)
+/// and holds what is not state but I/O — the queue actors, the waiting polls, the offset store.
 pub(crate) struct LiteRoot {
     client: Client,
     group: Arc<str>,
     config: LitePullConsumerConfig,
-    subscriptions: BTreeMap<String, Arc<Subscription>>,
+    core: LiteCore,
     offsets: Option<Addr<OffsetStore>>,
-    queues: Slots,
-    buffer: VecDeque<Batch>,
-    buffered: u64,
+    loops: BTreeMap<SlotId, Addr<LiteQueue>>,
     waiters: VecDeque<(oneshot::Sender<Taken>, bool)>,
     last_commit: Instant,
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
     topic_queues: BTreeMap<String, Vec<MessageQueue>>,
     /// Divisions that came before the offset store: applied once it is there.
     pending: Vec<QueueChange>,
-    /// Queues told to wait for room in the cache: woken as soon as a poll makes some.
-    throttled: BTreeSet<SlotId>,
-    /// Tracked batches still being handed out by streams.
-    marks: Vec<Arc<TakenMark>>,
-    /// Queues with a `pending_consumed` waiting for their streams' batches.
-    pending_advances: Vec<SlotId>,
-    stopping: bool,
+    /// Reused for every core call.
+    actions: Vec<LiteAction>,
 }
 
 impl Actor for LiteRoot {
@@ -768,282 +599,137 @@ impl LiteRoot {
         );
     }
 
-    /// Starts a queue actor for each new queue; stops and forgets the others. Returns the
-    /// queues that went away.
-    fn set_assignment(
+    /// Runs a core call and carries out the actions it returned.
+    fn step<R>(
         &mut self,
-        queues: &[MessageQueue],
-        topic: Option<&str>,
         ctx: &mut Context<Self>,
-    ) -> Vec<MessageQueue> {
-        let wanted: BTreeSet<&MessageQueue> = queues.iter().collect();
-        let gone: Vec<MessageQueue> = self
-            .queues
-            .keys()
-            .filter(|q| topic.is_none_or(|t| q.topic == t) && !wanted.contains(q))
-            .cloned()
-            .collect();
-        for queue in &gone {
-            self.drop_queue(queue);
+        call: impl FnOnce(&mut LiteCore, &mut Vec<LiteAction>) -> R,
+    ) -> R {
+        let mut out = std::mem::take(&mut self.actions);
+        let result = call(&mut self.core, &mut out);
+        for action in out.drain(..) {
+            self.execute(action, ctx);
         }
-        let (Some(offsets), false) = (self.offsets.clone(), self.stopping) else {
-            return gone;
-        };
-        for queue in queues {
-            if self.queues.contains_key(queue) {
-                continue;
-            }
-            let subscription = self
-                .subscriptions
-                .get(&queue.topic)
-                .cloned()
-                .unwrap_or_else(|| Arc::new(Subscription::all(0)));
-            let pulled_for = subscription.clone();
-            let mut request = PullRequest::new(self.group.clone(), queue.clone(), 0)
-                .subscription(subscription)
-                .max_messages(self.config.pull_batch_size as i32);
-            request.suspend = Some(self.config.base.broker_suspend_max_time);
-            request.timeout = self.config.base.consumer_timeout_when_suspend;
-            let root = ctx.address().recipient();
-            let make = |slot| LiteQueue {
+        self.actions = out;
+        result
+    }
+
+    fn execute(&mut self, action: LiteAction, ctx: &mut Context<Self>) {
+        match action {
+            LiteAction::Start {
                 slot,
-                client: self.client.clone(),
-                root: Some(root),
-                offsets: offsets.clone(),
-                request,
-                epoch: 0,
-                chain: 0,
-                pulling: None,
-                woken: false,
-                delayed: None,
-                pre_admitted: false,
-                started: false,
-                consume_from_where: self.config.consume_from_where,
-                consume_timestamp_ms: self.config.consume_timestamp_ms,
-                error_delay: self.config.pull_delay_on_exception,
-            };
-            self.queues.insert_with(queue.clone(), |id| Slot {
-                queue: queue.clone(),
-                subscription: pulled_for,
-                queued: 0,
-                pending_consumed: None,
-                actor: make(id).start(),
-                epoch: 0,
-                consumed: None,
-                pulled_to: None,
-                cached_count: 0,
-                cached_bytes: 0,
-                paused: false,
-            });
-            tracing::info!(queue = %queue, "lite pull queue started");
-        }
-        gone
-    }
-
-    fn drop_queue(&mut self, queue: &MessageQueue) {
-        self.discard_buffered(queue);
-        if let Some(slot) = self.queues.remove(queue) {
-            slot.actor.do_send(StopActor);
-            tracing::info!(%queue, "lite pull queue stopped");
-        }
-    }
-
-    fn discard_buffered(&mut self, queue: &MessageQueue) {
-        let Some(id) = self.queues.id(queue) else {
-            return;
-        };
-        self.discard_slot(id);
-    }
-
-    fn discard_slot(&mut self, id: SlotId) {
-        for mark in self.marks.iter().filter(|m| m.slot == id) {
-            mark.stale.store(true, Ordering::SeqCst);
-        }
-        let before = self.buffer.len();
-        let mut dropped = 0u64;
-        self.buffer.retain(|b| {
-            let keep = b.slot != id;
-            if !keep {
-                dropped += b.count;
+                queue,
+                subscription,
+            } => {
+                let Some(offsets) = self.offsets.clone() else {
+                    return;
+                };
+                let mut request = PullRequest::new(self.group.clone(), queue, 0)
+                    .subscription(subscription)
+                    .max_messages(self.config.pull_batch_size as i32);
+                request.suspend = Some(self.config.base.broker_suspend_max_time);
+                request.timeout = self.config.base.consumer_timeout_when_suspend;
+                let actor = LiteQueue {
+                    slot,
+                    client: self.client.clone(),
+                    root: Some(ctx.address().recipient()),
+                    offsets,
+                    request,
+                    epoch: 0,
+                    chain: 0,
+                    pulling: None,
+                    woken: false,
+                    delayed: None,
+                    pre_admitted: false,
+                    started: false,
+                    consume_from_where: self.config.consume_from_where,
+                    consume_timestamp_ms: self.config.consume_timestamp_ms,
+                    error_delay: self.config.pull_delay_on_exception,
+                }
+                .start();
+                self.loops.insert(slot, actor);
             }
-            keep
-        });
-        if self.buffer.len() != before {
-            self.buffered = self.buffered.saturating_sub(dropped);
-        }
-        if let Some(slot) = self.queues.at_mut(id) {
-            slot.cached_count = 0;
-            slot.cached_bytes = 0;
-            slot.queued = 0;
-            slot.pending_consumed = None;
-        }
-    }
-
-    /// Repositions `queue` at `offset`: a new epoch, the buffer emptied of it, the queue actor
-    /// restarted there, and `offset` as its consumed position.
-    fn reposition(&mut self, queue: &MessageQueue, offset: i64) {
-        if let Some(id) = self.queues.id(queue) {
-            self.reposition_slot(id, offset);
-        }
-    }
-
-    /// [`LiteRoot::reposition`] by slot.
-    fn reposition_slot(&mut self, id: SlotId, offset: i64) {
-        self.reposition_slot_after(id, offset, Duration::ZERO);
-    }
-
-    /// [`LiteRoot::reposition_slot`], the queue pulling again only after `delay`.
-    fn reposition_slot_after(&mut self, id: SlotId, offset: i64, delay: Duration) {
-        self.discard_slot(id);
-        if let Some(slot) = self.queues.at_mut(id) {
-            slot.epoch += 1;
-            slot.consumed = Some(offset);
-            slot.pulled_to = Some(offset);
-            slot.actor.do_send(Restart {
-                epoch: slot.epoch,
+            LiteAction::Stop(slot) => {
+                if let Some(actor) = self.loops.remove(&slot) {
+                    actor.do_send(StopActor);
+                }
+            }
+            LiteAction::Restart {
+                slot,
+                epoch,
                 offset,
                 delay,
-            });
-        }
-    }
-
-    /// Moves each queue's consumed position past what the streams have yielded; forgets the
-    /// marks of batches the streams are done with.
-    fn fold_marks(&mut self) {
-        let queues = &mut self.queues;
-        self.marks.retain(|mark| {
-            let next = mark.next.load(Ordering::Relaxed);
-            if let Some(slot) = queues.at_mut(mark.slot) {
-                if slot.epoch == mark.epoch && next >= 0 {
-                    slot.consumed = Some(slot.consumed.map_or(next, |c| c.max(next)));
+            } => {
+                if let Some(actor) = self.loops.get(&slot) {
+                    actor.do_send(Restart {
+                        epoch,
+                        offset,
+                        delay,
+                    });
                 }
             }
-            Arc::strong_count(mark) > 1
-        });
-        if !self.pending_advances.is_empty() {
-            let pending = std::mem::take(&mut self.pending_advances);
-            for id in pending {
-                if let Some(offset) = self
-                    .queues
-                    .at_mut(id)
-                    .and_then(|s| s.pending_consumed.take())
-                {
-                    self.advance_consumed(id, offset);
+            LiteAction::Wake { slot, admitted } => {
+                if let Some(actor) = self.loops.get(&slot) {
+                    actor.do_send(Wake { admitted });
                 }
             }
-        }
-    }
-
-    /// Moves the queue's consumed position to `offset` (after a run of filtered-out messages):
-    /// now, or once no stream holds an earlier batch of it.
-    fn advance_consumed(&mut self, id: SlotId, offset: i64) {
-        let held = self
-            .marks
-            .iter()
-            .any(|m| m.slot == id && Arc::strong_count(m) > 1);
-        let Some(slot) = self.queues.at_mut(id) else {
-            return;
-        };
-        if held {
-            slot.pending_consumed = Some(slot.pending_consumed.map_or(offset, |p| p.max(offset)));
-            if !self.pending_advances.contains(&id) {
-                self.pending_advances.push(id);
+            LiteAction::Store { queue, offset } => {
+                if let Some(offsets) = &self.offsets {
+                    offsets.do_send(StoreOffset { queue, offset });
+                }
             }
-        } else {
-            slot.consumed = Some(slot.consumed.map_or(offset, |c| c.max(offset)));
+            LiteAction::Note(note) => log_note(note),
         }
     }
 
     /// Stores every consumed position in the offset store (persisted periodically).
-    fn commit_consumed(&mut self) {
-        self.fold_marks();
-        let Some(offsets) = &self.offsets else { return };
-        for (queue, slot) in self.queues.iter() {
-            if let Some(offset) = slot.consumed {
-                offsets.do_send(StoreOffset {
-                    queue: queue.clone(),
-                    offset,
-                });
-            }
-        }
+    fn commit_consumed(&mut self, ctx: &mut Context<Self>) {
+        self.step(ctx, |core, out| core.commit_consumed(out));
         self.last_commit = Instant::now();
     }
 
-    /// The next deliverable batch, its positions recorded as consumed — at once, or for a
-    /// tracked take as the stream moves its mark.
-    fn take_batch(&mut self, tracked: bool) -> Option<Taken> {
-        while let Some(batch) = self.buffer.pop_front() {
-            self.buffered = self.buffered.saturating_sub(batch.count);
-            let id = batch.slot;
-            let Some(slot) = self.queues.at_mut(id) else {
-                continue;
-            };
-            slot.queued = slot.queued.saturating_sub(1);
-            if slot.epoch != batch.epoch {
+    /// Hands buffered batches to waiting polls.
+    fn serve_waiters(&mut self, ctx: &mut Context<Self>) {
+        while let Some((waiter, tracked)) = self.waiters.pop_front() {
+            if waiter.is_closed() {
                 continue;
             }
-            slot.cached_count = slot.cached_count.saturating_sub(batch.count);
-            slot.cached_bytes = slot.cached_bytes.saturating_sub(batch.bytes);
-            let decoded = match batch.content {
-                Content::Decoded(messages) => Ok(messages),
-                Content::Wire { body, offset_delta } => {
-                    decode_pulled(&body, &slot.subscription, &slot.queue, offset_delta)
-                        .map(|(messages, _)| messages)
+            match self.step(ctx, |core, out| core.take_batch(tracked, out)) {
+                Some(taken) => match waiter.send(taken) {
+                    Ok(()) => break,
+                    // The poller gave up just now: the batch goes back to the front.
+                    Err(taken) => self.core.push_front_again(taken),
+                },
+                None => {
+                    // Nothing deliverable after all (filtered out, stale): it waits on.
+                    self.waiters.push_front((waiter, tracked));
+                    break;
                 }
-            };
-            // Room was made: throttled queues that would now be admitted ask again at once
-            // rather than at their timer. Only this queue's own limits moved, unless the whole
-            // buffer just fell under its limit — then every throttled queue may go.
-            let limit = u64::from(self.config.pull_threshold_for_all);
-            if self.buffered < limit && self.buffered + batch.count >= limit {
-                self.wake_admissible();
-            } else if self.throttled.contains(&id) {
-                self.wake_one(id);
             }
-            let messages = match decoded {
-                Ok(messages) => messages,
-                Err(e) => {
-                    // Nothing of it was handed out: the queue reads it again after a pause.
-                    let queue = self.queues.at(id).map(|s| s.queue.to_string());
-                    tracing::warn!(queue = ?queue, offset = batch.from_offset, error = %e, "a pulled batch cannot be decoded; pulling it again");
-                    self.reposition_slot_after(
-                        id,
-                        batch.from_offset,
-                        self.config.pull_delay_on_exception,
-                    );
-                    continue;
-                }
-            };
-            if messages.is_empty() {
-                // All filtered out (or a marker of such a run): consumed past it, in order.
-                self.advance_consumed(id, batch.next_offset);
-                continue;
-            }
-            let mark = if tracked {
-                let mark = Arc::new(TakenMark {
-                    slot: id,
-                    epoch: batch.epoch,
-                    next: AtomicI64::new(-1),
-                    end: batch.next_offset,
-                    stale: AtomicBool::new(false),
-                });
-                self.marks.push(mark.clone());
-                Some(mark)
-            } else {
-                if let Some(slot) = self.queues.at_mut(id) {
-                    slot.consumed = Some(batch.next_offset);
-                }
-                None
-            };
-            return Some(Taken {
-                messages,
-                slot: Some(id),
-                epoch: batch.epoch,
-                next_offset: batch.next_offset,
-                mark,
-            });
         }
-        None
+    }
+}
+
+fn log_note(note: LiteNote) {
+    match note {
+        LiteNote::QueueStarted(queue) => tracing::info!(%queue, "lite pull queue started"),
+        LiteNote::QueueStopped(queue) => tracing::info!(%queue, "lite pull queue stopped"),
+        LiteNote::OffsetMoved { queue, offset } => {
+            tracing::info!(%queue, offset, "offset moved by the broker; adopting it")
+        }
+        LiteNote::OffsetReset { queue, offset } => {
+            tracing::info!(%queue, offset, "offset reset by the broker")
+        }
+        LiteNote::Undecodable {
+            queue,
+            offset,
+            error,
+        } => {
+            tracing::warn!(%queue, offset, %error, "a pulled batch cannot be decoded; pulling it again")
+        }
+        LiteNote::StreamDropped { queue, offset } => {
+            tracing::debug!(%queue, offset, "stream dropped mid-batch; reading again from there")
+        }
     }
 }
 
@@ -1097,52 +783,15 @@ struct CommitConsumed;
 #[rtype(result = "()")]
 struct Shutdown;
 
-/// A queue actor asks whether it may pull now, at `epoch`.
-#[derive(Message)]
-#[rtype(result = "Admission")]
-struct Admit {
-    slot: SlotId,
-    epoch: u64,
-    offset: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Admission {
-    Go,
-    Wait(Duration),
-    Stale,
-}
-
-/// A queue actor hands over a pull's answer.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Deliver {
-    slot: SlotId,
-    epoch: u64,
-    status: PullStatus,
-    /// The offset the pull asked for.
-    from_offset: i64,
-    next_offset: i64,
-    /// The stored records, not decoded yet.
-    body: bytes::Bytes,
-    offset_delta: Option<i64>,
-}
-
-/// A queue actor found its start offset.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Started {
-    slot: SlotId,
-    offset: i64,
-}
-
 impl Handler<SetOffsets> for LiteRoot {
     type Result = ();
 
     fn handle(&mut self, msg: SetOffsets, ctx: &mut Self::Context) {
         self.offsets = Some(msg.0);
         for change in std::mem::take(&mut self.pending) {
-            self.set_assignment(&change.divided, Some(&change.topic), ctx);
+            self.step(ctx, |core, out| {
+                core.set_assignment(&change.divided, Some(&change.topic), out)
+            });
         }
     }
 }
@@ -1151,7 +800,7 @@ impl Handler<Assign> for LiteRoot {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, msg: Assign, ctx: &mut Self::Context) -> Self::Result {
-        let gone = self.set_assignment(&msg.0, None, ctx);
+        let gone = self.step(ctx, |core, out| core.set_assignment(&msg.0, None, out));
         let offsets = self.offsets.clone();
         Box::pin(async move {
             if let Some(offsets) = offsets {
@@ -1173,9 +822,11 @@ impl Handler<QueueChange> for LiteRoot {
         }
         if self.config.auto_commit {
             // What was polled from a queue about to go is committed before the member persists.
-            self.commit_consumed();
+            self.commit_consumed(ctx);
         }
-        self.set_assignment(&msg.divided, Some(&msg.topic), ctx);
+        self.step(ctx, |core, out| {
+            core.set_assignment(&msg.divided, Some(&msg.topic), out)
+        });
     }
 }
 
@@ -1183,26 +834,26 @@ impl Handler<Assignment> for LiteRoot {
     type Result = MessageResult<Assignment>;
 
     fn handle(&mut self, _msg: Assignment, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.queues.keys().cloned().collect())
+        MessageResult(self.core.assignment())
     }
 }
 
 impl Handler<Poll> for LiteRoot {
     type Result = ();
 
-    fn handle(&mut self, msg: Poll, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Poll, ctx: &mut Self::Context) {
         if self.config.auto_commit && self.last_commit.elapsed() >= self.config.auto_commit_interval
         {
             // Earlier polls' messages count as handled once the application polls again.
-            self.commit_consumed();
+            self.commit_consumed(ctx);
         }
         if msg.reply.is_closed() {
             return;
         }
         if self.waiters.is_empty() {
-            if let Some(taken) = self.take_batch(msg.tracked) {
+            if let Some(taken) = self.step(ctx, |core, out| core.take_batch(msg.tracked, out)) {
                 if let Err(taken) = msg.reply.send(taken) {
-                    self.push_front_again(taken);
+                    self.core.push_front_again(taken);
                 }
                 return;
             }
@@ -1215,16 +866,15 @@ impl Handler<Poll> for LiteRoot {
 impl Handler<Seek> for LiteRoot {
     type Result = Result<()>;
 
-    fn handle(&mut self, msg: Seek, _ctx: &mut Self::Context) -> Result<()> {
-        if !self.queues.contains_key(&msg.0) {
+    fn handle(&mut self, msg: Seek, ctx: &mut Self::Context) -> Result<()> {
+        tracing::info!(queue = %msg.0, offset = msg.1, "seek");
+        if !self.step(ctx, |core, out| core.seek(&msg.0, msg.1, out)) {
             return Err(Error::Config {
                 option: "seek queue",
                 value: msg.0.to_string(),
                 allowed: "a queue assigned to this consumer".into(),
             });
         }
-        tracing::info!(queue = %msg.0, offset = msg.1, "seek");
-        self.reposition(&msg.0, msg.1);
         Ok(())
     }
 }
@@ -1232,38 +882,16 @@ impl Handler<Seek> for LiteRoot {
 impl Handler<SetPaused> for LiteRoot {
     type Result = ();
 
-    fn handle(&mut self, msg: SetPaused, _ctx: &mut Self::Context) {
-        if msg.1 {
-            // Pausing rewinds to what the application has taken, streams included.
-            self.fold_marks();
-        }
-        for queue in msg.0 {
-            let Some(slot) = self.queues.get_mut(&queue) else {
-                continue;
-            };
-            if slot.paused == msg.1 {
-                continue;
-            }
-            slot.paused = msg.1;
-            if msg.1 {
-                // What was buffered is pulled again after the resume, from the consumed point.
-                if let Some(offset) = slot.consumed {
-                    self.reposition(&queue, offset);
-                } else {
-                    self.discard_buffered(&queue);
-                }
-            } else {
-                slot.actor.do_send(Wake { admitted: None });
-            }
-        }
+    fn handle(&mut self, msg: SetPaused, ctx: &mut Self::Context) {
+        self.step(ctx, |core, out| core.set_paused(&msg.0, msg.1, out));
     }
 }
 
 impl Handler<CommitConsumed> for LiteRoot {
     type Result = ();
 
-    fn handle(&mut self, _msg: CommitConsumed, _ctx: &mut Self::Context) {
-        self.commit_consumed();
+    fn handle(&mut self, _msg: CommitConsumed, ctx: &mut Self::Context) {
+        self.commit_consumed(ctx);
     }
 }
 
@@ -1272,136 +900,11 @@ impl Handler<Shutdown> for LiteRoot {
 
     fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) {
         if self.config.auto_commit {
-            self.commit_consumed();
+            self.commit_consumed(ctx);
         }
-        self.stopping = true;
-        let queues: Vec<MessageQueue> = self.queues.keys().cloned().collect();
-        for queue in queues {
-            self.drop_queue(&queue);
-        }
+        self.step(ctx, |core, out| core.shutdown(out));
         self.waiters.clear();
         ctx.stop();
-    }
-}
-
-impl Handler<Admit> for LiteRoot {
-    type Result = MessageResult<Admit>;
-
-    fn handle(&mut self, msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
-        // The span is measured from what the application has taken, streams included.
-        self.fold_marks();
-        let stopping = self.stopping;
-        let Some(slot) = self.queues.at_mut(msg.slot) else {
-            return MessageResult(Admission::Stale);
-        };
-        if slot.epoch != msg.epoch || stopping {
-            return MessageResult(Admission::Stale);
-        }
-        if slot.paused {
-            return MessageResult(Admission::Wait(PAUSED_DELAY));
-        }
-        slot.pulled_to = Some(msg.offset);
-        let Some(slot) = self.queues.at(msg.slot) else {
-            return MessageResult(Admission::Stale);
-        };
-        if self.admissible(slot, msg.offset) {
-            MessageResult(Admission::Go)
-        } else {
-            self.throttled.insert(msg.slot);
-            MessageResult(Admission::Wait(FLOW_CONTROL_DELAY))
-        }
-    }
-}
-
-impl Handler<Started> for LiteRoot {
-    type Result = ();
-
-    fn handle(&mut self, msg: Started, _ctx: &mut Self::Context) {
-        if let Some(slot) = self.queues.at_mut(msg.slot) {
-            slot.consumed.get_or_insert(msg.offset);
-            slot.pulled_to.get_or_insert(msg.offset);
-        }
-    }
-}
-
-impl Handler<Deliver> for LiteRoot {
-    type Result = ();
-
-    fn handle(&mut self, msg: Deliver, _ctx: &mut Self::Context) {
-        let Some(slot) = self.queues.at(msg.slot) else {
-            return;
-        };
-        if slot.epoch != msg.epoch || slot.paused {
-            return;
-        }
-        if msg.status == PullStatus::OffsetIllegal {
-            // Out of range, or reset on the broker (server-side reset): continue from where
-            // the broker says, as the consumed position too.
-            tracing::info!(queue = %slot.queue, offset = msg.next_offset, "offset moved by the broker; adopting it");
-            self.reposition_slot(msg.slot, msg.next_offset);
-            return;
-        }
-        let count = count_records(&msg.body) as u64;
-        let queued = slot.queued;
-        if count == 0 {
-            // Nothing (matching) there. Past a run of filtered-out messages the consumed
-            // position moves on — behind the batches still buffered, so in order.
-            if msg.next_offset > msg.from_offset {
-                if queued == 0 {
-                    self.advance_consumed(msg.slot, msg.next_offset);
-                } else {
-                    self.buffer.push_back(Batch {
-                        slot: msg.slot,
-                        epoch: msg.epoch,
-                        content: Content::Decoded(Vec::new()),
-                        count: 0,
-                        bytes: 0,
-                        from_offset: msg.from_offset,
-                        next_offset: msg.next_offset,
-                    });
-                    if let Some(slot) = self.queues.at_mut(msg.slot) {
-                        slot.queued += 1;
-                    }
-                }
-            }
-            return;
-        }
-        let bytes = msg.body.len() as u64;
-        if let Some(slot) = self.queues.at_mut(msg.slot) {
-            slot.cached_count += count;
-            slot.cached_bytes += bytes;
-            slot.queued += 1;
-        }
-        self.buffered += count;
-        self.buffer.push_back(Batch {
-            slot: msg.slot,
-            epoch: msg.epoch,
-            content: Content::Wire {
-                body: msg.body,
-                offset_delta: msg.offset_delta,
-            },
-            count,
-            bytes,
-            from_offset: msg.from_offset,
-            next_offset: msg.next_offset,
-        });
-        while let Some((waiter, tracked)) = self.waiters.pop_front() {
-            if waiter.is_closed() {
-                continue;
-            }
-            match self.take_batch(tracked) {
-                Some(taken) => match waiter.send(taken) {
-                    Ok(()) => break,
-                    // The poller gave up just now: the batch goes back to the front.
-                    Err(taken) => self.push_front_again(taken),
-                },
-                None => {
-                    // Nothing deliverable after all (filtered out, stale): it waits on.
-                    self.waiters.push_front((waiter, tracked));
-                    break;
-                }
-            }
-        }
     }
 }
 
@@ -1409,142 +912,25 @@ impl Handler<GiveBack> for LiteRoot {
     type Result = ();
 
     fn handle(&mut self, msg: GiveBack, _ctx: &mut Self::Context) {
-        self.push_front_again(msg.0);
+        self.core.push_front_again(msg.0);
     }
 }
 
 impl Handler<Untaken> for LiteRoot {
     type Result = ();
 
-    fn handle(&mut self, msg: Untaken, _ctx: &mut Self::Context) {
-        self.fold_marks();
-        let Some(slot) = self.queues.at(msg.slot) else {
-            return;
-        };
-        if slot.epoch == msg.epoch && !self.stopping {
-            tracing::debug!(queue = %slot.queue, offset = msg.offset, "stream dropped mid-batch; reading again from there");
-            self.reposition_slot(msg.slot, msg.offset);
-        }
+    fn handle(&mut self, msg: Untaken, ctx: &mut Self::Context) {
+        self.step(ctx, |core, out| {
+            core.on_untaken(msg.slot, msg.epoch, msg.offset, out)
+        });
     }
 }
 
 impl Handler<OffsetsReset> for LiteRoot {
     type Result = ();
 
-    fn handle(&mut self, msg: OffsetsReset, _ctx: &mut Self::Context) {
-        for (queue, offset) in msg.0 {
-            if self.queues.contains_key(&queue) {
-                tracing::info!(%queue, offset, "offset reset by the broker");
-                self.reposition(&queue, offset);
-            }
-        }
-    }
-}
-
-impl LiteRoot {
-    /// Whether `slot`'s queue may pull now (flow control: its cache, its span, the whole
-    /// buffer).
-    fn admissible(&self, slot: &Slot, offset: i64) -> bool {
-        let buffered = self.buffered;
-        let span = slot
-            .consumed
-            .map_or(0, |consumed| (offset - consumed).max(0) as u64);
-        may_pull_lite(
-            &self.config,
-            slot.cached_count,
-            slot.cached_bytes,
-            span,
-            buffered,
-        )
-    }
-
-    /// Whether the pull after a delivery may go at once; `Go` only, anything else is decided by
-    /// the queue's next [`Admit`].
-    fn admit_next(&mut self, id: SlotId, epoch: u64, offset: i64) -> Admission {
-        if self.stopping {
-            return Admission::Stale;
-        }
-        let Some(slot) = self.queues.at(id) else {
-            return Admission::Stale;
-        };
-        if slot.epoch != epoch || slot.paused || !self.admissible(slot, offset) {
-            return Admission::Wait(Duration::ZERO);
-        }
-        if let Some(slot) = self.queues.at_mut(id) {
-            slot.pulled_to = Some(offset);
-        }
-        Admission::Go
-    }
-
-    /// Wakes `id` if it is throttled and flow control would admit it now.
-    fn wake_one(&mut self, id: SlotId) {
-        self.fold_marks();
-        if self.wake_if_admissible(id) {
-            self.throttled.remove(&id);
-        }
-    }
-
-    /// Wakes the throttled queues that flow control would admit now.
-    fn wake_admissible(&mut self) {
-        self.fold_marks();
-        let mut throttled = std::mem::take(&mut self.throttled);
-        throttled.retain(|&id| !self.wake_if_admissible(id));
-        self.throttled = throttled;
-    }
-
-    /// Tells a throttled queue to pull, already admitted, if flow control lets it now. Returns
-    /// whether it no longer waits (woken, or gone).
-    fn wake_if_admissible(&self, id: SlotId) -> bool {
-        let Some(slot) = self.queues.at(id) else {
-            return true;
-        };
-        if !self.admissible(slot, slot.pulled_to.unwrap_or(0)) {
-            return false;
-        }
-        slot.actor.do_send(Wake {
-            admitted: Some(slot.epoch),
-        });
-        true
-    }
-
-    /// Undoes a [`LiteRoot::take_batch`] whose poller vanished.
-    fn push_front_again(&mut self, taken: Taken) {
-        let Taken {
-            messages,
-            slot: id,
-            epoch,
-            next_offset,
-            mark,
-        } = taken;
-        if let Some(mark) = &mark {
-            self.marks.retain(|m| !Arc::ptr_eq(m, mark));
-        }
-        let (Some(first), Some(id)) = (messages.first(), id) else {
-            return;
-        };
-        let Some(slot) = self.queues.at_mut(id) else {
-            return;
-        };
-        if epoch != slot.epoch {
-            return; // sought or reset meanwhile: the batch is stale
-        }
-        let bytes: u64 = messages.iter().map(|m| m.body().len() as u64).sum();
-        let count = messages.len() as u64;
-        let from_offset = first.queue_offset;
-        slot.cached_count += count;
-        slot.cached_bytes += bytes;
-        slot.consumed = Some(from_offset);
-        slot.queued += 1;
-        self.buffered += count;
-        self.buffer.push_front(Batch {
-            slot: id,
-            epoch: slot.epoch,
-            content: Content::Decoded(messages),
-            count,
-            bytes,
-            from_offset,
-            next_offset,
-        });
+    fn handle(&mut self, msg: OffsetsReset, ctx: &mut Self::Context) {
+        self.step(ctx, |core, out| core.on_offsets_reset(&msg.0, out));
     }
 }
 
@@ -1579,9 +965,16 @@ pub(crate) struct LiteQueue {
 #[derive(Message)]
 #[rtype(result = "LiteReply")]
 enum LiteEvent {
-    Admit(Admit),
-    Deliver(Deliver),
-    Started(Started),
+    /// May the loop pull from `offset` now, in `epoch`?
+    Admit {
+        slot: SlotId,
+        epoch: u64,
+        offset: i64,
+    },
+    /// A pull's answer.
+    Deliver(Delivery),
+    /// The loop found where to start.
+    Started { slot: SlotId, offset: i64 },
 }
 
 enum LiteReply {
@@ -1594,17 +987,21 @@ impl Handler<LiteEvent> for LiteRoot {
 
     fn handle(&mut self, msg: LiteEvent, ctx: &mut Self::Context) -> Self::Result {
         MessageResult(match msg {
-            LiteEvent::Admit(admit) => {
-                LiteReply::Admission(<Self as Handler<Admit>>::handle(self, admit, ctx).0)
-            }
-            LiteEvent::Deliver(deliver) => {
-                let (slot, epoch, next) = (deliver.slot, deliver.epoch, deliver.next_offset);
-                <Self as Handler<Deliver>>::handle(self, deliver, ctx);
+            LiteEvent::Admit {
+                slot,
+                epoch,
+                offset,
+            } => LiteReply::Admission(self.core.admit(slot, epoch, offset)),
+            LiteEvent::Deliver(delivery) => {
                 // The answer admits the next pull too, saving the queue a round trip.
-                LiteReply::Admission(self.admit_next(slot, epoch, next))
+                let admission = self.step(ctx, |core, out| core.on_delivery(delivery, out));
+                if self.core.has_buffered() && !self.waiters.is_empty() {
+                    self.serve_waiters(ctx);
+                }
+                LiteReply::Admission(admission)
             }
-            LiteEvent::Started(started) => {
-                <Self as Handler<Started>>::handle(self, started, ctx);
+            LiteEvent::Started { slot, offset } => {
+                self.core.on_started(slot, offset);
                 LiteReply::Done
             }
         })
@@ -1707,7 +1104,7 @@ impl LiteQueue {
                     };
                     async move {
                         if let Some(offset) = started {
-                            let _ = root.send(LiteEvent::Started(Started { slot, offset })).await;
+                            let _ = root.send(LiteEvent::Started { slot, offset }).await;
                         }
                     }
                     .into_actor(act)
@@ -1741,7 +1138,7 @@ impl Handler<Step> for LiteQueue {
             self.start(chain, root, ctx);
             return;
         }
-        let admit = Admit {
+        let admit = LiteEvent::Admit {
             slot: self.slot,
             epoch: self.epoch,
             offset: self.request.offset,
@@ -1757,7 +1154,7 @@ impl Handler<Step> for LiteQueue {
         ctx.spawn(
             async move {
                 if !admitted {
-                    match root.send(LiteEvent::Admit(admit)).await {
+                    match root.send(admit).await {
                         Ok(LiteReply::Admission(Admission::Go)) => {}
                         Ok(LiteReply::Admission(Admission::Wait(delay))) => {
                             return StepEnd::Again(delay)
@@ -1770,7 +1167,7 @@ impl Handler<Step> for LiteQueue {
                     Ok(result) => {
                         let next = result.next_begin_offset;
                         let broker_id = result.suggest_broker_id;
-                        let deliver = Deliver {
+                        let deliver = Delivery {
                             slot,
                             epoch,
                             status: result.status,

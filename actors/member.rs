@@ -20,10 +20,11 @@ use crate::actors::connection::ServerRequest;
 use crate::actors::offset_store::{
     OffsetBackend, OffsetStore, PersistAll, PersistAndRemove, SetOffset, SetOwnership,
 };
-use crate::consumer::allocate::{allocate_sorted, strategy_for, AllocateStrategy};
+use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::pull_config::PullConsumerConfig;
+use crate::consumer::rebalance::{topic_share, ShareError};
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
 use crate::protocol::body::{
@@ -472,12 +473,11 @@ async fn divide(
         }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
-    let me = client.client_id();
-    if !members.iter().any(|id| id == me) {
-        return Err(Error::NotAMember(addr));
+    // The same decision as the push rebalancer's (and the simulator's).
+    match topic_share(strategy, group, client.client_id(), &all, &members, true) {
+        Ok(divided) => Ok((all, divided.into_iter().collect())),
+        Err(ShareError::NotAMember) => Err(Error::NotAMember(addr)),
     }
-    let divided = allocate_sorted(strategy, group, me, &all, &members);
-    Ok((all, divided))
 }
 
 impl Actor for Member {

@@ -35,6 +35,8 @@ pub(crate) mod offset;
 pub(crate) mod orderly;
 #[allow(dead_code)]
 pub(crate) mod process_queue;
+// The lite pull consumer's buffer and positions as a state machine.
+pub(crate) mod lite_core;
 // The queue's pull loop and concurrent consumption as a state machine.
 pub(crate) mod queue_core;
 // Which queues a member owns, and what a rebalance pass changes.

