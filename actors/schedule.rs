@@ -9,7 +9,7 @@
 //! the lost queue. A panicking callback is logged and retried after 1 s (as Java retries a
 //! throwing one), never fatal. A semaphore bounds the callbacks running at once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -28,6 +28,7 @@ use crate::actors::pull_consumer::{resolve_client, PullConsumer};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::pull_config::PullConsumerConfig;
+use crate::consumer::rebalance::plan_changes;
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
 
@@ -306,14 +307,11 @@ impl ScheduleService {
             self.pending.push(change);
             return Vec::new();
         };
-        let divided: std::collections::BTreeSet<&MessageQueue> = change.divided.iter().collect();
-        let lost: Vec<MessageQueue> = self
-            .tasks
-            .keys()
-            .filter(|q| q.topic == change.topic && !divided.contains(q))
-            .cloned()
-            .collect();
-        let stopping: Vec<_> = lost
+        let divided: BTreeSet<MessageQueue> = change.divided.iter().cloned().collect();
+        let seen = BTreeSet::from([change.topic.clone()]);
+        let changes = plan_changes(self.tasks.keys(), &divided, &seen, &[]);
+        let stopping: Vec<_> = changes
+            .drop
             .into_iter()
             .filter_map(|q| self.tasks.remove(&q).map(|task| (q, task)))
             .collect();
@@ -322,10 +320,7 @@ impl ScheduleService {
             consumer.end_long_polls(queue);
         }
         if let Some(callback) = self.callbacks.get(&change.topic) {
-            for queue in change.divided {
-                if self.tasks.contains_key(&queue) {
-                    continue;
-                }
+            for queue in changes.start {
                 let task = PullTask {
                     queue: queue.clone(),
                     callback: callback.clone(),

@@ -393,17 +393,16 @@ impl World {
                     self.lite_schedule(c, 0, LiteTick::Step(slot, chain));
                 }
             }
-            Pending::LiteRelease(queue) => {
+            Pending::Release(queue) => {
                 // Persisted (or given up): the queue is free for its next owner.
-                self.consumers[c].offsets.remove(&queue);
-                let committed = self.consumers[c]
-                    .lite
-                    .as_mut()
-                    .map(|l| {
-                        l.releasing.remove(&queue);
-                        l.checked_from.remove(&queue)
-                    })
-                    .unwrap_or_default();
+                let committed = self.consumers[c].offsets.remove(&queue);
+                if let Some(lite) = self.consumers[c].lite.as_mut() {
+                    lite.releasing.remove(&queue);
+                    lite.checked_from.remove(&queue);
+                }
+                if let Some(member) = self.consumers[c].schedule.as_mut() {
+                    member.releasing.remove(&queue);
+                }
                 self.releases
                     .entry(queue.clone())
                     .or_default()
@@ -495,25 +494,25 @@ impl World {
             .unwrap_or_default();
         for queue in gone {
             self.note(|| format!("c{c} drops {queue}"));
-            self.lite_release(c, queue);
+            if let Some(lite) = self.lite(c) {
+                lite.releasing.insert(queue.clone());
+            }
+            self.release(c, queue);
         }
     }
 
-    /// Persists the queue's offset, then lets it go.
-    fn lite_release(&mut self, c: usize, queue: MessageQueue) {
-        if let Some(lite) = self.lite(c) {
-            lite.releasing.insert(queue.clone());
-        }
+    /// Persists the queue's offset, then lets it go (the `Member` actor's `PersistAndRemove`).
+    pub(super) fn release(&mut self, c: usize, queue: MessageQueue) {
         let offset = self.consumers[c].offsets.read(&queue);
         if let (Some(offset), Some(b)) = (offset, broker_of(&queue)) {
             // Unreachable, `request` answers the release itself (failed).
             let command = update_offset_command(GROUP, &queue, offset);
-            self.request(c, b, command, Pending::LiteRelease(queue), 3_000);
+            self.request(c, b, command, Pending::Release(queue), 3_000);
             return;
         }
         self.on_lite_answer(
             c,
-            Pending::LiteRelease(queue),
+            Pending::Release(queue),
             Err(Error::Shutdown("nothing to persist".into())),
         );
     }
@@ -527,7 +526,10 @@ impl World {
             .unwrap_or_default();
         self.lite_step(c, |core, out| core.shutdown(out));
         for queue in queues {
-            self.lite_release(c, queue);
+            if let Some(lite) = self.lite(c) {
+                lite.releasing.insert(queue.clone());
+            }
+            self.release(c, queue);
         }
     }
 

@@ -67,6 +67,7 @@ const PRODUCER_CONN: ConnId = 1;
 const POISON_EVERY: u64 = 29;
 
 use lite::{LiteMember, LiteTick};
+use schedule::ScheduleMember;
 
 /// A small, fast, seedable RNG (splitmix64): the only source of choice in a run.
 #[derive(Debug, Clone)]
@@ -122,6 +123,8 @@ pub(crate) enum SimMode {
     KeyOrdered,
     /// Lite pull consumers subscribed to the topic (auto-commit).
     LitePull,
+    /// Pull schedule services with a pull task per owned queue.
+    Schedule,
 }
 
 /// The shape of one run.
@@ -169,6 +172,8 @@ impl SimConfig {
         // (every orderly and key-ordered one) kept their runs when it came.
         if rng.chance(400) && cfg.mode == SimMode::Concurrent {
             cfg.mode = SimMode::LitePull;
+        } else if rng.chance(300) && cfg.mode == SimMode::KeyOrdered {
+            cfg.mode = SimMode::Schedule;
         }
         cfg
     }
@@ -272,6 +277,13 @@ enum Event {
         incarnation: u32,
         tick: LiteTick,
     },
+    /// A schedule member's pull task runs.
+    ScheduleRun {
+        consumer: usize,
+        incarnation: u32,
+        queue: MessageQueue,
+        instance: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -327,8 +339,12 @@ enum Pending {
     LiteStart(SlotId, u64),
     /// A lite pull loop's pull: slot, chain, epoch.
     LitePull(SlotId, u64, u64, Box<PullRequest>),
-    /// A lite queue let go: its offset persisted.
-    LiteRelease(MessageQueue),
+    /// A queue let go by a lite or schedule member: its offset persisted.
+    Release(MessageQueue),
+    /// A schedule task's offset read from the broker: queue, task instance.
+    ScheduleOffset(MessageQueue, u64),
+    /// A schedule task's pull.
+    SchedulePull(MessageQueue, u64, Box<PullRequest>),
 }
 
 struct DeadLetters {
@@ -388,6 +404,8 @@ struct Consumer {
     clock_skew: i64,
     /// A lite pull member's consumer (`SimMode::LitePull`).
     lite: Option<LiteMember>,
+    /// A schedule member's service (`SimMode::Schedule`).
+    schedule: Option<ScheduleMember>,
 }
 
 struct Pass {
@@ -753,6 +771,16 @@ impl World {
                     self.on_lite_tick(consumer, tick);
                 }
             }
+            Event::ScheduleRun {
+                consumer,
+                incarnation,
+                queue,
+                instance,
+            } => {
+                if self.consumers[consumer].incarnation == incarnation {
+                    self.schedule_run(consumer, queue, instance);
+                }
+            }
         }
     }
 
@@ -976,7 +1004,11 @@ impl World {
             }
         }
         for c in 0..self.consumers.len() {
-            for (mq, reached) in self.lite_positions(c) {
+            let positions = self
+                .lite_positions(c)
+                .into_iter()
+                .chain(self.schedule_positions(c));
+            for (mq, reached) in positions {
                 if mq.broker_name == name {
                     let mark = marks.entry(mq).or_default();
                     *mark = (*mark).max(reached);
@@ -1139,6 +1171,9 @@ impl World {
         if self.consumers[c].lite.is_some() {
             self.lite_shutdown(c);
         }
+        if self.consumers[c].schedule.is_some() {
+            self.schedule_shutdown(c);
+        }
         let queues: Vec<MessageQueue> = self.consumers[c].queues.keys().cloned().collect();
         for mq in queues {
             self.drop_queue(c, &mq);
@@ -1150,7 +1185,11 @@ impl World {
         let releasing = self.consumers[c]
             .lite
             .as_ref()
-            .is_some_and(|l| !l.releasing.is_empty());
+            .is_some_and(|l| !l.releasing.is_empty())
+            || self.consumers[c]
+                .schedule
+                .as_ref()
+                .is_some_and(|m| !m.tasks.is_empty() || !m.releasing.is_empty());
         if self.consumers[c].life != Life::ShuttingDown
             || !self.consumers[c].queues.is_empty()
             || releasing
@@ -1247,7 +1286,7 @@ impl World {
 
     /// The topics a member subscribes: the topic, and for push members its retry topic.
     fn topics(&self) -> Vec<String> {
-        if self.cfg.mode == SimMode::LitePull {
+        if matches!(self.cfg.mode, SimMode::LitePull | SimMode::Schedule) {
             vec![TOPIC.to_string()]
         } else {
             vec![TOPIC.to_string(), retry::retry_topic(GROUP)]
@@ -1300,8 +1339,11 @@ impl World {
             return;
         }
         match pending {
-            lite @ (Pending::LiteStart(..) | Pending::LitePull(..) | Pending::LiteRelease(_)) => {
+            lite @ (Pending::LiteStart(..) | Pending::LitePull(..) | Pending::Release(_)) => {
                 self.on_lite_answer(c, lite, answer)
+            }
+            task @ (Pending::ScheduleOffset(..) | Pending::SchedulePull(..)) => {
+                self.on_schedule_answer(c, task, answer)
             }
             Pending::Route(topic) => {
                 let route = match &answer {
@@ -1566,7 +1608,7 @@ impl World {
             .iter()
             .map(|t| Subscription::new("*", 1).to_wire(t))
             .collect();
-        let consume_type = if self.cfg.mode == SimMode::LitePull {
+        let consume_type = if matches!(self.cfg.mode, SimMode::LitePull | SimMode::Schedule) {
             ConsumeType::ConsumeActively
         } else {
             ConsumeType::ConsumePassively
@@ -1679,9 +1721,10 @@ impl World {
             // A pass that ends after shutdown began changes nothing (the rebalancer is stopped).
             return;
         }
-        if self.consumers[c].lite.is_some() {
+        if self.consumers[c].lite.is_some() || self.consumers[c].schedule.is_some() {
             if pass.seen.contains(TOPIC) {
                 self.lite_apply(c, &pass.target);
+                self.schedule_apply(c, &pass.target);
             }
             if std::mem::take(&mut self.consumers[c].pass_again) {
                 self.rebalance(c);
@@ -1781,9 +1824,15 @@ impl World {
 
     fn persist(&mut self, c: usize) {
         let consumer = &self.consumers[c];
-        let owned: Vec<MessageQueue> = match &consumer.lite {
-            Some(lite) => lite.core.assignment(),
-            None => consumer
+        let owned: Vec<MessageQueue> = match (&consumer.lite, &consumer.schedule) {
+            (Some(lite), _) => lite.core.assignment(),
+            (_, Some(member)) => member
+                .tasks
+                .iter()
+                .filter(|(_, t)| !t.stopping)
+                .map(|(q, _)| q.clone())
+                .collect(),
+            _ => consumer
                 .queues
                 .iter()
                 .filter(|(_, q)| !q.finishing)
@@ -2596,6 +2645,13 @@ impl World {
                     owners.entry(mq).or_default().push(c);
                 }
             }
+            if let Some(member) = &consumer.schedule {
+                for (mq, task) in &member.tasks {
+                    if !task.stopping {
+                        owners.entry(mq.clone()).or_default().push(c);
+                    }
+                }
+            }
         }
         for (c, consumer) in self.consumers.iter().enumerate() {
             if consumer.life != Life::Running {
@@ -2633,7 +2689,7 @@ impl Consumer {
                 cfg.consume_mode = ConsumeMode::Orderly;
                 cfg.key_ordered = true;
             }
-            SimMode::LitePull => {}
+            SimMode::LitePull | SimMode::Schedule => {}
         }
         cfg.consume_from_where = ConsumeFromWhere::FirstOffset;
         cfg.max_reconsume_times = Some(3);
@@ -2659,6 +2715,7 @@ impl Consumer {
             unregister_left: 0,
             clock_skew: 0,
             lite: (mode == SimMode::LitePull).then(LiteMember::new),
+            schedule: (mode == SimMode::Schedule).then(ScheduleMember::default),
         }
     }
 }
@@ -2725,5 +2782,6 @@ pub(crate) fn run(seed: u64, trace: bool) -> Report {
 }
 
 mod lite;
+mod schedule;
 #[cfg(test)]
 mod tests;
