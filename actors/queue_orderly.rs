@@ -98,6 +98,7 @@ impl QueueActor {
         };
         snapshot.locked = core.lock.locked;
         snapshot.last_lock_timestamp = core.lock.last_lock_ms.unwrap_or(0);
+        snapshot.last_pull_timestamp = core.last_pull_ms;
         snapshot.dropped = core.dropping;
         snapshot
     }

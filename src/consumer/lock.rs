@@ -37,7 +37,6 @@
 //! ```
 
 use crate::consumer::config::PushConsumerConfig;
-use crate::consumer::process_queue::{CachedMessage, ProcessQueue};
 use crate::message::MessageQueue;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -65,12 +64,8 @@ pub fn needs_broker_lock(cfg: &PushConsumerConfig) -> bool {
 
 /// Whether an orderly queue may hand messages to the listener now: always when broadcasting,
 /// otherwise only while its lock is held and not older than `lock_max_live_time`.
-pub fn lock_allows_consume<M: CachedMessage>(
-    cfg: &PushConsumerConfig,
-    pq: &ProcessQueue<M>,
-    now_ms: i64,
-) -> bool {
-    !cfg.is_clustering() || (pq.is_locked() && !pq.is_lock_expired(now_ms, cfg.lock_max_live_time))
+pub fn lock_allows_consume(cfg: &PushConsumerConfig, lock: &LockState, now_ms: i64) -> bool {
+    !cfg.is_clustering() || lock.is_held(now_ms, cfg.lock_max_live_time)
 }
 
 /// After the single-queue lock asked for by [`LOCK_RETRY_DELAY`]: how long until the queue
@@ -129,14 +124,14 @@ impl LockState {
 /// What a `LOCK_BATCH_MQ` response changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockChanges {
-    /// Granted and not locked before: tell the queue (`ProcessQueue::set_locked(true, now)`);
+    /// Granted and not locked before: tell the queue (its `QueueCore` records the grant);
     /// its first pull re-reads the offset from the broker, since the previous owner may have
     /// moved it ([`super::flow::PullDecision::RecomputeOffset`]).
     pub acquired: Vec<MessageQueue>,
     /// Granted again while already locked: the lock clock restarts.
     pub renewed: Vec<MessageQueue>,
     /// Asked for, locked before, not granted now (another consumer holds it): the queue stops
-    /// consuming (`ProcessQueue::set_locked(false, now)`).
+    /// consuming (its `QueueCore` records the loss).
     pub lost: Vec<MessageQueue>,
 }
 
@@ -485,14 +480,15 @@ mod tests {
             consume_mode: ConsumeMode::Orderly,
             ..PushConsumerConfig::new("g")
         };
-        let mut pq: ProcessQueue<crate::message::MessageExt> = ProcessQueue::new(0);
-        assert!(!lock_allows_consume(&cfg, &pq, 0));
-        pq.set_locked(true, 0);
-        assert!(lock_allows_consume(&cfg, &pq, 30_000));
-        assert!(!lock_allows_consume(&cfg, &pq, 30_001));
+        let mut lock = LockState::default();
+        assert!(!lock_allows_consume(&cfg, &lock, 0));
+        lock.locked = true;
+        lock.last_lock_ms = Some(0);
+        assert!(lock_allows_consume(&cfg, &lock, 30_000));
+        assert!(!lock_allows_consume(&cfg, &lock, 30_001));
         cfg.message_model = MessageModel::Broadcasting;
-        pq.set_locked(false, 0);
-        assert!(lock_allows_consume(&cfg, &pq, 30_001));
+        lock.locked = false;
+        assert!(lock_allows_consume(&cfg, &lock, 30_001));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!
 //! ```ignore
 //! use rocketmq_actor::consumer::orderly::*;
+//! use rocketmq_actor::consumer::lock::LockState;
 //! use rocketmq_actor::consumer::{ConsumeMode, MessageModel, ProcessQueue, PushConsumerConfig};
 //! use rocketmq_actor::{Message, MessageExt, MessageQueue};
 //!
@@ -30,20 +31,20 @@
 //!     m.queue_offset = offset;
 //!     m
 //! }));
-//! let BatchStep::Consume(batch) = state.next_batch(&mut pq, &cfg, 10) else { panic!() };
+//! let BatchStep::Consume(batch) = state.next_batch(&mut pq, &LockState::default(), &cfg, 10) else { panic!() };
 //! assert_eq!(batch[0].queue_offset, 0);
 //! // The listener failed: the message goes back, the queue pauses for 1 s.
 //! let step = state.on_orderly_result(&mut pq, &batch, OrderlyStatus::SuspendCurrentQueueAMoment, &ctx, &cfg, 20);
 //! assert_eq!(step.next, OrderlyNext::SuspendFor(std::time::Duration::from_secs(1)));
 //! assert_eq!(state.reconsume_times(&batch[0]), 1);
 //! // Taken again, it succeeds: offset 1 is committed.
-//! let BatchStep::Consume(batch) = state.next_batch(&mut pq, &cfg, 1_020) else { panic!() };
+//! let BatchStep::Consume(batch) = state.next_batch(&mut pq, &LockState::default(), &cfg, 1_020) else { panic!() };
 //! let step = state.on_orderly_result(&mut pq, &batch, OrderlyStatus::Success, &ctx, &cfg, 1_030);
 //! assert_eq!(step.commit_offset, Some(1));
 //! ```
 
 use crate::consumer::config::PushConsumerConfig;
-use crate::consumer::lock::lock_allows_consume;
+use crate::consumer::lock::{lock_allows_consume, LockState};
 use crate::consumer::process_queue::{CachedMessage, ProcessQueue};
 use crate::consumer::retry::{
     build_retry_message, clamp_suspend_time, orderly_retry, OrderlyRetry,
@@ -254,6 +255,7 @@ impl OrderlyQueueState {
     pub fn next_batch<M: CachedMessage + Clone>(
         &mut self,
         pq: &mut ProcessQueue<M>,
+        lock: &LockState,
         cfg: &PushConsumerConfig,
         now_ms: i64,
     ) -> BatchStep<M> {
@@ -264,7 +266,7 @@ impl OrderlyQueueState {
             self.run_started_ms = None;
             return BatchStep::Dropped;
         }
-        if !lock_allows_consume(cfg, pq, now_ms) {
+        if !lock_allows_consume(cfg, lock, now_ms) {
             self.run_started_ms = None;
             return BatchStep::NeedsLock;
         }
@@ -538,6 +540,12 @@ mod tests {
         }
     }
 
+    /// No broker lock held (these tests broadcast, or expect `NeedsLock`).
+    const NO_LOCK: LockState = LockState {
+        locked: false,
+        last_lock_ms: None,
+    };
+
     fn broadcasting() -> PushConsumerConfig {
         PushConsumerConfig {
             message_model: MessageModel::Broadcasting,
@@ -559,7 +567,7 @@ mod tests {
         c: &PushConsumerConfig,
         now: i64,
     ) -> Vec<Msg> {
-        match state.next_batch(pq, c, now) {
+        match state.next_batch(pq, &NO_LOCK, c, now) {
             BatchStep::Consume(batch) => batch,
             other => panic!("expected a batch, got {other:?}"),
         }
@@ -590,7 +598,7 @@ mod tests {
         assert_eq!(offsets(&batch), vec![13, 14]);
         let step = st.on_orderly_result(&mut pq, &batch, OrderlyStatus::Success, &ctx(&c), &c, 3);
         assert_eq!(step.commit_offset, Some(15));
-        assert_eq!(st.next_batch(&mut pq, &c, 4), BatchStep::Idle);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 4), BatchStep::Idle);
     }
 
     #[test]
@@ -601,11 +609,11 @@ mod tests {
         pq.put_messages(msgs(0..5));
         let batch = take(&mut st, &mut pq, &c, 0);
         assert!(st.is_in_flight());
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
         st.on_orderly_result(&mut pq, &batch, OrderlyStatus::Success, &ctx(&c), &c, 0);
         assert!(!st.is_in_flight());
         assert!(matches!(
-            st.next_batch(&mut pq, &c, 0),
+            st.next_batch(&mut pq, &NO_LOCK, &c, 0),
             BatchStep::Consume(_)
         ));
     }
@@ -756,7 +764,7 @@ mod tests {
         );
         assert_eq!(step.commit_offset, None);
         assert!(st.is_in_flight());
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
         // The send succeeded: committed, and the next message is consumed.
         let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
         assert_eq!(
@@ -972,10 +980,12 @@ mod tests {
         let mut pq = ProcessQueue::new(0);
         let mut st = OrderlyQueueState::new();
         pq.put_messages(msgs(0..3));
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::NeedsLock);
-        pq.set_locked(true, 1_000);
+        let mut lock = LockState::default();
+        assert_eq!(st.next_batch(&mut pq, &lock, &c, 0), BatchStep::NeedsLock);
+        lock.locked = true;
+        lock.last_lock_ms = Some(1_000);
         assert!(matches!(
-            st.next_batch(&mut pq, &c, 31_000),
+            st.next_batch(&mut pq, &lock, &c, 31_000),
             BatchStep::Consume(_)
         ));
         st.on_orderly_result(
@@ -987,11 +997,14 @@ mod tests {
             31_000,
         );
         // Lock older than 30 s: stop until re-locked; nothing was taken.
-        assert_eq!(st.next_batch(&mut pq, &c, 31_001), BatchStep::NeedsLock);
+        assert_eq!(
+            st.next_batch(&mut pq, &lock, &c, 31_001),
+            BatchStep::NeedsLock
+        );
         assert_eq!(pq.consuming_count(), 0);
-        pq.set_locked(true, 31_001);
+        lock.last_lock_ms = Some(31_001);
         assert!(matches!(
-            st.next_batch(&mut pq, &c, 31_002),
+            st.next_batch(&mut pq, &lock, &c, 31_002),
             BatchStep::Consume(_)
         ));
     }
@@ -1013,7 +1026,7 @@ mod tests {
             }
         );
         assert!(!st.is_in_flight());
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Dropped);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Dropped);
         // A failed batch on a dropped queue: no commit, no DLQ, stop.
         let mut pq = ProcessQueue::new(0);
         let mut st = OrderlyQueueState::new();
@@ -1068,7 +1081,7 @@ mod tests {
         pq.clear();
         st.clear();
         pq.put_messages(msgs(100..102));
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
         // The late result commits nothing (the old batch is gone) and frees the queue.
         let step = st.on_orderly_result(&mut pq, &batch, OrderlyStatus::Success, &ctx(&c), &c, 0);
         assert_eq!(step.commit_offset, None);
@@ -1086,7 +1099,7 @@ mod tests {
         pq.clear();
         st.clear();
         pq.put_messages(msgs(5..6));
-        assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+        assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
         let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
         assert_eq!(step.commit_offset, None);
         assert_eq!(offsets(&take(&mut st, &mut pq, &c, 0)), vec![5]);
@@ -1158,12 +1171,12 @@ mod tests {
                     }
                     Action::Listener(code) => {
                         if pending_dead.is_some() {
-                            prop_assert_eq!(st.next_batch(&mut pq, &c, 0), BatchStep::Busy);
+                            prop_assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
                             continue;
                         }
                         let batch = match in_flight.take() {
                             Some(b) => b,
-                            None => match st.next_batch(&mut pq, &c, 0) {
+                            None => match st.next_batch(&mut pq, &NO_LOCK, &c, 0) {
                                 BatchStep::Consume(b) => b,
                                 BatchStep::Idle => continue,
                                 other => { prop_assert!(false, "unexpected {:?}", other); unreachable!() }

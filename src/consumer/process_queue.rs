@@ -282,10 +282,7 @@ pub struct ProcessQueue<M> {
     highest_offset_put: Option<i64>,
     dispatching: bool,
     dropped: bool,
-    locked: bool,
-    last_lock_ms: i64,
     try_unlock_times: u64,
-    last_pull_ms: i64,
     last_consume_ms: i64,
 }
 
@@ -298,7 +295,6 @@ impl<M: CachedMessage> std::fmt::Debug for ProcessQueue<M> {
             .field("min_offset", &self.min_cached_offset())
             .field("max_offset", &self.max_cached_offset())
             .field("dropped", &self.dropped)
-            .field("locked", &self.locked)
             .finish()
     }
 }
@@ -314,10 +310,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
             highest_offset_put: None,
             dispatching: false,
             dropped: false,
-            locked: false,
-            last_lock_ms: now_ms,
             try_unlock_times: 0,
-            last_pull_ms: now_ms,
             last_consume_ms: now_ms,
         }
     }
@@ -582,45 +575,6 @@ impl<M: CachedMessage> ProcessQueue<M> {
         self.dropped = dropped;
     }
 
-    /// Whether the broker lock is held (orderly clustering).
-    pub fn is_locked(&self) -> bool {
-        self.locked
-    }
-
-    /// Records a lock grant (refreshing the lock clock) or loss.
-    pub fn set_locked(&mut self, locked: bool, now_ms: i64) {
-        self.locked = locked;
-        if locked {
-            self.last_lock_ms = now_ms;
-        }
-    }
-
-    /// When the lock was last granted.
-    pub fn last_lock_ms(&self) -> i64 {
-        self.last_lock_ms
-    }
-
-    /// Whether the lock is older than `max_live_time` (Java: 30 s) and so no longer trusted.
-    pub fn is_lock_expired(&self, now_ms: i64, max_live_time: Duration) -> bool {
-        now_ms.saturating_sub(self.last_lock_ms) > millis(max_live_time)
-    }
-
-    /// Records a pull attempt.
-    pub fn record_pull(&mut self, now_ms: i64) {
-        self.last_pull_ms = now_ms;
-    }
-
-    /// When the queue was last pulled.
-    pub fn last_pull_ms(&self) -> i64 {
-        self.last_pull_ms
-    }
-
-    /// Whether pulls stalled longer than `max_idle` (Java: 120 s): the rebalance then drops and
-    /// re-adds the queue, which restarts a pull loop that got lost.
-    pub fn is_pull_expired(&self, now_ms: i64, max_idle: Duration) -> bool {
-        now_ms.saturating_sub(self.last_pull_ms) > millis(max_idle)
-    }
-
     /// When messages were last removed or taken for consumption.
     pub fn last_consume_ms(&self) -> i64 {
         self.last_consume_ms
@@ -648,11 +602,12 @@ impl<M: CachedMessage> ProcessQueue<M> {
             transaction_msg_min_offset: self.consuming.first_key().unwrap_or(0),
             transaction_msg_max_offset: self.consuming.last_key().unwrap_or(0),
             transaction_msg_count: count(self.consuming.len()),
-            locked: self.locked,
+            // The lock and the pull clock are the queue core's: its executor fills them in.
+            locked: false,
             try_unlock_times: i64::try_from(self.try_unlock_times).unwrap_or(i64::MAX),
-            last_lock_timestamp: self.last_lock_ms,
+            last_lock_timestamp: 0,
             dropped: self.dropped,
-            last_pull_timestamp: self.last_pull_ms,
+            last_pull_timestamp: 0,
             last_consume_timestamp: self.last_consume_ms,
         }
     }
@@ -778,24 +733,6 @@ mod tests {
     }
 
     #[test]
-    fn lock_and_pull_clocks() {
-        let mut pq: ProcessQueue<Msg> = ProcessQueue::new(1_000);
-        let live = Duration::from_secs(30);
-        assert!(!pq.is_lock_expired(31_000, live));
-        assert!(pq.is_lock_expired(31_001, live));
-        pq.set_locked(true, 20_000);
-        assert!(pq.is_locked());
-        assert!(!pq.is_lock_expired(50_000, live));
-        pq.set_locked(false, 60_000);
-        assert_eq!(pq.last_lock_ms(), 20_000);
-        let idle = Duration::from_secs(120);
-        assert!(!pq.is_pull_expired(121_000, idle));
-        assert!(pq.is_pull_expired(121_001, idle));
-        pq.record_pull(121_000);
-        assert!(!pq.is_pull_expired(121_001, idle));
-    }
-
-    #[test]
     fn snapshot_reports_java_fields() {
         let mut pq = ProcessQueue::new(5);
         pq.put_messages((0..4).map(|offset| Msg {
@@ -803,9 +740,7 @@ mod tests {
             body: 1024 * 1024,
         }));
         pq.take_messages(1, 6);
-        pq.set_locked(true, 7);
         pq.inc_try_unlock_times();
-        pq.record_pull(8);
         let s = pq.snapshot(42);
         assert_eq!(s.commit_offset, 42);
         assert_eq!((s.cached_msg_min_offset, s.cached_msg_max_offset), (1, 3));
@@ -819,7 +754,7 @@ mod tests {
             ),
             (0, 0, 1)
         );
-        assert!(s.locked && !s.dropped);
+        assert!(!s.dropped);
         assert_eq!(s.try_unlock_times, 1);
         assert_eq!(
             (
@@ -827,13 +762,13 @@ mod tests {
                 s.last_pull_timestamp,
                 s.last_consume_timestamp
             ),
-            (7, 8, 6)
+            (0, 0, 6)
         );
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["cachedMsgSizeInMiB"], 4);
         assert_eq!(json["droped"], false);
         assert_eq!(json["commitOffset"], 42);
-        assert_eq!(json["lastPullTimestamp"], 8);
+        assert_eq!(json["lastConsumeTimestamp"], 6);
     }
 
     #[test]

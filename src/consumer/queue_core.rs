@@ -364,11 +364,10 @@ impl QueueCore {
         let mode = match &self.mode {
             Mode::Concurrent { pq, .. } => format!("concurrent cached={}", pq.cached_count()),
             Mode::Orderly { pq, state } => format!(
-                "orderly cached={} consuming={} in_flight={} pq_locked={}",
+                "orderly cached={} consuming={} in_flight={}",
                 pq.cached_count(),
                 pq.consuming_count(),
                 state.is_in_flight(),
-                pq.is_locked()
             ),
             Mode::KeyOrdered { queue } => format!(
                 "key-ordered cached={} in_flight={}",
@@ -501,11 +500,6 @@ impl QueueCore {
             PullDecision::PullNow => {}
         }
         self.last_pull_ms = now_ms;
-        match &mut self.mode {
-            Mode::Concurrent { pq, .. } => pq.record_pull(now_ms),
-            Mode::Orderly { pq, .. } => pq.record_pull(now_ms),
-            Mode::KeyOrdered { .. } => {}
-        }
         let flags = pull_request_flags(cfg, self.committed);
         self.next_pull_id += 1;
         self.pull_in_flight = Some(self.next_pull_id);
@@ -947,9 +941,6 @@ impl QueueCore {
         if locked {
             self.lock.last_lock_ms = Some(now_ms);
         }
-        if let Mode::Orderly { pq, .. } = &mut self.mode {
-            pq.set_locked(locked, now_ms);
-        }
         if locked && !was_held && self.next_offset.is_some() {
             // Another client may have consumed while we did not hold the lock.
             self.offset_fixed = false;
@@ -1078,7 +1069,7 @@ impl QueueCore {
         let Mode::Orderly { pq, state } = &mut self.mode else {
             return;
         };
-        match state.next_batch(pq, cfg, now_ms) {
+        match state.next_batch(pq, &self.lock, cfg, now_ms) {
             BatchStep::Consume(mut batch) => {
                 for message in &mut batch {
                     message.reconsume_times = state.reconsume_times(&*message);
