@@ -312,6 +312,8 @@ struct Tally {
     target: Option<u64>,
     done: Option<tokio::sync::oneshot::Sender<()>>,
     print: Option<std::io::BufWriter<std::io::Stdout>>,
+    /// Why `--print` output failed (stdout closed): the command ends with this error.
+    print_failed: Option<String>,
 }
 
 fn message_json(message: &MessageExt) -> serde_json::Value {
@@ -341,25 +343,66 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// Counts a consumed batch (and prints it with `--print`).
-fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) {
+/// Resolves at SIGINT (Ctrl-C) or SIGTERM — what systemd, Docker and Kubernetes send to stop a
+/// service: both end a command cleanly (offsets committed, the group left), neither is a crash.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C ends cleanly"),
+        }
+    }
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!(error = %e, "cannot watch Ctrl-C");
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Counts a consumed batch and, with `--print`, writes it out before the listener returns: a
+/// message is acknowledged only once its line is on stdout, so a kill loses no printed line of
+/// a committed message (the output is at-least-once, as the consumption). Returns `false` when
+/// the lines could not be written (the listener then asks for the batch again, and the
+/// command ends).
+fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) -> bool {
     let now = Instant::now();
     let now_ms = now_ms();
     let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+    if t.print_failed.is_some() {
+        return false;
+    }
+    if let Some(out) = t.print.as_mut() {
+        let written = messages
+            .iter()
+            .try_for_each(|message| writeln!(out, "{}", message_json(message)))
+            .and_then(|()| out.flush());
+        if let Err(e) = written {
+            t.print_failed = Some(format!("cannot write to stdout: {e}"));
+            if let Some(done) = t.done.take() {
+                let _ = done.send(());
+            }
+            return false;
+        }
+    }
     t.first.get_or_insert(now);
     t.last = Some(now);
     for message in messages {
         t.count += 1;
         t.latencies_ms.push(now_ms - message.born_timestamp);
-        if let Some(out) = t.print.as_mut() {
-            let _ = writeln!(out, "{}", message_json(message));
-        }
     }
     if t.target.is_some_and(|n| t.count >= n) {
         if let Some(done) = t.done.take() {
             let _ = done.send(());
         }
     }
+    true
 }
 
 async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
@@ -387,6 +430,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
         print: options
             .print
             .then(|| std::io::BufWriter::new(std::io::stdout())),
+        print_failed: None,
     }));
     let broadcast = options.broadcast;
     if options.mode != ConsumeMode::Push && (options.orderly || options.orderly_by_key) {
@@ -397,7 +441,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             let consumer = start_push(namesrv, options, from, timestamp, tally.clone()).await?;
             tokio::select! {
                 _ = done_rx => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = shutdown_signal() => {}
             }
             consumer.shutdown().await;
         }
@@ -419,14 +463,14 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             let poll_loop = async {
                 loop {
                     let batch = consumer.poll_timeout(Duration::from_millis(500)).await;
-                    if !batch.is_empty() {
-                        record(&tally, &batch);
+                    if !batch.is_empty() && !record(&tally, &batch) {
+                        break;
                     }
                 }
             };
             tokio::select! {
                 _ = done_rx => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = shutdown_signal() => {}
                 _ = poll_loop => {}
             }
             consumer.shutdown().await;
@@ -463,14 +507,14 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
                 .await?;
             tokio::select! {
                 _ = done_rx => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = shutdown_signal() => {}
             }
             service.shutdown().await;
         }
     }
     let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(out) = t.print.as_mut() {
-        out.flush()?;
+    if let Some(error) = t.print_failed.take() {
+        return Err(error.into());
     }
     let seconds = match (t.first, t.last) {
         (Some(first), Some(last)) => (last - first).as_secs_f64(),
@@ -522,13 +566,21 @@ async fn start_push(
         builder
             .key_ordered(options.orderly_by_key)
             .orderly_listener_fn(move |messages, ctx| {
-                record(&tally, &messages);
-                async move { (OrderlyStatus::Success, ctx) }
+                let status = if record(&tally, &messages) {
+                    OrderlyStatus::Success
+                } else {
+                    OrderlyStatus::SuspendCurrentQueueAMoment
+                };
+                async move { (status, ctx) }
             })
     } else {
         builder.listener_fn(move |messages, ctx| {
-            record(&tally, &messages);
-            async move { (ConsumeStatus::Success, ctx) }
+            let status = if record(&tally, &messages) {
+                ConsumeStatus::Success
+            } else {
+                ConsumeStatus::ReconsumeLater
+            };
+            async move { (status, ctx) }
         })
     };
     Ok(builder.start().await?)
@@ -557,8 +609,12 @@ async fn schedule_step(
     let result = consumer
         .pull_block_if_not_found(queue, expr, offset, 32)
         .await?;
-    if result.status == PullStatus::Found && !result.messages.is_empty() {
-        record(tally, &result.messages);
+    if result.status == PullStatus::Found
+        && !result.messages.is_empty()
+        && !record(tally, &result.messages)
+    {
+        // Not written out: the offset stays, the command is ending.
+        return Ok(());
     }
     consumer
         .update_consume_offset(queue, result.next_begin_offset)
@@ -599,7 +655,7 @@ async fn broker(args: BrokerArgs) -> CliResult {
     .await?;
     println!("{}", cluster.namesrv_addr());
     std::io::stdout().flush()?;
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await;
     cluster.shutdown().await;
     Ok(())
 }
