@@ -23,7 +23,7 @@ use actix::prelude::*;
 
 use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
 use crate::actors::connection::ServerRequest;
-use crate::actors::heartbeat::{Heartbeat, SendHeartbeat, Unregister};
+use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeOrderly, ConsumeStatus,
     FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener, RecipientListener,
@@ -145,9 +145,45 @@ pub(crate) struct ConsumerShared {
     pub(crate) thresholds: Cell<QueueThresholds>,
     pub(crate) stats: Stats,
     pub(crate) consume_timestamp_ms: i64,
+    /// The heartbeat actor, for queues whose broker does not know the consumer (weak: the
+    /// actor holds this struct).
+    pub(crate) heartbeat: std::cell::OnceCell<actix::WeakAddr<Heartbeat>>,
+    /// When each topic's route was last refreshed because a queue could not reach its broker.
+    pub(crate) route_refreshes: RefCell<BTreeMap<String, std::time::Instant>>,
 }
 
 impl ConsumerShared {
+    /// Asks for a heartbeat now: a broker answered a pull with SUBSCRIPTION_NOT_EXIST (it
+    /// restarted and forgot the group). Requests within a second make one heartbeat.
+    /// Reads `topic`'s route again now, unless that was done within the last second: a queue
+    /// could not reach its broker, which may have come back at another address.
+    pub(crate) fn request_route_refresh(&self, topic: &str) {
+        let now = std::time::Instant::now();
+        {
+            let mut refreshes = self.route_refreshes.borrow_mut();
+            if refreshes
+                .get(topic)
+                .is_some_and(|at| now.duration_since(*at) < std::time::Duration::from_secs(1))
+            {
+                return;
+            }
+            refreshes.insert(topic.to_owned(), now);
+        }
+        let client = self.client.clone();
+        let topic = topic.to_owned();
+        actix::spawn(async move {
+            if let Err(e) = client.refresh_route(&topic).await {
+                tracing::debug!(%topic, error = %e, "route refresh after a broker failure failed");
+            }
+        });
+    }
+
+    pub(crate) fn request_heartbeat(&self) {
+        if let Some(heartbeat) = self.heartbeat.get().and_then(actix::WeakAddr::upgrade) {
+            heartbeat.do_send(HeartbeatSoon);
+        }
+    }
+
     pub(crate) fn subscription(&self, topic: &str) -> Option<Arc<Subscription>> {
         self.subscriptions.borrow().get(topic).cloned()
     }
@@ -409,6 +445,8 @@ impl PushConsumerBuilder {
             running: Cell::new(true),
             stats: Stats::default(),
             consume_timestamp_ms,
+            heartbeat: std::cell::OnceCell::new(),
+            route_refreshes: RefCell::new(BTreeMap::new()),
         });
 
         for topic in shared.subscribed_topics() {
@@ -417,6 +455,7 @@ impl PushConsumerBuilder {
             }
         }
         let heartbeat = Heartbeat::new(shared.clone()).start();
+        let _ = shared.heartbeat.set(heartbeat.downgrade());
         let root = ConsumerRoot {
             shared: shared.clone(),
             listener,

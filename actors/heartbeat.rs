@@ -20,6 +20,15 @@ use crate::protocol::body::{ConsumeType, ConsumerData, HeartbeatData, ProducerDa
 #[rtype(result = "Result<()>")]
 pub struct SendHeartbeat;
 
+/// Send a heartbeat to every broker soon: at once, unless one was sent on demand within the
+/// last second (many queues of a restarted broker ask at the same time).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HeartbeatSoon;
+
+/// Requests of [`HeartbeatSoon`] within this of the last one are covered by it.
+const ON_DEMAND_COALESCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Send UNREGISTER_CLIENT to every broker and stop.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -28,11 +37,15 @@ pub struct Unregister;
 /// The heartbeat sender of one consumer.
 pub struct Heartbeat {
     shared: Rc<ConsumerShared>,
+    last_on_demand: Option<std::time::Instant>,
 }
 
 impl Heartbeat {
     pub(crate) fn new(shared: Rc<ConsumerShared>) -> Self {
-        Heartbeat { shared }
+        Heartbeat {
+            shared,
+            last_on_demand: None,
+        }
     }
 }
 
@@ -110,6 +123,30 @@ impl Handler<SendHeartbeat> for Heartbeat {
 
     fn handle(&mut self, _msg: SendHeartbeat, _ctx: &mut Self::Context) -> Self::Result {
         Box::pin(send_heartbeats(self.shared.clone()))
+    }
+}
+
+impl Handler<HeartbeatSoon> for Heartbeat {
+    type Result = ();
+
+    fn handle(&mut self, _msg: HeartbeatSoon, ctx: &mut Self::Context) {
+        if self
+            .last_on_demand
+            .is_some_and(|at| at.elapsed() < ON_DEMAND_COALESCE)
+        {
+            return;
+        }
+        self.last_on_demand = Some(std::time::Instant::now());
+        tracing::info!(group = %self.shared.group, "a broker does not know this consumer; heartbeating now");
+        ctx.spawn(
+            send_heartbeats(self.shared.clone())
+                .into_actor(self)
+                .map(|result, _, _| {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "on-demand heartbeat failed");
+                    }
+                }),
+        );
     }
 }
 

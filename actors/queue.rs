@@ -274,6 +274,8 @@ impl QueueActor {
                 QueueAction::Finish { committed, unlock } => {
                     self.finish_drop(committed, unlock, ctx)
                 }
+                QueueAction::Heartbeat => self.shared.request_heartbeat(),
+                QueueAction::RefreshRoute => self.shared.request_route_refresh(&self.queue.topic),
                 QueueAction::Note(note) => self.log(*note),
             }
         }

@@ -30,6 +30,10 @@ use std::time::Duration;
 pub const CACHE_FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
 /// Re-pull delay after the broker answered `FLOW_CONTROL` (215).
 pub const BROKER_FLOW_CONTROL_DELAY: Duration = Duration::from_millis(20);
+/// Delay before pulling again after the broker answered that it does not know the group's
+/// subscription (SUBSCRIPTION_NOT_EXIST / NOT_LATEST, e.g. just after it restarted): the queue
+/// asks for a heartbeat at once, which goes ahead of this pull on the same connection.
+pub const NOT_REGISTERED_DELAY: Duration = Duration::from_millis(500);
 /// Re-pull delay while the consumer is paused (Java `PULL_TIME_DELAY_MILLS_WHEN_SUSPEND`).
 pub const PAUSED_DELAY: Duration = Duration::from_millis(1000);
 /// How long the broker may hold a pull (`suspendTimeoutMillis`, Java
@@ -118,6 +122,8 @@ impl PullGate {
 pub enum DelayReason {
     /// The consumer is not running.
     NotRunning,
+    /// The broker does not know this consumer's subscription yet (a heartbeat was asked for).
+    NotRegistered,
     /// The consumer is paused.
     Paused,
     /// Too many cached messages.
@@ -305,6 +311,9 @@ pub fn pull_error_delay(
     match response_code {
         Some(response_code::FLOW_CONTROL) => {
             (BROKER_FLOW_CONTROL_DELAY, DelayReason::BrokerFlowControl)
+        }
+        Some(response_code::SUBSCRIPTION_NOT_EXIST | response_code::SUBSCRIPTION_NOT_LATEST) => {
+            (NOT_REGISTERED_DELAY, DelayReason::NotRegistered)
         }
         _ => (cfg.pull_delay_on_error, DelayReason::PullFailed),
     }
@@ -580,8 +589,17 @@ mod tests {
             pull_error_delay(&c, Some(215)),
             (Duration::from_millis(20), DelayReason::BrokerFlowControl)
         );
+        // A broker that forgot the group: pull again soon, after the heartbeat asked for.
         assert_eq!(
             pull_error_delay(&c, Some(25)),
+            (Duration::from_millis(500), DelayReason::NotRegistered)
+        );
+        assert_eq!(
+            pull_error_delay(&c, Some(24)),
+            (Duration::from_millis(500), DelayReason::NotRegistered)
+        );
+        assert_eq!(
+            pull_error_delay(&c, Some(17)),
             (Duration::from_secs(3), DelayReason::PullFailed)
         );
         assert_eq!(

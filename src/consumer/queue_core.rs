@@ -266,6 +266,12 @@ pub(crate) enum QueueAction {
         /// Epoch to answer with.
         epoch: u64,
     },
+    /// The broker does not know the consumer (it restarted, or has not had a heartbeat yet):
+    /// heartbeat now rather than at the next interval (the executor coalesces requests).
+    Heartbeat,
+    /// The queue's broker could not be reached: read the topic's route again now (a restarted
+    /// broker may listen elsewhere) rather than at the next 30 s refresh (coalesced too).
+    RefreshRoute,
     /// The committed offset rose: tell the offset store (increase-only).
     Commit(i64),
     /// The broker moved the offset: set it in the offset store whatever it was.
@@ -555,6 +561,12 @@ impl QueueCore {
                 }));
                 if topic_gone && self.next_offset != Some(0) {
                     self.restart_reborn_queue(order.offset, out);
+                }
+                if reason == DelayReason::NotRegistered {
+                    out.push(QueueAction::Heartbeat);
+                }
+                if e.is_transport() {
+                    out.push(QueueAction::RefreshRoute);
                 }
                 self.schedule_pull(delay, out);
                 return;
@@ -1815,6 +1827,31 @@ mod tests {
         assert!(out
             .iter()
             .any(|a| matches!(a, QueueAction::Pull(order) if order.offset == 0)));
+    }
+
+    #[test]
+    fn a_broker_that_forgot_the_group_gets_a_heartbeat_and_a_quick_retry() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let unknown = Error::Broker {
+            peer: "b".into(),
+            request: crate::error::RequestCode(crate::protocol::request_code::PULL_MESSAGE),
+            code: crate::error::ResponseCode(response_code::SUBSCRIPTION_NOT_EXIST),
+            remark: "the consumer's group info not exist".into(),
+        };
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Err(unknown), None, &cfg, &env, 1, &mut out);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::Heartbeat)),
+            "{out:?}"
+        );
+        assert!(
+            out.iter().any(
+                |a| matches!(a, QueueAction::PullAfter(d) if *d == Duration::from_millis(500))
+            ),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -402,6 +402,10 @@ struct Consumer {
     unregister_left: usize,
     /// How far this member's clock is from the simulated time (clock steps).
     clock_skew: i64,
+    /// When the last heartbeat asked for by a queue went out.
+    last_heartbeat_on_demand: Option<i64>,
+    /// When the routes were last read again because a queue could not reach its broker.
+    last_route_refresh_on_demand: Option<i64>,
     /// A lite pull member's consumer (`SimMode::LitePull`).
     lite: Option<LiteMember>,
     /// A schedule member's service (`SimMode::Schedule`).
@@ -2092,6 +2096,27 @@ impl World {
                         )));
                     }
                 }
+                QueueAction::Heartbeat => {
+                    // As the heartbeat actor: one on-demand heartbeat per second at most.
+                    let now = self.now;
+                    let due = self.consumers[c]
+                        .last_heartbeat_on_demand
+                        .is_none_or(|at| now - at >= 1_000);
+                    if due {
+                        self.consumers[c].last_heartbeat_on_demand = Some(now);
+                        self.heartbeat(c);
+                    }
+                }
+                QueueAction::RefreshRoute => {
+                    let now = self.now;
+                    let due = self.consumers[c]
+                        .last_route_refresh_on_demand
+                        .is_none_or(|at| now - at >= 1_000);
+                    if due {
+                        self.consumers[c].last_route_refresh_on_demand = Some(now);
+                        self.fetch_routes(c);
+                    }
+                }
                 QueueAction::AdoptOffset(offset) => {
                     self.consumers[c].offsets.update(mq, offset, false);
                     if let Some(q) = self.consumers[c].queues.get_mut(mq) {
@@ -2714,6 +2739,8 @@ impl Consumer {
             heartbeat_ok: false,
             unregister_left: 0,
             clock_skew: 0,
+            last_heartbeat_on_demand: None,
+            last_route_refresh_on_demand: None,
             lite: (mode == SimMode::LitePull).then(LiteMember::new),
             schedule: (mode == SimMode::Schedule).then(ScheduleMember::default),
         }
@@ -2769,6 +2796,8 @@ fn action_name(action: &QueueAction) -> &'static str {
         QueueAction::ReconsumeAfter { .. } => "reconsume",
         QueueAction::Commit(_) => "commit",
         QueueAction::AdoptOffset(_) => "adopt",
+        QueueAction::Heartbeat => "heartbeat",
+        QueueAction::RefreshRoute => "refresh-route",
         QueueAction::Finish { .. } => "finish",
         QueueAction::Note(_) => "note",
     }
