@@ -123,7 +123,6 @@ impl LitePullConsumerBuilder {
             .collect();
         let root = LiteRoot {
             client: client.clone(),
-            group: self.config.base.consumer_group.as_str().into(),
             config: self.config.clone(),
             core: LiteCore::new(self.config.clone(), subscriptions),
             offsets: None,
@@ -536,7 +535,6 @@ impl Drop for TrackedBatch {
 /// and holds what is not state but I/O — the queue actors, the waiting polls, the offset store.
 pub(crate) struct LiteRoot {
     client: Client,
-    group: Arc<str>,
     config: LitePullConsumerConfig,
     core: LiteCore,
     offsets: Option<Addr<OffsetStore>>,
@@ -616,25 +614,16 @@ impl LiteRoot {
 
     fn execute(&mut self, action: LiteAction, ctx: &mut Context<Self>) {
         match action {
-            LiteAction::Start {
-                slot,
-                queue,
-                subscription,
-            } => {
+            LiteAction::Start { slot, request } => {
                 let Some(offsets) = self.offsets.clone() else {
                     return;
                 };
-                let mut request = PullRequest::new(self.group.clone(), queue, 0)
-                    .subscription(subscription)
-                    .max_messages(self.config.pull_batch_size as i32);
-                request.suspend = Some(self.config.base.broker_suspend_max_time);
-                request.timeout = self.config.base.consumer_timeout_when_suspend;
                 let actor = LiteQueue {
                     slot,
                     client: self.client.clone(),
                     root: Some(ctx.address().recipient()),
                     offsets,
-                    request,
+                    request: *request,
                     epoch: 0,
                     chain: 0,
                     pulling: None,

@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::consumer::pull_config::{may_pull_lite, LitePullConsumerConfig};
 use crate::message::decode::count_records;
 use crate::message::{MessageExt, MessageQueue};
-use crate::rpc::{decode_pulled, PullStatus, Subscription};
+use crate::rpc::{decode_pulled, PullRequest, PullStatus, Subscription};
 
 /// Wait before re-asking for admission when the cache is full (Java 50 ms).
 pub(crate) const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
@@ -117,10 +117,11 @@ pub(crate) enum LiteAction {
     /// Start a pull loop for the queue: find its start offset (stored offset, else
     /// `consume_from_where`), report it with [`LiteCore::on_started`], then ask
     /// [`LiteCore::admit`] before each pull and hand answers to [`LiteCore::on_delivery`].
+    /// `request` is the loop's pull (queue, subscription, batch size, long poll), its offset
+    /// still to be set.
     Start {
         slot: SlotId,
-        queue: MessageQueue,
-        subscription: Arc<Subscription>,
+        request: Box<PullRequest>,
     },
     /// Stop the queue's pull loop.
     Stop(SlotId),
@@ -361,10 +362,15 @@ impl LiteCore {
                 cached_bytes: 0,
                 paused: false,
             });
+            let mut request =
+                PullRequest::new(self.config.base.consumer_group.as_str(), queue.clone(), 0)
+                    .subscription(subscription)
+                    .max_messages(self.config.pull_batch_size as i32);
+            request.suspend = Some(self.config.base.broker_suspend_max_time);
+            request.timeout = self.config.base.consumer_timeout_when_suspend;
             out.push(LiteAction::Start {
                 slot,
-                queue: queue.clone(),
-                subscription,
+                request: Box::new(request),
             });
             out.push(LiteAction::Note(LiteNote::QueueStarted(queue.clone())));
         }

@@ -1436,14 +1436,50 @@ mod tests {
         let mut core = QueueCore::new(Mode::for_config(cfg, 0), 0);
         let mut out = Vec::new();
         core.on_start_offset(Ok(at), cfg, &env(cfg), 0, &mut out);
-        let order = out
-            .iter()
-            .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(**order),
-                _ => None,
-            })
-            .expect("a first pull");
+        let order = first_pull(&out).expect("a first pull");
         (core, order)
+    }
+
+    /// The first pull among `out`'s actions.
+    fn first_pull(out: &[QueueAction]) -> Option<PullOrder> {
+        out.iter().find_map(|a| match a {
+            QueueAction::Pull(order) => Some(**order),
+            _ => None,
+        })
+    }
+
+    /// A broker's refusal of a pull with `code`.
+    fn pull_refused(code: i32) -> Error {
+        Error::Broker {
+            peer: "b".into(),
+            request: crate::error::RequestCode(crate::protocol::request_code::PULL_MESSAGE),
+            code: crate::error::ResponseCode(code),
+            remark: crate::protocol::codes::response_code_name(code).into(),
+        }
+    }
+
+    /// An orderly listener call of `batch` (in `epoch`) succeeded: the actions that follow.
+    fn orderly_success(
+        core: &mut QueueCore,
+        batch: &[MessageExt],
+        epoch: u64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+    ) -> Vec<QueueAction> {
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), cfg);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            batch,
+            epoch,
+            OrderlyStatus::Success,
+            &context,
+            cfg,
+            env,
+            now_ms,
+            &mut out,
+        );
+        out
     }
 
     fn consumes(out: &[QueueAction]) -> Vec<(Arc<Vec<MessageExt>>, Range<usize>, u64)> {
@@ -1657,13 +1693,7 @@ mod tests {
             .expect("a batch");
         let mut out = Vec::new();
         core.reset_offset(5, &cfg, &env, 2, &mut out);
-        let fresh = out
-            .iter()
-            .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(**order),
-                _ => None,
-            })
-            .expect("a pull from the reset offset");
+        let fresh = first_pull(&out).expect("a pull from the reset offset");
         let mut out = Vec::new();
         core.on_pull_answer(&fresh, Ok(found(5..6)), None, &cfg, &env, 3, &mut out);
         assert!(
@@ -1671,18 +1701,7 @@ mod tests {
                 .any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
             "no second batch while the first runs"
         );
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let mut out = Vec::new();
-        core.on_orderly_consumed(
-            &stale,
-            stale_epoch,
-            OrderlyStatus::Success,
-            &context,
-            &cfg,
-            &env,
-            4,
-            &mut out,
-        );
+        let out = orderly_success(&mut core, &stale, stale_epoch, &cfg, &env, 4);
         assert!(commits(&out).is_empty(), "the stale batch commits nothing");
         assert!(
             out.iter().any(|a| matches!(a, QueueAction::ConsumeOrderly { batch, .. } if batch[0].queue_offset == 5)),
@@ -1703,13 +1722,7 @@ mod tests {
         core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
         let mut out = Vec::new();
         core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
-        let order = out
-            .iter()
-            .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(**order),
-                _ => None,
-            })
-            .expect("a first pull");
+        let order = first_pull(&out).expect("a first pull");
         let batch_of = |out: &[QueueAction]| {
             out.iter()
                 .find_map(|a| match a {
@@ -1721,18 +1734,7 @@ mod tests {
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..4)), None, &cfg, &env, 1, &mut out);
         let (first, epoch) = batch_of(&out);
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let mut out = Vec::new();
-        core.on_orderly_consumed(
-            &first,
-            epoch,
-            OrderlyStatus::Success,
-            &context,
-            &cfg,
-            &env,
-            2,
-            &mut out,
-        );
+        let out = orderly_success(&mut core, &first, epoch, &cfg, &env, 2);
         assert_eq!(commits(&out), vec![1]);
         let (second, epoch) = batch_of(&out);
         assert_eq!(second[0].queue_offset, 1);
@@ -1753,18 +1755,7 @@ mod tests {
                 .any(|a| matches!(a, QueueAction::Pull(order) if order.offset < 4)),
             "cached messages are not fetched (and consumed) again: {out:?}"
         );
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let mut out = Vec::new();
-        core.on_orderly_consumed(
-            &running,
-            epoch,
-            OrderlyStatus::Success,
-            &context,
-            &cfg,
-            &env,
-            6,
-            &mut out,
-        );
+        let out = orderly_success(&mut core, &running, epoch, &cfg, &env, 6);
         assert_eq!(commits(&out), vec![2], "the running batch still counts");
     }
 
@@ -1779,18 +1770,7 @@ mod tests {
             "{out:?}"
         );
         assert_eq!(core.next_offset, Some(3), "the next pull starts there");
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let mut out = Vec::new();
-        core.on_orderly_consumed(
-            &running,
-            epoch,
-            OrderlyStatus::Success,
-            &context,
-            &cfg,
-            &env,
-            6,
-            &mut out,
-        );
+        let out = orderly_success(&mut core, &running, epoch, &cfg, &env, 6);
         assert!(commits(&out).is_empty(), "the old batch commits nothing");
     }
 
@@ -1801,13 +1781,7 @@ mod tests {
         let (mut core, _) = started(&cfg, 0);
         let mut out = Vec::new();
         core.reset_offset(50, &cfg, &env, 1, &mut out);
-        let order = out
-            .iter()
-            .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(**order),
-                _ => None,
-            })
-            .expect("a pull from 50");
+        let order = first_pull(&out).expect("a pull from 50");
         // The restarted broker holds 3 messages; a 5.x broker suggests its end.
         let moved = PullResponse {
             status: PullStatus::OffsetIllegal,
@@ -1834,12 +1808,7 @@ mod tests {
         let cfg = cfg();
         let env = env(&cfg);
         let (mut core, order) = started(&cfg, 0);
-        let unknown = Error::Broker {
-            peer: "b".into(),
-            request: crate::error::RequestCode(crate::protocol::request_code::PULL_MESSAGE),
-            code: crate::error::ResponseCode(response_code::SUBSCRIPTION_NOT_EXIST),
-            remark: "the consumer's group info not exist".into(),
-        };
+        let unknown = pull_refused(response_code::SUBSCRIPTION_NOT_EXIST);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Err(unknown), None, &cfg, &env, 1, &mut out);
         assert!(
@@ -1862,20 +1831,9 @@ mod tests {
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
         let old_calls = consumes(&out);
-        let order = out
-            .iter()
-            .find_map(|a| match a {
-                QueueAction::Pull(order) => Some(**order),
-                _ => None,
-            })
-            .expect("a pull from 3");
+        let order = first_pull(&out).expect("a pull from 3");
         assert_eq!(order.offset, 3);
-        let gone = Error::Broker {
-            peer: "b".into(),
-            request: crate::error::RequestCode(crate::protocol::request_code::PULL_MESSAGE),
-            code: crate::error::ResponseCode(response_code::TOPIC_NOT_EXIST),
-            remark: "topic not exist".into(),
-        };
+        let gone = pull_refused(response_code::TOPIC_NOT_EXIST);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Err(gone), None, &cfg, &env, 2, &mut out);
         assert!(

@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::lite_core::{Admission, Delivery, LiteAction, LiteCore, SlotId};
-use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
+use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::pull_config::LitePullConsumerConfig;
 use crate::error::Error;
 use crate::message::MessageQueue;
 use crate::protocol::RemotingCommand;
 use crate::rpc::{query_offset_command, update_offset_command, PullRequest, Subscription};
 
-use super::{broker_of, key_of, Consumption, Event, Life, Pending, World, GROUP, TOPIC};
+use super::{broker_of, keys_text, stored_offset, Event, Life, Pending, World, GROUP, TOPIC};
 
 /// How often the simulated application's auto-commit may store what it polled.
 const AUTO_COMMIT_MS: i64 = 2_000;
@@ -62,11 +62,9 @@ impl LiteMember {
 
 /// The executor state of one queue's pull loop (the `LiteQueue` actor's fields).
 pub(super) struct LiteLoop {
-    pub(super) queue: MessageQueue,
-    subscription: Arc<Subscription>,
+    /// The next pull: queue, offset, broker id (as the actor's).
+    request: PullRequest,
     epoch: u64,
-    pub(super) offset: i64,
-    broker_id: i64,
     started: bool,
     /// Bumped by every restart or wake: only the newest chain of steps goes on.
     chain: u64,
@@ -119,22 +117,16 @@ impl World {
 
     fn lite_execute(&mut self, c: usize, action: LiteAction) {
         match action {
-            LiteAction::Start {
-                slot,
-                queue,
-                subscription,
-            } => {
+            LiteAction::Start { slot, request } => {
+                let queue = &request.queue;
                 self.note(|| format!("c{c} takes {queue}"));
-                self.take_ownership(c, &queue);
+                self.take_ownership(c, queue);
                 let Some(lite) = self.lite(c) else { return };
                 lite.loops.insert(
                     slot,
                     LiteLoop {
-                        queue,
-                        subscription,
+                        request: *request,
                         epoch: 0,
-                        offset: 0,
-                        broker_id: 0,
                         started: false,
                         chain: 0,
                         pulling: None,
@@ -160,11 +152,11 @@ impl World {
                     return;
                 };
                 pull_loop.epoch = epoch;
-                pull_loop.offset = offset;
+                pull_loop.request.offset = offset;
                 pull_loop.started = true;
                 pull_loop.pre_admitted = false;
                 pull_loop.chain += 1;
-                let (queue, chain) = (pull_loop.queue.clone(), pull_loop.chain);
+                let (queue, chain) = (pull_loop.request.queue.clone(), pull_loop.chain);
                 lite.checked_from.insert(queue.clone(), offset);
                 lite.repositioned.insert(queue.clone());
                 self.note(|| format!("c{c} {queue} restarts at {offset} (epoch {epoch})"));
@@ -243,7 +235,7 @@ impl World {
         if pull_loop.chain != chain {
             return;
         }
-        let queue = pull_loop.queue.clone();
+        let queue = pull_loop.request.queue.clone();
         let Some(b) = broker_of(&queue) else { return };
         if !pull_loop.started {
             let command = query_offset_command(GROUP, &queue, false);
@@ -254,13 +246,8 @@ impl World {
         pull_loop.pulling = Some(chain);
         pull_loop.woken = false;
         let admitted = std::mem::take(&mut pull_loop.pre_admitted);
-        let (epoch, offset) = (pull_loop.epoch, pull_loop.offset);
-        let mut request = PullRequest::new(GROUP, queue, offset)
-            .subscription(pull_loop.subscription.clone())
-            .max_messages(lite.config.pull_batch_size as i32);
-        request.suspend = Some(lite.config.base.broker_suspend_max_time);
-        request.timeout = lite.config.base.consumer_timeout_when_suspend;
-        request.broker_id = pull_loop.broker_id;
+        let (epoch, offset) = (pull_loop.epoch, pull_loop.request.offset);
+        let request = pull_loop.request.clone();
         if !admitted {
             match lite.core.admit(slot, epoch, offset) {
                 Admission::Go => {}
@@ -315,13 +302,7 @@ impl World {
     ) {
         match pending {
             Pending::LiteStart(slot, chain) => {
-                let stored = match &answer {
-                    Ok(r) => StoredOffset::from_query_response(
-                        Some(r.code),
-                        r.ext("offset").and_then(|o| o.parse().ok()),
-                    ),
-                    Err(_) => StoredOffset::Unavailable,
-                };
+                let stored = stored_offset(&answer);
                 let found = match start_offset(ConsumeFromWhere::FirstOffset, stored, TOPIC, 0) {
                     StartOffset::Use(offset) => Some(offset),
                     _ => None,
@@ -336,9 +317,9 @@ impl World {
                 match found {
                     // A restart (reset) that came meanwhile wins.
                     Some(offset) if chain == pull_loop.chain && !pull_loop.started => {
-                        pull_loop.offset = offset;
+                        pull_loop.request.offset = offset;
                         pull_loop.started = true;
-                        let queue = pull_loop.queue.clone();
+                        let queue = pull_loop.request.queue.clone();
                         lite.checked_from.entry(queue.clone()).or_insert(offset);
                         lite.core.on_started(slot, offset);
                         self.note(|| format!("c{c} {queue} starts at {offset}"));
@@ -380,8 +361,8 @@ impl World {
                     return;
                 };
                 if pull_loop.epoch == epoch {
-                    pull_loop.offset = next;
-                    pull_loop.broker_id = broker_id;
+                    pull_loop.request.offset = next;
+                    pull_loop.request.broker_id = broker_id;
                     pull_loop.pre_admitted =
                         admission == Some(Admission::Go) && chain == pull_loop.chain;
                 }
@@ -440,32 +421,8 @@ impl World {
                 .first()
                 .map(|m| MessageQueue::new(TOPIC, m.broker_name.clone(), m.queue_id));
             if let Some(queue) = queue {
-                self.note(|| {
-                    let keys: Vec<String> = taken
-                        .messages
-                        .iter()
-                        .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
-                        .collect();
-                    format!("c{c} {queue} polled {keys:?}")
-                });
-                for message in &taken.messages {
-                    self.settled
-                        .entry(queue.clone())
-                        .or_default()
-                        .insert(message.queue_offset);
-                    if let Some(key) = key_of(message) {
-                        self.first_attempt.entry(key).or_insert(now);
-                        self.attempt_queues
-                            .entry(key)
-                            .or_default()
-                            .insert(queue.clone());
-                        self.consumed.entry(key).or_default().push(Consumption {
-                            at: now,
-                            queue: queue.clone(),
-                            offset: message.queue_offset,
-                        });
-                    }
-                }
+                self.note(|| format!("c{c} {queue} polled {:?}", keys_text(&taken.messages)));
+                self.record_consumed(&queue, &taken.messages);
             }
         }
         // Mostly quick polls; now and then the application is busy for seconds, so that
@@ -542,8 +499,9 @@ impl World {
         lite.loops
             .values()
             .map(|l| {
-                let stored = self.consumers[c].offsets.read(&l.queue).unwrap_or(0);
-                (l.queue.clone(), l.offset.max(stored))
+                let queue = &l.request.queue;
+                let stored = self.consumers[c].offsets.read(queue).unwrap_or(0);
+                (queue.clone(), l.request.offset.max(stored))
             })
             .collect()
     }

@@ -497,6 +497,39 @@ fn key_of(message: &MessageExt) -> Option<u64> {
         .ok()
 }
 
+/// What a QUERY_CONSUMER_OFFSET answer (or its failure) says of the stored offset.
+fn stored_offset(answer: &Result<RemotingCommand, Error>) -> StoredOffset {
+    match answer {
+        Ok(r) => StoredOffset::from_query_response(
+            Some(r.code),
+            r.ext("offset").and_then(|o| o.parse().ok()),
+        ),
+        Err(_) => StoredOffset::Unavailable,
+    }
+}
+
+/// The keys of the messages `broker` stores in `topic`'s queue `queue_id` below `end` (all of
+/// them with `i64::MAX`).
+fn stored_keys(broker: &BrokerCore, topic: &str, queue_id: i32, end: i64) -> Vec<u64> {
+    let store = broker.store();
+    let end = store.max_offset(topic, queue_id).min(end);
+    (store.min_offset(topic, queue_id)..end)
+        .filter_map(|offset| store.record_at(topic, queue_id, offset))
+        .filter_map(|raw| {
+            let mut raw = Bytes::copy_from_slice(raw);
+            decode_message(&mut raw).ok().as_ref().and_then(key_of)
+        })
+        .collect()
+}
+
+/// `k<key>@<offset>` of each message, for traces.
+fn keys_text(messages: &[MessageExt]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
+        .collect()
+}
+
 fn broker_name(index: usize) -> String {
     format!("broker-{index}")
 }
@@ -911,15 +944,7 @@ impl World {
                     self.faults += 1;
                     self.unclean.push(self.now);
                     self.note(|| format!("broker-{b} restarts"));
-                    let conns: Vec<ConnId> = self
-                        .conn_owner
-                        .iter()
-                        .filter(|(_, (_, broker))| *broker == b)
-                        .map(|(conn, _)| *conn)
-                        .collect();
-                    for conn in conns {
-                        self.drop_connection(conn, "broker restart");
-                    }
+                    self.drop_broker_connections(b, "broker restart");
                     self.brokers[b].on_restart();
                     self.brokers[b]
                         .on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
@@ -968,31 +993,18 @@ impl World {
         self.faults += 1;
         self.unclean.push(self.now);
         self.note(|| format!("broker-{b} restarts without its data"));
-        let conns: Vec<ConnId> = self
-            .conn_owner
-            .iter()
-            .filter(|(_, (_, broker))| *broker == b)
-            .map(|(conn, _)| *conn)
-            .collect();
-        for conn in conns {
-            self.drop_connection(conn, "broker wiped");
-        }
+        self.drop_broker_connections(b, "broker wiped");
         // Every message the broker stored (its own and its retry copies) is gone.
         let name = broker_name(b);
         let mut gone = Vec::new();
         for config in self.brokers[b].topic_configs() {
             for queue_id in 0..config.read_queue_nums {
-                let store = self.brokers[b].store();
-                for offset in store.min_offset(&config.topic_name, queue_id)
-                    ..store.max_offset(&config.topic_name, queue_id)
-                {
-                    if let Some(raw) = store.record_at(&config.topic_name, queue_id, offset) {
-                        let mut raw = Bytes::copy_from_slice(raw);
-                        if let Some(key) = decode_message(&mut raw).ok().as_ref().and_then(key_of) {
-                            gone.push(key);
-                        }
-                    }
-                }
+                gone.extend(stored_keys(
+                    &self.brokers[b],
+                    &config.topic_name,
+                    queue_id,
+                    i64::MAX,
+                ));
             }
         }
         self.wiped.extend(gone);
@@ -1057,6 +1069,19 @@ impl World {
 
     /// Closes `conn` on both sides: the broker forgets it, the consumer fails what waits on it
     /// and reconnects on its next request.
+    /// Closes every connection to broker `b`.
+    fn drop_broker_connections(&mut self, b: usize, why: &str) {
+        let conns: Vec<ConnId> = self
+            .conn_owner
+            .iter()
+            .filter(|(_, (_, broker))| *broker == b)
+            .map(|(conn, _)| *conn)
+            .collect();
+        for conn in conns {
+            self.drop_connection(conn, why);
+        }
+    }
+
     fn drop_connection(&mut self, conn: ConnId, why: &str) {
         let Some((consumer, broker)) = self.conn_owner.remove(&conn) else {
             return;
@@ -1384,13 +1409,7 @@ impl World {
                 self.on_members(c, &topic, members);
             }
             Pending::QueryOffset(mq, instance) => {
-                let stored = match &answer {
-                    Ok(r) => StoredOffset::from_query_response(
-                        Some(r.code),
-                        r.ext("offset").and_then(|o| o.parse().ok()),
-                    ),
-                    Err(_) => StoredOffset::Unavailable,
-                };
+                let stored = stored_offset(&answer);
                 let result = match start_offset(
                     self.consumers[c].cfg.consume_from_where,
                     stored,
@@ -1466,13 +1485,7 @@ impl World {
                 });
             }
             Pending::Recompute(mq, instance) => {
-                let stored = match &answer {
-                    Ok(r) => StoredOffset::from_query_response(
-                        Some(r.code),
-                        r.ext("offset").and_then(|o| o.parse().ok()),
-                    ),
-                    Err(_) => StoredOffset::Unavailable,
-                };
+                let stored = stored_offset(&answer);
                 self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                     core.on_recomputed_offset(stored, cfg, env, now, out)
                 });
@@ -2276,24 +2289,30 @@ impl World {
         success: bool,
         status: &str,
     ) {
-        self.note(|| {
-            let keys: Vec<String> = batch
-                .iter()
-                .map(|m| format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset))
-                .collect();
-            format!("c{c} {mq} listener {status} {keys:?}")
-        });
-        if !success {
-            return;
+        self.note(|| format!("c{c} {mq} listener {status} {:?}", keys_text(batch)));
+        if success {
+            self.record_consumed(mq, batch);
         }
-        for message in batch {
+    }
+
+    /// `messages` of `mq` were consumed (a listener call succeeded, a poll returned them, a
+    /// pull task handled them): the ledger the invariants are checked against.
+    fn record_consumed(&mut self, mq: &MessageQueue, messages: &[MessageExt]) {
+        let now = self.now;
+        for message in messages {
             self.settled
                 .entry(mq.clone())
                 .or_default()
                 .insert(message.queue_offset);
             if let Some(key) = key_of(message) {
+                // A push listener call recorded its attempt when it began.
+                self.first_attempt.entry(key).or_insert(now);
+                self.attempt_queues
+                    .entry(key)
+                    .or_default()
+                    .insert(mq.clone());
                 self.consumed.entry(key).or_default().push(Consumption {
-                    at: self.now,
+                    at: now,
                     queue: mq.clone(),
                     offset: message.queue_offset,
                 });
@@ -2535,15 +2554,7 @@ impl World {
                 let Some(&mark) = self.wipe_marks.get(&mq) else {
                     continue;
                 };
-                let end = broker.store().max_offset(&topic, queue_id).min(mark);
-                for offset in broker.store().min_offset(&topic, queue_id)..end {
-                    if let Some(raw) = broker.store().record_at(&topic, queue_id, offset) {
-                        let mut raw = Bytes::copy_from_slice(raw);
-                        if let Some(key) = decode_message(&mut raw).ok().as_ref().and_then(key_of) {
-                            keys.insert(key);
-                        }
-                    }
-                }
+                keys.extend(stored_keys(broker, &topic, queue_id, mark));
             }
         }
         keys
@@ -2557,15 +2568,7 @@ impl World {
                 continue;
             };
             for queue_id in 0..config.read_queue_nums {
-                let max = broker.store().max_offset(&topic, queue_id);
-                for offset in broker.store().min_offset(&topic, queue_id)..max {
-                    if let Some(raw) = broker.store().record_at(&topic, queue_id, offset) {
-                        let mut raw = Bytes::copy_from_slice(raw);
-                        if let Some(key) = decode_message(&mut raw).ok().as_ref().and_then(key_of) {
-                            keys.insert(key);
-                        }
-                    }
-                }
+                keys.extend(stored_keys(broker, &topic, queue_id, i64::MAX));
             }
         }
         keys

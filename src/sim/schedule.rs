@@ -17,7 +17,7 @@ use crate::message::MessageQueue;
 use crate::protocol::RemotingCommand;
 use crate::rpc::{query_offset_command, PullRequest, PullStatus, Subscription};
 
-use super::{broker_of, key_of, Consumption, Event, Life, Pending, World, GROUP, TOPIC};
+use super::{broker_of, keys_text, stored_offset, Event, Life, Pending, World, GROUP, TOPIC};
 
 /// The delay between runs when a pull found nothing (the example's default).
 const IDLE_DELAY_MS: i64 = 200;
@@ -220,13 +220,7 @@ impl World {
     ) {
         match pending {
             Pending::ScheduleOffset(queue, instance) => {
-                let stored = match &answer {
-                    Ok(r) => StoredOffset::from_query_response(
-                        Some(r.code),
-                        r.ext("offset").and_then(|o| o.parse().ok()),
-                    ),
-                    Err(_) => StoredOffset::Unavailable,
-                };
+                let stored = stored_offset(&answer);
                 match stored {
                     StoredOffset::Found(offset) if offset >= 0 => {
                         self.schedule_pull(c, queue, instance, offset)
@@ -253,37 +247,13 @@ impl World {
                         return;
                     }
                 };
-                let now = self.now;
                 if !result.messages.is_empty() {
                     self.note(|| {
-                        let keys: Vec<String> = result
-                            .messages
-                            .iter()
-                            .map(|m| {
-                                format!("k{}@{}", key_of(m).unwrap_or(u64::MAX), m.queue_offset)
-                            })
-                            .collect();
+                        let keys = keys_text(&result.messages);
                         format!("c{c} {queue} task handled {keys:?}")
                     });
                 }
-                for message in &result.messages {
-                    self.settled
-                        .entry(queue.clone())
-                        .or_default()
-                        .insert(message.queue_offset);
-                    if let Some(key) = key_of(message) {
-                        self.first_attempt.entry(key).or_insert(now);
-                        self.attempt_queues
-                            .entry(key)
-                            .or_default()
-                            .insert(queue.clone());
-                        self.consumed.entry(key).or_default().push(Consumption {
-                            at: now,
-                            queue: queue.clone(),
-                            offset: message.queue_offset,
-                        });
-                    }
-                }
+                self.record_consumed(&queue, &result.messages);
                 // The callback moves the offset on after handling what came.
                 self.consumers[c]
                     .offsets
