@@ -14,13 +14,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use actix::prelude::*;
+use actix::{WeakAddr, WeakRecipient};
 use tokio::sync::oneshot;
 
 use crate::actors::connection::{
     self, Connection, ConnectionConfig, RegisterHandler, ServerRequest,
 };
 use crate::actors::runtime;
-use crate::error::{Error, Result};
+use crate::error::{Error, ProtocolError, Result};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
@@ -126,7 +127,7 @@ impl ClientShared {
 
 /// Returns the connection actor for a remote address, creating it on first use.
 #[derive(Message)]
-#[rtype(result = "Addr<Connection>")]
+#[rtype(result = "Result<Addr<Connection>>")]
 pub(crate) struct GetConnection(pub String);
 
 /// Returns the route of a topic: from the cache, or from the name servers when absent or when
@@ -167,8 +168,14 @@ pub(crate) struct UnregisterConsumer(pub String);
 pub(crate) struct ClientInstance {
     config: ClientConfig,
     shared: Arc<ClientShared>,
-    myself: Option<Addr<ClientInstance>>,
-    consumers: HashMap<String, Recipient<ServerRequest>>,
+    /// Its own address, weak: what connections answer server requests to.
+    myself: Option<WeakAddr<ClientInstance>>,
+    /// Who answers each group's server requests; weak, so a registration keeps no consumer
+    /// alive (a consumer dropped without unregistering is skipped as if unknown).
+    consumers: HashMap<String, WeakRecipient<ServerRequest>>,
+    /// Shut down by its owner: a restart (handles still exist) answers every request with
+    /// [`Error::Shutdown`] instead of opening connections again.
+    shut_down: bool,
     namesrv: NameServerList,
     refreshing: HashSet<String>,
     /// Callers waiting for a route fetch already under way, by topic: one name-server request
@@ -181,9 +188,10 @@ impl ClientInstance {
         if let Some(conn) = self.shared.cached_connection(addr) {
             return conn;
         }
-        let conn = Connection::with_config(addr, self.config.connection.clone()).start();
+        let conn = Connection::with_config(addr, self.config.connection.clone()).start_supervised();
         if let Some(myself) = &self.myself {
-            // Registration is a control message on a fresh actor: it cannot be refused.
+            // Registration is a control message on a fresh actor: it cannot be refused. Weak:
+            // the instance owns its connections, not the reverse.
             conn.do_send(RegisterHandler {
                 code: None,
                 handler: myself.clone().recipient(),
@@ -231,7 +239,12 @@ impl ClientInstance {
                     Ok(response) if response.code == response_code::SUCCESS => {
                         let body = response.body.unwrap_or_default();
                         return match decode_json::<TopicRouteData>(&body) {
-                            Ok(data) => Ok((addr, Some(data))),
+                            Ok(data) => match crate::route::check_route(&data) {
+                                Ok(()) => Ok((addr, Some(data))),
+                                Err(why) => Err(Error::Protocol(ProtocolError::Json(format!(
+                                    "route of {query_topic} from {addr}: {why}"
+                                )))),
+                            },
                             Err(e) => Err(Error::Protocol(e)),
                         };
                     }
@@ -293,7 +306,10 @@ impl Actor for ClientInstance {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.myself = Some(ctx.address());
+        self.myself = Some(ctx.address().downgrade());
+        if self.shut_down {
+            return;
+        }
         // Timers are armed here so that a restarted instance re-arms them.
         ctx.run_interval(self.config.poll_name_server_interval, |act, ctx| {
             act.refresh_all(ctx)
@@ -314,11 +330,31 @@ impl Actor for ClientInstance {
     }
 }
 
+impl Supervised for ClientInstance {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        // Fetches under way were futures of the old context: their waiters are told so.
+        self.refreshing.clear();
+        self.route_waiters.clear();
+        if !self.shut_down {
+            tracing::warn!(client_id = %self.shared.client_id, "client instance failed; restarted");
+        }
+    }
+}
+
+impl ClientInstance {
+    fn shut_down_error() -> Error {
+        Error::Shutdown("the client instance was shut down".into())
+    }
+}
+
 impl Handler<GetConnection> for ClientInstance {
-    type Result = MessageResult<GetConnection>;
+    type Result = Result<Addr<Connection>>;
 
     fn handle(&mut self, msg: GetConnection, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.connection(&msg.0))
+        if self.shut_down {
+            return Err(Self::shut_down_error());
+        }
+        Ok(self.connection(&msg.0))
     }
 }
 
@@ -326,6 +362,9 @@ impl Handler<GetRoute> for ClientInstance {
     type Result = ResponseActFuture<Self, Result<Arc<TopicRoute>>>;
 
     fn handle(&mut self, msg: GetRoute, _ctx: &mut Self::Context) -> Self::Result {
+        if self.shut_down {
+            return Box::pin(fut::ready(Err(Self::shut_down_error())));
+        }
         if !msg.refresh {
             if let Some(route) = self.shared.cached_route(&msg.topic) {
                 return Box::pin(fut::ready(Ok(route)));
@@ -360,14 +399,18 @@ impl Handler<RegisterConsumer> for ClientInstance {
     type Result = Result<()>;
 
     fn handle(&mut self, msg: RegisterConsumer, _ctx: &mut Self::Context) -> Result<()> {
-        if self.consumers.contains_key(&msg.group) {
+        if self.shut_down {
+            return Err(Self::shut_down_error());
+        }
+        let registered = self.consumers.get(&msg.group);
+        if registered.is_some_and(|handler| handler.upgrade().is_some()) {
             return Err(Error::Config {
                 option: "consumer_group",
                 value: msg.group,
                 allowed: "a group not already consumed through this client instance".into(),
             });
         }
-        self.consumers.insert(msg.group, msg.handler);
+        self.consumers.insert(msg.group, msg.handler.downgrade());
         Ok(())
     }
 }
@@ -391,7 +434,7 @@ impl Handler<ServerRequest> for ClientInstance {
             .unwrap_or_default()
             .to_owned();
         let code = msg.command.code;
-        let Some(consumer) = self.consumers.get(&group).cloned() else {
+        let Some(consumer) = self.consumers.get(&group).and_then(WeakRecipient::upgrade) else {
             tracing::debug!(code, %group, peer = %msg.peer, "server request for a group this client does not consume");
             let answer = RemotingCommand::response(
                 response_code::SYSTEM_ERROR,
@@ -417,6 +460,7 @@ impl Handler<Shutdown> for ClientInstance {
     type Result = ();
 
     fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) {
+        self.shut_down = true;
         ctx.stop();
     }
 }
@@ -503,12 +547,13 @@ impl Client {
             shared: shared.clone(),
             myself: None,
             consumers: HashMap::new(),
+            shut_down: false,
             namesrv,
             refreshing: HashSet::new(),
             route_waiters: HashMap::new(),
         };
         Ok(Client {
-            addr: runtime::start_actor(instance)?,
+            addr: runtime::start_supervised(instance)?,
             shared,
         })
     }
@@ -593,7 +638,7 @@ impl Client {
         if let Some(conn) = self.shared.cached_connection(addr) {
             return Ok(conn);
         }
-        Ok(self.addr.send(GetConnection(addr.to_owned())).await?)
+        self.addr.send(GetConnection(addr.to_owned())).await?
     }
 
     /// Sends `command` to `addr` and returns the response whatever its code: the escape hatch

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use actix::io::{FramedWrite, WriteHandler};
 use actix::prelude::*;
+use actix::WeakRecipient;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -99,14 +100,15 @@ pub struct ServerRequest {
 }
 
 /// Registers the handler of server-initiated requests with `code`, or of every code without a
-/// handler of its own when `code` is `None`.
+/// handler of its own when `code` is `None`. The connection holds it weakly: being registered
+/// keeps no handler alive (the client instance owns its connections, not the reverse).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct RegisterHandler {
     /// The request code, or `None` for the fallback handler.
     pub code: Option<i32>,
     /// Who answers.
-    pub handler: Recipient<ServerRequest>,
+    pub handler: WeakRecipient<ServerRequest>,
 }
 
 /// What happened to a connection, sent to subscribers.
@@ -127,10 +129,11 @@ pub enum ConnectionEvent {
     },
 }
 
-/// Subscribes to [`ConnectionEvent`]s.
+/// Subscribes to [`ConnectionEvent`]s. Held weakly: a subscriber that stops is forgotten, and
+/// subscribing keeps nobody alive.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Subscribe(pub Recipient<ConnectionEvent>);
+pub struct Subscribe(pub WeakRecipient<ConnectionEvent>);
 
 /// Closes the socket (failing pending requests) without stopping the actor; the next request
 /// reconnects. Used by fault-injection tests and by clients dropping a stale broker.
@@ -138,10 +141,17 @@ pub struct Subscribe(pub Recipient<ConnectionEvent>);
 #[rtype(result = "()")]
 pub struct Disconnect;
 
-/// Stops the actor, failing pending requests.
+/// Closes the connection for good, failing pending requests; later requests fail at once as
+/// closed.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Close;
+
+/// Makes the actor fail (stop unexpectedly) as a bug would: its supervisor restarts it, pending
+/// requests fail as closed, and the next request reconnects. For fault-injection tests.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Fail;
 
 /// Whether the socket is established now (mainly for tests and diagnostics).
 #[derive(Message)]
@@ -183,10 +193,15 @@ pub struct Connection {
     generation: u64,
     /// Requests waiting for their answer (the sans-I/O table of `crate::remoting`).
     pending: RequestTable<Reply>,
-    handlers: HashMap<i32, Recipient<ServerRequest>>,
-    fallback_handler: Option<Recipient<ServerRequest>>,
-    subscribers: Vec<Recipient<ConnectionEvent>>,
+    handlers: HashMap<i32, WeakRecipient<ServerRequest>>,
+    fallback_handler: Option<WeakRecipient<ServerRequest>>,
+    subscribers: Vec<WeakRecipient<ConnectionEvent>>,
     backoff: Backoff,
+    /// Closed by its owner ([`Close`]): a restart (its address is still held somewhere) leaves
+    /// it closed, answering every request as closed, until the last address is dropped.
+    closed: bool,
+    /// Restarts after failures (see [`Fail`]), for diagnostics and tests.
+    restarts: u64,
 }
 
 impl Connection {
@@ -209,11 +224,27 @@ impl Connection {
             handlers: HashMap::new(),
             fallback_handler: None,
             subscribers: Vec::new(),
+            closed: false,
+            restarts: 0,
         }
+    }
+
+    /// Starts the connection under a supervisor: when it fails it is restarted in place (same
+    /// address, same handlers and subscribers) and reconnects on the next request.
+    pub(crate) fn start_supervised(self) -> Addr<Connection> {
+        Supervisor::start(move |_| self)
+    }
+
+    /// The error of a request to a connection closed for good.
+    fn closed_error(&self) -> Error {
+        Error::ConnectionClosed(self.peer.clone())
     }
 
     /// Queues an encoded frame, connecting first if needed.
     fn write_frame(&mut self, frame: Bytes, ctx: &mut Context<Self>) {
+        if self.closed {
+            return;
+        }
         match &mut self.state {
             State::Connected { writer, .. } => writer.write(frame),
             State::Connecting { queued } => queued.push(frame),
@@ -339,10 +370,12 @@ impl Connection {
     }
 
     fn notify(&mut self, event: ConnectionEvent) {
-        self.subscribers.retain(|s| s.connected());
+        self.subscribers.retain(|s| s.upgrade().is_some());
         for subscriber in &self.subscribers {
-            // Events are rare control messages; a full subscriber mailbox must not block I/O.
-            let _ = subscriber.try_send(event.clone());
+            if let Some(subscriber) = subscriber.upgrade() {
+                // Events are rare control messages; a full subscriber mailbox must not block I/O.
+                let _ = subscriber.try_send(event.clone());
+            }
         }
     }
 
@@ -350,8 +383,12 @@ impl Connection {
         let handler = self
             .handlers
             .get(&command.code)
-            .or(self.fallback_handler.as_ref())
-            .cloned();
+            .and_then(WeakRecipient::upgrade)
+            .or_else(|| {
+                self.fallback_handler
+                    .as_ref()
+                    .and_then(WeakRecipient::upgrade)
+            });
         let oneway = command.is_oneway();
         let Some(handler) = handler else {
             tracing::debug!(peer = %self.peer, code = command.code, "server request without handler");
@@ -414,6 +451,31 @@ impl Actor for Connection {
     }
 }
 
+impl Supervised for Connection {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        // The socket's reader and writer were futures of the old context: they are gone.
+        let was_connected = matches!(self.state, State::Connected { .. });
+        self.generation += 1;
+        self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
+        if self.closed {
+            self.state = State::Idle { retry_at: None };
+            return;
+        }
+        self.restarts += 1;
+        let wait = self.backoff.on_failure();
+        tracing::warn!(peer = %self.peer, restarts = self.restarts, backoff = ?wait, "connection actor failed; restarted");
+        self.state = State::Idle {
+            retry_at: Some(Instant::now() + wait),
+        };
+        if was_connected {
+            self.notify(ConnectionEvent::Disconnected {
+                peer: self.peer.clone(),
+                reason: "connection actor restarted".into(),
+            });
+        }
+    }
+}
+
 impl WriteHandler<std::io::Error> for Connection {
     fn error(&mut self, err: std::io::Error, ctx: &mut Self::Context) -> Running {
         self.on_disconnect(format!("write failed: {err}"), ctx);
@@ -459,6 +521,9 @@ impl Handler<Request> for Connection {
     type Result = ResponseActFuture<Self, Result<RemotingCommand>>;
 
     fn handle(&mut self, msg: Request, ctx: &mut Self::Context) -> Self::Result {
+        if self.closed {
+            return Box::pin(fut::ready(Err(self.closed_error())));
+        }
         let mut command = msg.command;
         let code = command.code;
         let (reply, response) = oneshot::channel();
@@ -497,6 +562,10 @@ impl Handler<EncodedRequest> for Connection {
 
     fn handle(&mut self, msg: EncodedRequest, ctx: &mut Self::Context) {
         let EncodedRequest { mut frame, reply } = msg;
+        if self.closed {
+            let _ = reply.send(Err(self.closed_error()));
+            return;
+        }
         if reply.is_closed() {
             return; // the caller gave up while the request sat in the mailbox
         }
@@ -549,6 +618,9 @@ impl Handler<Oneway> for Connection {
     type Result = Result<()>;
 
     fn handle(&mut self, msg: Oneway, ctx: &mut Self::Context) -> Self::Result {
+        if self.closed {
+            return Err(self.closed_error());
+        }
         let mut command = msg.command;
         command.opaque = self.pending.allocate_opaque();
         command.mark_oneway();
@@ -593,6 +665,15 @@ impl Handler<Close> for Connection {
 
     fn handle(&mut self, _msg: Close, ctx: &mut Self::Context) {
         self.on_disconnect("closed by owner".into(), ctx);
+        self.closed = true;
+        ctx.stop();
+    }
+}
+
+impl Handler<Fail> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Fail, ctx: &mut Self::Context) {
         ctx.stop();
     }
 }

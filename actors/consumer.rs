@@ -53,6 +53,123 @@ use crate::rpc::Subscription;
 
 pub(crate) use crate::actors::now_ms;
 
+/// What happens to a consumer over its life, for an application that watches it
+/// ([`PushConsumer::events`], [`PushConsumerBuilder::event_recipient`]).
+///
+/// ```no_run
+/// # async fn demo(consumer: rocketmq_actor::PushConsumer) {
+/// use futures::StreamExt;
+/// use rocketmq_actor::consumer::ConsumerEvent;
+/// let mut events = consumer.events();
+/// while let Some(event) = events.next().await {
+///     if let ConsumerEvent::Problem { topic, cause } = &event {
+///         eprintln!("cannot consume {topic}: {cause}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsumerEvent {
+    /// The consumer started (its first heartbeat and rebalance were sent).
+    Started {
+        /// The client id brokers know it by.
+        client_id: String,
+    },
+    /// A rebalance gave this consumer these queues.
+    QueuesAssigned(Vec<MessageQueue>),
+    /// A rebalance took these queues away (each persisted its offset as it let go).
+    QueuesRevoked(Vec<MessageQueue>),
+    /// The connection to a broker the consumer heartbeats closed.
+    Disconnected {
+        /// The broker's address.
+        broker: String,
+        /// Why it closed.
+        reason: String,
+    },
+    /// The connection to that broker is back; the consumer heartbeated it at once (a restarted
+    /// broker forgets the group).
+    Reconnected {
+        /// The broker's address.
+        broker: String,
+    },
+    /// A queue actor failed and was restarted from the queue's committed offset.
+    QueueRestarted {
+        /// The queue.
+        queue: MessageQueue,
+        /// Its restarts so far.
+        restarts: u64,
+        /// The backoff before it ran again.
+        after: Duration,
+    },
+    /// A queue actor failed more often than the restart policy allows; the next rebalance pass
+    /// starts the queue afresh.
+    QueueGaveUp {
+        /// The queue.
+        queue: MessageQueue,
+        /// Failures within the policy's window.
+        failures: u32,
+    },
+    /// A subscribed topic cannot be consumed now (no route, the topic does not exist, a
+    /// malformed answer, the name servers do not answer, the broker does not list this member
+    /// yet). Retried; also in [`ConsumerStatus::problems`].
+    Problem {
+        /// The topic.
+        topic: String,
+        /// What went wrong, as the error says it.
+        cause: String,
+    },
+    /// The problem of this topic is gone.
+    ProblemCleared {
+        /// The topic.
+        topic: String,
+    },
+    /// The consumer stopped (after its offsets were persisted).
+    Stopped,
+}
+
+impl Message for ConsumerEvent {
+    type Result = ();
+}
+
+/// Where a consumer's events go: the application's recipients and the streams of
+/// [`PushConsumer::events`].
+pub(crate) struct EventSink {
+    recipients: Vec<Recipient<ConsumerEvent>>,
+    streams: tokio::sync::broadcast::Sender<ConsumerEvent>,
+}
+
+impl EventSink {
+    fn new(recipients: Vec<Recipient<ConsumerEvent>>) -> Self {
+        EventSink {
+            recipients,
+            streams: tokio::sync::broadcast::channel(256).0,
+        }
+    }
+
+    pub(crate) fn emit(&self, event: ConsumerEvent) {
+        for recipient in &self.recipients {
+            // Events are rare: a full mailbox of the application's actor drops one rather than
+            // holding up the consumer.
+            if recipient.try_send(event.clone()).is_err() {
+                tracing::debug!(?event, "event recipient full or gone; event dropped");
+            }
+        }
+        let _ = self.streams.send(event);
+    }
+}
+
+/// A consumer's state as the application sees it ([`PushConsumer::status`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerStatus {
+    /// Queues owned now.
+    pub owned_queues: Vec<MessageQueue>,
+    /// Topics that cannot be consumed now, with the cause (see [`ConsumerEvent::Problem`]).
+    pub problems: BTreeMap<String, String>,
+    /// Queue-actor restarts since start.
+    pub queue_restarts: u64,
+}
+
 /// Counters of one consumer (see [`PushConsumer::stats`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConsumerStats {
@@ -150,9 +267,41 @@ pub(crate) struct ConsumerShared {
     pub(crate) heartbeat: std::cell::OnceCell<actix::WeakAddr<Heartbeat>>,
     /// When each topic's route was last refreshed because a queue could not reach its broker.
     pub(crate) route_refreshes: RefCell<BTreeMap<String, std::time::Instant>>,
+    /// Lifecycle events out.
+    pub(crate) events: EventSink,
+    /// Why each topic cannot be consumed now.
+    pub(crate) problems: RefCell<BTreeMap<String, String>>,
+    /// Queue-actor restarts since start.
+    pub(crate) queue_restarts: Cell<u64>,
 }
 
 impl ConsumerShared {
+    /// Records why `topic` cannot be consumed: logged at warn and sent as an event when the
+    /// cause is new, so a consumer that sits idle says why once (not at every retry).
+    pub(crate) fn note_problem(&self, topic: &str, cause: String) {
+        let mut problems = self.problems.borrow_mut();
+        if problems.get(topic) == Some(&cause) {
+            return;
+        }
+        tracing::warn!(group = %self.group, %topic, %cause, "cannot consume the topic now; retrying");
+        problems.insert(topic.to_owned(), cause.clone());
+        drop(problems);
+        self.events.emit(ConsumerEvent::Problem {
+            topic: topic.to_owned(),
+            cause,
+        });
+    }
+
+    /// `topic` can be consumed again.
+    pub(crate) fn clear_problem(&self, topic: &str) {
+        if self.problems.borrow_mut().remove(topic).is_some() {
+            tracing::info!(group = %self.group, %topic, "the topic can be consumed again");
+            self.events.emit(ConsumerEvent::ProblemCleared {
+                topic: topic.to_owned(),
+            });
+        }
+    }
+
     /// Asks for a heartbeat now: a broker answered a pull with SUBSCRIPTION_NOT_EXIST (it
     /// restarted and forgot the group). Requests within a second make one heartbeat.
     /// Reads `topic`'s route again now, unless that was done within the last second: a queue
@@ -254,6 +403,7 @@ pub struct PushConsumerBuilder {
     namesrv_addr: Option<String>,
     client: Option<Client>,
     listener: Option<SendListener>,
+    event_recipients: Vec<Recipient<ConsumerEvent>>,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -351,6 +501,14 @@ impl PushConsumerBuilder {
         self.listener(RecipientListener(recipient))
     }
 
+    /// Sends the consumer's [`ConsumerEvent`]s to an actor as well (from the start on, so
+    /// `Started` and the first `QueuesAssigned` are seen). An event that finds the mailbox full
+    /// is dropped.
+    pub fn event_recipient(mut self, recipient: Recipient<ConsumerEvent>) -> Self {
+        self.event_recipients.push(recipient);
+        self
+    }
+
     /// Validates the configuration, starts the consumer's actors (on the current arbiter inside
     /// an actix system, else on the crate's runtime thread), sends the first heartbeat and the
     /// first rebalance, and returns the handle.
@@ -417,13 +575,16 @@ impl PushConsumerBuilder {
             group.to_string(),
             backend,
             config.persist_consumer_offset_interval,
-        )?
-        .start();
+        )?;
+        let offsets = Supervisor::start(move |_| offsets);
         let dispatcher = ConsumeDispatcher::new(
             listener.clone(),
             config.effective_consume_concurrency() as usize,
         );
-        let puller = Puller::new(client.clone()).start();
+        let puller = {
+            let client = client.clone();
+            Supervisor::start(move |_| Puller::new(client))
+        };
         let retry_producer = Producer::new(
             client.clone(),
             ProducerConfig {
@@ -447,14 +608,20 @@ impl PushConsumerBuilder {
             consume_timestamp_ms,
             heartbeat: std::cell::OnceCell::new(),
             route_refreshes: RefCell::new(BTreeMap::new()),
+            events: EventSink::new(self.event_recipients),
+            problems: RefCell::new(BTreeMap::new()),
+            queue_restarts: Cell::new(0),
         });
 
         for topic in shared.subscribed_topics() {
             if let Err(e) = client.refresh_route(&topic).await {
-                tracing::info!(%topic, error = %e, "no route yet; the consumer will pick the topic up when it appears");
+                shared.note_problem(&topic, e.to_string());
             }
         }
-        let heartbeat = Heartbeat::new(shared.clone()).start();
+        let heartbeat = Supervisor::start({
+            let shared = shared.clone();
+            move |_| Heartbeat::new(shared)
+        });
         let _ = shared.heartbeat.set(heartbeat.downgrade());
         let root = ConsumerRoot {
             shared: shared.clone(),
@@ -462,6 +629,7 @@ impl PushConsumerBuilder {
             heartbeat: heartbeat.clone(),
             rebalancer: None,
             own_client,
+            retired: false,
         }
         .start();
         let registered = client
@@ -489,18 +657,40 @@ impl PushConsumerBuilder {
             tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
         }
         root.send(StartRebalancing).await?;
+        shared.events.emit(ConsumerEvent::Started {
+            client_id: client.client_id().to_owned(),
+        });
         Ok(PushConsumer {
             root,
             client_id: client.client_id().to_owned(),
+            events: shared.events.streams.clone(),
+            shut_down: false,
         })
     }
 }
 
-/// A running push consumer. Dropping the handle does not stop it: call
-/// [`PushConsumer::shutdown`].
+/// A running push consumer.
+///
+/// **Dropping the handle shuts the consumer down** in the background, as
+/// [`PushConsumer::shutdown`] does (in-flight listener calls finish, offsets are persisted,
+/// the group is left), without waiting for it. Call `shutdown().await` to know when it is done;
+/// keep the handle for as long as the consumer should run.
+#[must_use = "dropping the handle shuts the consumer down"]
 pub struct PushConsumer {
     root: Addr<ConsumerRoot>,
     client_id: String,
+    events: tokio::sync::broadcast::Sender<ConsumerEvent>,
+    /// `shutdown` was called: dropping the handle has nothing left to do.
+    shut_down: bool,
+}
+
+impl Drop for PushConsumer {
+    fn drop(&mut self) {
+        if !self.shut_down {
+            // A control message of a handle that is going away: it cannot wait for room.
+            self.root.do_send(Shutdown);
+        }
+    }
 }
 
 impl PushConsumer {
@@ -511,6 +701,7 @@ impl PushConsumer {
             namesrv_addr: None,
             client: None,
             listener: None,
+            event_recipients: Vec::new(),
         }
     }
 
@@ -539,6 +730,53 @@ impl PushConsumer {
         self.root.send(GetOwned).await.unwrap_or_default()
     }
 
+    /// The queue actors, for fault-injection tests.
+    #[cfg(test)]
+    pub(crate) async fn queue_actors(
+        &self,
+    ) -> Vec<(MessageQueue, Addr<crate::actors::queue::QueueActor>)> {
+        let rebalancer = self.root.send(GetRebalancer).await.ok().flatten();
+        match rebalancer {
+            Some(r) => r.send(OwnedQueues).await.unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The consumer's client, for fault-injection tests.
+    #[cfg(test)]
+    pub(crate) async fn client_for_tests(&self) -> Client {
+        self.root.send(GetClient).await.expect("the consumer runs")
+    }
+
+    /// Its state now: owned queues, the topics it cannot consume and why, restarts.
+    pub async fn status(&self) -> ConsumerStatus {
+        self.root.send(GetStatus).await.unwrap_or_default()
+    }
+
+    /// A stream of the consumer's [`ConsumerEvent`]s from now on. A reader that falls more
+    /// than 256 events behind skips the oldest (a warning is logged); the stream ends when the
+    /// consumer stops.
+    pub fn events(&self) -> impl futures::Stream<Item = ConsumerEvent> + Send + Unpin + 'static {
+        let receiver = self.events.subscribe();
+        Box::pin(futures::stream::unfold(
+            receiver,
+            |mut receiver| async move {
+                loop {
+                    match receiver.recv().await {
+                        Ok(event) => return Some((event, receiver)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
+                            tracing::warn!(
+                                skipped,
+                                "consumer event stream fell behind; events skipped"
+                            );
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        ))
+    }
+
     /// Triggers a rebalance now (one runs every `rebalance_interval` anyway).
     pub async fn rebalance(&self) {
         let _ = self.root.send(TriggerRebalance).await;
@@ -547,7 +785,8 @@ impl PushConsumer {
     /// Graceful shutdown: stop pulling, wait for listener calls in flight (bounded by
     /// `shutdown_await`; unbounded by default), persist every offset, unregister from the
     /// brokers, stop the actors.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        self.shut_down = true;
         let _ = self.root.send(Shutdown).await;
     }
 }
@@ -569,6 +808,38 @@ struct GetStats;
 struct GetOwned;
 
 #[derive(Message)]
+#[rtype(result = "ConsumerStatus")]
+struct GetStatus;
+
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "Option<Addr<Rebalancer>>")]
+struct GetRebalancer;
+
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "Client")]
+struct GetClient;
+
+#[cfg(test)]
+impl Handler<GetClient> for ConsumerRoot {
+    type Result = MessageResult<GetClient>;
+
+    fn handle(&mut self, _msg: GetClient, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.shared.client.clone())
+    }
+}
+
+#[cfg(test)]
+impl Handler<GetRebalancer> for ConsumerRoot {
+    type Result = Option<Addr<Rebalancer>>;
+
+    fn handle(&mut self, _msg: GetRebalancer, _ctx: &mut Self::Context) -> Self::Result {
+        self.rebalancer.clone()
+    }
+}
+
+#[derive(Message)]
 #[rtype(result = "()")]
 struct TriggerRebalance;
 
@@ -583,6 +854,8 @@ pub struct ConsumerRoot {
     heartbeat: Addr<Heartbeat>,
     rebalancer: Option<Addr<Rebalancer>>,
     own_client: bool,
+    /// Shut down (see `StopActor`).
+    retired: bool,
 }
 
 impl Actor for ConsumerRoot {
@@ -594,8 +867,10 @@ impl Handler<StartRebalancing> for ConsumerRoot {
 
     fn handle(&mut self, _msg: StartRebalancing, _ctx: &mut Self::Context) {
         if self.rebalancer.is_none() {
-            self.rebalancer =
-                Some(Rebalancer::new(self.shared.clone(), self.heartbeat.clone()).start());
+            let (shared, heartbeat) = (self.shared.clone(), self.heartbeat.clone());
+            self.rebalancer = Some(Supervisor::start(move |_| {
+                Rebalancer::new(shared, heartbeat)
+            }));
         }
     }
 }
@@ -636,6 +911,28 @@ impl Handler<GetOwned> for ConsumerRoot {
     }
 }
 
+impl Handler<GetStatus> for ConsumerRoot {
+    type Result = ResponseActFuture<Self, ConsumerStatus>;
+
+    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Self::Context) -> Self::Result {
+        let rebalancer = self.rebalancer.clone();
+        Box::pin(
+            async move {
+                match rebalancer {
+                    Some(r) => r.send(OwnedQueues).await.unwrap_or_default(),
+                    None => Vec::new(),
+                }
+            }
+            .into_actor(self)
+            .map(|owned, act, _ctx| ConsumerStatus {
+                owned_queues: owned.into_iter().map(|(mq, _)| mq).collect(),
+                problems: act.shared.problems.borrow().clone(),
+                queue_restarts: act.shared.queue_restarts.get(),
+            }),
+        )
+    }
+}
+
 impl Handler<GetStats> for ConsumerRoot {
     type Result = ResponseActFuture<Self, ConsumerStats>;
 
@@ -658,6 +955,10 @@ impl Handler<Shutdown> for ConsumerRoot {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+        if self.retired {
+            return Box::pin(fut::ready(()));
+        }
+        self.retired = true;
         let shared = self.shared.clone();
         let rebalancer = self.rebalancer.take();
         let heartbeat = self.heartbeat.clone();
@@ -691,6 +992,8 @@ impl Handler<Shutdown> for ConsumerRoot {
             .map(|_, act, ctx| {
                 act.shared.puller.do_send(StopActor);
                 act.shared.offsets.do_send(StopActor);
+                act.heartbeat.do_send(StopActor);
+                act.shared.events.emit(ConsumerEvent::Stopped);
                 ctx.stop();
             }),
         )
@@ -702,11 +1005,15 @@ impl Handler<Shutdown> for ConsumerRoot {
 #[rtype(result = "()")]
 pub(crate) struct StopActor;
 
+/// The actors of a consumer run under supervisors, which restart an actor that stops while
+/// its address is held; one stopped on purpose is `retired` first, so a restart leaves it idle
+/// until its last address is gone.
 macro_rules! stoppable {
     ($($actor:ty),*) => {$(
         impl Handler<StopActor> for $actor {
             type Result = ();
             fn handle(&mut self, _msg: StopActor, ctx: &mut Self::Context) {
+                self.retired = true;
                 ctx.stop();
             }
         }

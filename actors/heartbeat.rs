@@ -3,12 +3,13 @@
 //! says goodbye (UNREGISTER_CLIENT) at shutdown. Brokers register consumers per connection, so
 //! this is also what makes a broker send NOTIFY_CONSUMER_IDS_CHANGED on our connection.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use actix::prelude::*;
 
-use crate::actors::consumer::ConsumerShared;
+use crate::actors::connection::{ConnectionEvent, Subscribe};
+use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::error::Result;
 use crate::protocol::body;
@@ -38,6 +39,12 @@ pub struct Unregister;
 pub struct Heartbeat {
     shared: Rc<ConsumerShared>,
     last_on_demand: Option<std::time::Instant>,
+    /// Broker connections this actor watches, and whether each is down now: a broker that
+    /// comes back is heartbeated at once (a restarted broker forgets the group, and its
+    /// answers to pulls would say so until the next 30 s tick).
+    watched: BTreeMap<String, bool>,
+    /// Stopped on purpose (see `StopActor`, `Unregister`).
+    pub(crate) retired: bool,
 }
 
 impl Heartbeat {
@@ -45,7 +52,49 @@ impl Heartbeat {
         Heartbeat {
             shared,
             last_on_demand: None,
+            watched: BTreeMap::new(),
+            retired: false,
         }
+    }
+
+    /// Heartbeats every broker, and starts watching the connections of brokers not watched
+    /// yet.
+    fn heartbeat_all(
+        &mut self,
+        ctx: &mut Context<Self>,
+    ) -> impl ActorFuture<Self, Output = Result<()>> {
+        let me = ctx.address().downgrade();
+        let shared = self.shared.clone();
+        async move {
+            let addrs = broker_addrs(&shared).await;
+            let result = send_heartbeats(&shared, &addrs).await;
+            (addrs, result, me)
+        }
+        .into_actor(self)
+        .map(|(addrs, result, me), act, ctx| {
+            for addr in addrs {
+                if act.watched.contains_key(&addr) {
+                    continue;
+                }
+                act.watched.insert(addr.clone(), false);
+                let client = act.shared.client.clone();
+                let me = me.clone();
+                ctx.spawn(
+                    async move {
+                        let connection = client.connection(&addr).await?;
+                        connection.send(Subscribe(me.recipient())).await?;
+                        Ok::<_, crate::error::Error>(())
+                    }
+                    .into_actor(act)
+                    .map(|result, _, _| {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "cannot watch a broker connection");
+                        }
+                    }),
+                );
+            }
+            result
+        })
     }
 }
 
@@ -92,11 +141,11 @@ fn heartbeat_data(shared: &ConsumerShared) -> HeartbeatData {
     }
 }
 
-async fn send_heartbeats(shared: Rc<ConsumerShared>) -> Result<()> {
-    let data = heartbeat_data(&shared);
+async fn send_heartbeats(shared: &ConsumerShared, addrs: &BTreeSet<String>) -> Result<()> {
+    let data = heartbeat_data(shared);
     let mut first_error = None;
-    for addr in broker_addrs(&shared).await {
-        if let Err(e) = shared.client.heartbeat(&addr, &data).await {
+    for addr in addrs {
+        if let Err(e) = shared.client.heartbeat(addr, &data).await {
             tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
             first_error.get_or_insert(e);
         }
@@ -108,21 +157,69 @@ impl Actor for Heartbeat {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if self.retired {
+            return;
+        }
         ctx.run_interval(self.shared.config.heartbeat_broker_interval, |act, ctx| {
-            ctx.spawn(
-                send_heartbeats(act.shared.clone())
-                    .into_actor(act)
-                    .map(|_, _, _| ()),
-            );
+            let heartbeat = act.heartbeat_all(ctx).map(|_, _, _| ());
+            ctx.spawn(heartbeat);
         });
     }
 }
 
-impl Handler<SendHeartbeat> for Heartbeat {
-    type Result = ResponseFuture<Result<()>>;
+impl Supervised for Heartbeat {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        if !self.retired {
+            tracing::warn!(group = %self.shared.group, "heartbeat actor failed; restarted");
+            // Subscriptions are weak and were to the old context's address: watch anew.
+            self.watched.clear();
+        }
+    }
+}
 
-    fn handle(&mut self, _msg: SendHeartbeat, _ctx: &mut Self::Context) -> Self::Result {
-        Box::pin(send_heartbeats(self.shared.clone()))
+impl Handler<SendHeartbeat> for Heartbeat {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, _msg: SendHeartbeat, ctx: &mut Self::Context) -> Self::Result {
+        Box::pin(self.heartbeat_all(ctx))
+    }
+}
+
+impl Handler<ConnectionEvent> for Heartbeat {
+    type Result = ();
+
+    fn handle(&mut self, event: ConnectionEvent, ctx: &mut Self::Context) {
+        match event {
+            ConnectionEvent::Disconnected { peer, reason } => {
+                if let Some(down) = self.watched.get_mut(&peer) {
+                    if !*down {
+                        *down = true;
+                        self.shared.events.emit(ConsumerEvent::Disconnected {
+                            broker: peer,
+                            reason,
+                        });
+                    }
+                }
+            }
+            ConnectionEvent::Connected { peer } => {
+                if let Some(down) = self.watched.get_mut(&peer) {
+                    if *down {
+                        *down = false;
+                        tracing::info!(broker = %peer, "broker connection back; heartbeating it now");
+                        self.shared.events.emit(ConsumerEvent::Reconnected {
+                            broker: peer.clone(),
+                        });
+                        let shared = self.shared.clone();
+                        let addrs = BTreeSet::from([peer]);
+                        ctx.spawn(
+                            async move { send_heartbeats(&shared, &addrs).await }
+                                .into_actor(self)
+                                .map(|_, _, _| ()),
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -138,15 +235,12 @@ impl Handler<HeartbeatSoon> for Heartbeat {
         }
         self.last_on_demand = Some(std::time::Instant::now());
         tracing::info!(group = %self.shared.group, "a broker does not know this consumer; heartbeating now");
-        ctx.spawn(
-            send_heartbeats(self.shared.clone())
-                .into_actor(self)
-                .map(|result, _, _| {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "on-demand heartbeat failed");
-                    }
-                }),
-        );
+        let heartbeat = self.heartbeat_all(ctx);
+        ctx.spawn(heartbeat.map(|result, _, _| {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "on-demand heartbeat failed");
+            }
+        }));
     }
 }
 
@@ -154,6 +248,7 @@ impl Handler<Unregister> for Heartbeat {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: Unregister, _ctx: &mut Self::Context) -> Self::Result {
+        self.retired = true;
         let shared = self.shared.clone();
         Box::pin(
             async move {

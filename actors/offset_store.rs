@@ -128,6 +128,8 @@ pub struct OffsetStore {
     loaded: BTreeMap<MessageQueue, i64>,
     /// A group member's division, when the store belongs to one.
     ownership: Option<SetOwnership>,
+    /// Stopped on purpose (see `StopActor`): a restart arms no timer.
+    pub(crate) retired: bool,
 }
 
 impl OffsetStore {
@@ -157,6 +159,7 @@ impl OffsetStore {
             persist_interval,
             loaded,
             ownership: None,
+            retired: false,
         })
     }
 
@@ -273,11 +276,24 @@ async fn persist_remote(
     }
 }
 
+/// The table survives a restart (an actor's fields do): a restarted store only re-arms its
+/// persist timer; a persist that was under way runs again at the next tick.
+impl Supervised for OffsetStore {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        if !self.retired {
+            tracing::warn!(group = %self.group, "offset store failed; restarted");
+        }
+    }
+}
+
 impl Actor for OffsetStore {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(65_536);
+        if self.retired {
+            return;
+        }
         ctx.run_interval(self.persist_interval, |act, ctx| {
             let persist = act.persist_future(None, false).map(|result, _act, _ctx| {
                 if let Err(e) = result {

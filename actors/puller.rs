@@ -20,14 +20,23 @@ pub(crate) struct Pull(pub PullRequest);
 /// The puller of one consumer.
 pub(crate) struct Puller {
     client: Client,
+    /// Stopped on purpose (see `StopActor`).
+    pub(crate) retired: bool,
 }
 
 impl Puller {
     /// A puller using `client` for routes and connections.
     pub(crate) fn new(client: Client) -> Self {
-        Puller { client }
+        Puller {
+            client,
+            retired: false,
+        }
     }
 }
+
+/// Stateless: a restarted puller just goes on (the pulls it was carrying fail, and their
+/// queues pull again).
+impl Supervised for Puller {}
 
 impl Actor for Puller {
     type Context = Context<Self>;

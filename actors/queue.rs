@@ -14,7 +14,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::actors::connection::{ConnectionEvent, Subscribe};
-use crate::actors::consumer::{now_ms, ConsumerShared};
+use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
@@ -26,6 +26,7 @@ use crate::consumer::queue_core::{
     CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv, QueueNote,
 };
 use crate::consumer::retry;
+use crate::consumer::supervision::{RestartDecision, RestartTracker};
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 use crate::rpc::PullRequest;
@@ -52,7 +53,16 @@ pub struct QueueStatus {
     pub snapshot: ProcessQueueSnapshot,
     /// The pull loop has shown no activity for `pull_max_idle_time`.
     pub stalled: bool,
+    /// The actor failed more often than the restart policy allows and stays idle: the
+    /// rebalancer starts the queue afresh.
+    pub gave_up: bool,
 }
+
+/// Makes the actor fail (stop unexpectedly) as a bug would: its supervisor restarts it from the
+/// queue's committed offset. For fault-injection tests.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Fail;
 
 /// Moves the queue to `offset`, dropping cached messages (RESET_CONSUMER_CLIENT_OFFSET).
 #[derive(Message)]
@@ -97,11 +107,21 @@ pub struct QueueActor {
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
     /// owns one in its context; this saves allocating its strings each time).
     spare_queues: Vec<MessageQueue>,
+    /// The queue was dropped (or the actor gave up): a restart by the supervisor, while some
+    /// address of it is still held, leaves it idle.
+    retired: bool,
+    /// Gave up after too many failures (see [`QueueStatus::gave_up`]).
+    gave_up: bool,
+    /// Failures and the restart decision (the consumer's `restart_policy`).
+    restarts: RestartTracker,
+    /// How long the next start waits: a hand-over from a live member, or a restart's backoff.
+    start_delay: Duration,
 }
 
 impl QueueActor {
     /// An actor for `queue`.
     pub(crate) fn new(queue: MessageQueue, shared: Rc<ConsumerShared>) -> Self {
+        let restarts = RestartTracker::new(shared.config.restart_policy);
         let now = now_ms();
         let core = QueueCore::new(Mode::for_config(&shared.config, now), now);
         QueueActor {
@@ -113,7 +133,37 @@ impl QueueActor {
             drain_waiters: Vec::new(),
             offset_flush_scheduled: false,
             spare_queues: Vec::new(),
+            retired: false,
+            gave_up: false,
+            restarts,
+            start_delay: Duration::ZERO,
         }
+    }
+
+    /// The first start waits `delay` before it reads the offset.
+    pub(crate) fn start_after(mut self, delay: Duration) -> Self {
+        self.start_delay = delay;
+        self
+    }
+
+    /// What `started` does, once any start delay is over.
+    fn begin(&mut self, ctx: &mut Context<Self>) {
+        // A queue that needs the broker lock is locked before its first pull, then kept locked.
+        let mut out = Vec::new();
+        self.core.start(&self.shared.config, &mut out);
+        self.execute(out, ctx);
+        if self.needs_lock() {
+            self.watch_broker_connection(ctx);
+            let every = self.shared.config.lock_interval;
+            ctx.run_interval(every, |act, ctx| {
+                let mut out = Vec::new();
+                act.core.on_renew_timer(&mut out);
+                act.execute(out, ctx);
+            });
+        }
+        let timeout = self.shared.config.consume_timeout;
+        let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+        ctx.run_interval(every, |act, ctx| act.clean_expired(ctx));
     }
 
     /// What the core needs to know of the consumer now.
@@ -545,6 +595,7 @@ impl QueueActor {
             for waiter in act.drain_waiters.drain(..) {
                 let _ = waiter.send(());
             }
+            act.retired = true;
             ctx.stop();
         }));
     }
@@ -553,7 +604,7 @@ impl QueueActor {
     fn watch_broker_connection(&mut self, ctx: &mut Context<Self>) {
         let client = self.shared.client.clone();
         let queue = self.queue.clone();
-        let me = ctx.address().recipient();
+        let me = ctx.address().downgrade().recipient();
         let subscribe = async move {
             let addr = client.master_addr(&queue).await?;
             let connection = client.connection(&addr).await?;
@@ -579,22 +630,72 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // A queue that needs the broker lock is locked before its first pull, then kept locked.
-        let mut out = Vec::new();
-        self.core.start(&self.shared.config, &mut out);
-        self.execute(out, ctx);
-        if self.needs_lock() {
-            self.watch_broker_connection(ctx);
-            let every = self.shared.config.lock_interval;
-            ctx.run_interval(every, |act, ctx| {
-                let mut out = Vec::new();
-                act.core.on_renew_timer(&mut out);
-                act.execute(out, ctx);
+        if self.retired {
+            return;
+        }
+        let delay = std::mem::take(&mut self.start_delay);
+        if delay.is_zero() {
+            self.begin(ctx);
+        } else {
+            ctx.run_later(delay, |act, ctx| act.begin(ctx));
+        }
+    }
+}
+
+/// A failed queue actor starts again from the queue's committed offset: its cache and the
+/// calls it had running are gone (they run again: at least once), nothing below the committed
+/// offset is read twice by it, nothing above it is skipped.
+impl Supervised for QueueActor {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        if self.retired {
+            return;
+        }
+        // The flush of the last commit was a timer of the old context: hand it over now, ahead
+        // of the new start's offset read (one mailbox, in order).
+        if let Some(offset) = self.core.committed {
+            let _ = self.shared.offsets.try_send(UpdateOffset {
+                queue: self.queue.clone(),
+                offset,
             });
         }
-        let timeout = self.shared.config.consume_timeout;
-        let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
-        ctx.run_interval(every, |act, ctx| act.clean_expired(ctx));
+        self.offset_flush_scheduled = false;
+        for waiter in self.drain_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+        match self.restarts.on_failure(now_ms()) {
+            RestartDecision::Restart { after } => {
+                let restarts = self.restarts.restarts();
+                tracing::warn!(queue = %self.queue, restarts, backoff = ?after, "queue actor failed; restarting from the committed offset");
+                let now = now_ms();
+                self.core = QueueCore::new(Mode::for_config(&self.shared.config, now), now);
+                self.start_delay = after;
+                self.shared
+                    .queue_restarts
+                    .set(self.shared.queue_restarts.get() + 1);
+                self.shared.events.emit(ConsumerEvent::QueueRestarted {
+                    queue: self.queue.clone(),
+                    restarts,
+                    after,
+                });
+            }
+            RestartDecision::GiveUp { failures } => {
+                tracing::error!(queue = %self.queue, failures, "queue actor failed too often; giving up until the next rebalance");
+                self.retired = true;
+                self.gave_up = true;
+                self.shared.events.emit(ConsumerEvent::QueueGaveUp {
+                    queue: self.queue.clone(),
+                    failures,
+                });
+            }
+        }
+    }
+}
+
+impl Handler<Fail> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Fail, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 
@@ -602,6 +703,10 @@ impl Handler<DropQueue> for QueueActor {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: DropQueue, ctx: &mut Self::Context) -> Self::Result {
+        if self.retired {
+            // Gave up: nothing runs, and the offset store keeps the committed offset.
+            return Box::pin(fut::ready(()));
+        }
         let (done, wait) = oneshot::channel();
         self.drain_waiters.push(done);
         let mut out = Vec::new();
@@ -647,7 +752,8 @@ impl Handler<GetQueueStatus> for QueueActor {
     fn handle(&mut self, _msg: GetQueueStatus, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(QueueStatus {
             snapshot: self.snapshot(),
-            stalled: self.core.is_stalled(&self.shared.config, now_ms()),
+            stalled: !self.retired && self.core.is_stalled(&self.shared.config, now_ms()),
+            gave_up: self.gave_up,
         })
     }
 }

@@ -12,12 +12,14 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 
-use crate::actors::consumer::ConsumerShared;
+use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
 use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
 use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
-use crate::consumer::rebalance::{plan_changes, topic_share, ShareError};
+use crate::consumer::rebalance::{
+    handed_over_by_live_members, plan_changes, topic_share, ShareError,
+};
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
 use crate::protocol::codes::response_code;
@@ -51,6 +53,16 @@ struct Plan {
     /// A broker of some topic does not list us yet (its route appeared after our last
     /// heartbeat): heartbeat now instead of at the next 30 s tick.
     needs_heartbeat: bool,
+    /// Each seen topic's queues and members, for the hand-over decision.
+    views: BTreeMap<String, TopicView>,
+    /// Why topics could not be seen.
+    problems: Vec<(String, String)>,
+}
+
+/// A topic as one pass saw it.
+struct TopicView {
+    queues: Vec<MessageQueue>,
+    members: Vec<String>,
 }
 
 /// The rebalancer of one consumer.
@@ -65,6 +77,10 @@ pub struct Rebalancer {
     /// incomplete passes ran.
     retry_scheduled: bool,
     stopped: bool,
+    /// The members of each topic at the last pass that saw it (who held a queue before).
+    members_seen: BTreeMap<String, Vec<String>>,
+    /// Stopped on purpose (see `StopActor`).
+    pub(crate) retired: bool,
 }
 
 impl Rebalancer {
@@ -80,7 +96,46 @@ impl Rebalancer {
             again: false,
             retry_scheduled: false,
             stopped: false,
+            members_seen: BTreeMap::new(),
+            retired: false,
         }
+    }
+
+    /// Starts the supervised actor of `mq`, after `delay` (a hand-over from a live member).
+    fn start_queue(&mut self, mq: MessageQueue, delay: std::time::Duration) {
+        let shared = self.shared.clone();
+        let queue = mq.clone();
+        let actor = Supervisor::start(move |_| QueueActor::new(queue, shared).start_after(delay));
+        self.queues.insert(mq, actor);
+    }
+
+    /// Which of `started` wait for their previous owner to let go, and for how long.
+    fn handoff_delays(&self, plan: &Plan, started: &[MessageQueue]) -> BTreeSet<MessageQueue> {
+        let wait = self.shared.config.handoff_wait;
+        if wait.is_zero() || !self.shared.config.is_clustering() {
+            return BTreeSet::new();
+        }
+        let mut waiting = BTreeSet::new();
+        for (topic, view) in &plan.views {
+            let gained: Vec<MessageQueue> = started
+                .iter()
+                .filter(|mq| &mq.topic == topic)
+                .cloned()
+                .collect();
+            if gained.is_empty() {
+                continue;
+            }
+            waiting.extend(handed_over_by_live_members(
+                self.strategy.as_ref(),
+                &self.shared.group,
+                self.shared.client.client_id(),
+                &view.queues,
+                self.members_seen.get(topic).map(Vec::as_slice),
+                &view.members,
+                &gained,
+            ));
+        }
+        waiting
     }
 
     fn trigger(&mut self, ctx: &mut Context<Self>) {
@@ -114,7 +169,33 @@ impl Rebalancer {
         if self.stopped {
             return;
         }
+        for (topic, cause) in &plan.problems {
+            self.shared.note_problem(topic, cause.clone());
+        }
+        for topic in &plan.seen {
+            self.shared.clear_problem(topic);
+        }
         let changes = plan_changes(self.queues.keys(), &plan.target, &plan.seen, &plan.stalled);
+        let waiting = self.handoff_delays(&plan, &changes.start);
+        for (topic, view) in plan.views {
+            self.members_seen.insert(topic, view.members);
+        }
+        if !changes.start.is_empty() {
+            self.shared
+                .events
+                .emit(ConsumerEvent::QueuesAssigned(changes.start.clone()));
+        }
+        let revoked: Vec<MessageQueue> = changes
+            .drop
+            .iter()
+            .filter(|mq| !changes.restart_after_drop.contains(*mq))
+            .cloned()
+            .collect();
+        if !revoked.is_empty() {
+            self.shared
+                .events
+                .emit(ConsumerEvent::QueuesRevoked(revoked));
+        }
         let mut dropped = Vec::new();
         for mq in changes.drop {
             if let Some(addr) = self.queues.remove(&mq) {
@@ -130,9 +211,13 @@ impl Rebalancer {
         // offset, so new actors for dropped queues wait for the drops.
         let restart = changes.restart_after_drop;
         for mq in changes.start {
-            tracing::info!(queue = %mq, "queue assigned");
-            let actor = QueueActor::new(mq.clone(), self.shared.clone()).start();
-            self.queues.insert(mq, actor);
+            let delay = if waiting.contains(&mq) {
+                self.shared.config.handoff_wait
+            } else {
+                std::time::Duration::ZERO
+            };
+            tracing::info!(queue = %mq, handoff_wait = ?delay, "queue assigned");
+            self.start_queue(mq, delay);
         }
         if !dropped.is_empty() {
             let drops = futures::future::join_all(
@@ -143,8 +228,7 @@ impl Rebalancer {
             ctx.spawn(drops.into_actor(self).map(move |_, act, _ctx| {
                 for mq in restart {
                     if !act.stopped && !act.queues.contains_key(&mq) {
-                        let actor = QueueActor::new(mq.clone(), act.shared.clone()).start();
-                        act.queues.insert(mq, actor);
+                        act.start_queue(mq, std::time::Duration::ZERO);
                     }
                 }
                 act.update_thresholds();
@@ -185,17 +269,21 @@ async fn plan(
         incomplete: false,
         stalled: Vec::new(),
         needs_heartbeat: false,
+        views: BTreeMap::new(),
+        problems: Vec::new(),
     };
     for topic in shared.subscribed_topics() {
         match topic_target(shared, strategy, &topic).await {
-            Ok(queues) => {
-                plan.target.extend(queues);
+            Ok((share, view)) => {
+                plan.target.extend(share);
+                plan.views.insert(topic.clone(), view);
                 plan.seen.insert(topic);
             }
             Err(e) => {
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
                 plan.incomplete = true;
                 plan.needs_heartbeat |= matches!(e, Error::NotAMember(_));
+                plan.problems.push((topic, e.to_string()));
             }
         }
     }
@@ -206,22 +294,35 @@ async fn plan(
     )
     .await;
     for (mq, status) in statuses {
-        if let Ok(QueueStatus { stalled: true, .. }) = status {
-            plan.stalled.push(mq);
+        match status {
+            Ok(QueueStatus { stalled: true, .. }) | Ok(QueueStatus { gave_up: true, .. }) => {
+                plan.stalled.push(mq)
+            }
+            _ => {}
         }
     }
     plan
 }
 
+/// This member's share of `topic`, and the topic as seen.
 async fn topic_target(
     shared: &ConsumerShared,
     strategy: &dyn AllocateStrategy,
     topic: &str,
-) -> Result<Vec<MessageQueue>> {
+) -> Result<(Vec<MessageQueue>, TopicView)> {
     let route = shared.client.route(topic).await?;
     let queues = route.consume_queues.clone();
+    if queues.is_empty() {
+        return Err(Error::TopicRouteNotFound(format!(
+            "{topic} (the route has no readable queue)"
+        )));
+    }
     if !shared.config.is_clustering() {
-        return Ok(queues);
+        let view = TopicView {
+            queues: queues.clone(),
+            members: Vec::new(),
+        };
+        return Ok((queues, view));
     }
     // Any broker of the topic knows the group's members (each gets every heartbeat).
     let (addr, members) = match shared.client.consumer_ids(&shared.group, topic).await {
@@ -233,7 +334,7 @@ async fn topic_target(
         }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
-    topic_share(
+    let share = topic_share(
         strategy,
         &shared.group,
         shared.client.client_id(),
@@ -241,17 +342,34 @@ async fn topic_target(
         &members,
         true,
     )
-    .map_err(|ShareError::NotAMember| Error::NotAMember(addr))
+    .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
+    Ok((share, TopicView { queues, members }))
 }
 
 impl Actor for Rebalancer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if self.retired {
+            return;
+        }
         self.trigger(ctx);
         ctx.run_interval(self.shared.config.rebalance_interval, |act, ctx| {
             act.trigger(ctx)
         });
+    }
+}
+
+/// The owned queues survive a restart (an actor's fields do); a pass that was under way is
+/// forgotten and a new one starts at once.
+impl Supervised for Rebalancer {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        self.in_pass = false;
+        self.again = false;
+        self.retry_scheduled = false;
+        if !self.retired {
+            tracing::warn!(group = %self.shared.group, "rebalancer failed; restarted");
+        }
     }
 }
 

@@ -39,15 +39,16 @@ pub(crate) fn in_actix_system() -> bool {
     actix_rt::System::try_current().is_some()
 }
 
-/// Starts `actor` on the caller's arbiter inside an actix system, else on the background one.
-pub(crate) fn start_actor<A>(actor: A) -> Result<Addr<A>>
+/// Starts `actor` under a supervisor (restarted in place when it stops while its address is
+/// held): on the caller's arbiter inside an actix system, else on the background one.
+pub(crate) fn start_supervised<A>(actor: A) -> Result<Addr<A>>
 where
-    A: Actor<Context = Context<A>> + Send,
+    A: Supervised + Actor<Context = Context<A>> + Send,
 {
     if in_actix_system() {
-        Ok(actor.start())
+        Ok(Supervisor::start(move |_| actor))
     } else {
-        Ok(A::start_in_arbiter(background()?, move |_| actor))
+        Ok(Supervisor::start_in_arbiter(background()?, move |_| actor))
     }
 }
 

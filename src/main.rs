@@ -343,26 +343,60 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// Resolves at SIGINT (Ctrl-C) or SIGTERM — what systemd, Docker and Kubernetes send to stop a
-/// service: both end a command cleanly (offsets committed, the group left), neither is a crash.
-async fn shutdown_signal() {
+/// SIGINT (Ctrl-C) and SIGTERM — what systemd, Docker and Kubernetes send to stop a service —
+/// watched from the moment this is made: a signal that comes while a consumer is still
+/// starting is kept, and the command ends cleanly right after the start (offsets committed, the
+/// group left) instead of the process dying half-started. Neither signal is a crash.
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminate.recv() => {}
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let watch = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(watched) => Some(watched),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch {name}; it will not end the command cleanly");
+                    None
                 }
-                return;
+            };
+            ShutdownSignal {
+                interrupt: watch(SignalKind::interrupt(), "SIGINT"),
+                terminate: watch(SignalKind::terminate(), "SIGTERM"),
             }
-            Err(e) => tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C ends cleanly"),
         }
+        #[cfg(not(unix))]
+        ShutdownSignal {}
     }
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!(error = %e, "cannot watch Ctrl-C");
-        std::future::pending::<()>().await;
+
+    /// Resolves at the first signal (at once if one came already).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = next(&mut self.interrupt) => {}
+                _ = next(&mut self.terminate) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot watch Ctrl-C");
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -406,6 +440,7 @@ fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) -> bool {
 }
 
 async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
+    let mut stop = ShutdownSignal::install();
     let (from, timestamp) = match options.from.as_str() {
         "first" => (ConsumeFromWhere::FirstOffset, None),
         "last" => (ConsumeFromWhere::LastOffset, None),
@@ -441,7 +476,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             let consumer = start_push(namesrv, options, from, timestamp, tally.clone()).await?;
             tokio::select! {
                 _ = done_rx => {}
-                _ = shutdown_signal() => {}
+                _ = stop.recv() => {}
             }
             consumer.shutdown().await;
         }
@@ -470,7 +505,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
             };
             tokio::select! {
                 _ = done_rx => {}
-                _ = shutdown_signal() => {}
+                _ = stop.recv() => {}
                 _ = poll_loop => {}
             }
             consumer.shutdown().await;
@@ -507,7 +542,7 @@ async fn consume(namesrv: &str, options: &ConsumeOptions) -> CliResult {
                 .await?;
             tokio::select! {
                 _ = done_rx => {}
-                _ = shutdown_signal() => {}
+                _ = stop.recv() => {}
             }
             service.shutdown().await;
         }
@@ -645,6 +680,7 @@ async fn reset_offset(args: ResetOffsetArgs) -> CliResult {
 }
 
 async fn broker(args: BrokerArgs) -> CliResult {
+    let mut stop = ShutdownSignal::install();
     let cluster = EmbeddedCluster::start(EmbeddedConfig {
         listen: args.listen,
         brokers: args.brokers,
@@ -655,7 +691,7 @@ async fn broker(args: BrokerArgs) -> CliResult {
     .await?;
     println!("{}", cluster.namesrv_addr());
     std::io::stdout().flush()?;
-    shutdown_signal().await;
+    stop.recv().await;
     cluster.shutdown().await;
     Ok(())
 }

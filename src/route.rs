@@ -66,6 +66,39 @@ impl TopicRoute {
     }
 }
 
+/// The most queues a route may give one broker, for reading or for writing. RocketMQ topics
+/// have a handful to a few hundred queues per broker; a route past this is malformed (or
+/// hostile), and expanding it would take memory without bound (a million queues took 590 MB).
+pub const MAX_QUEUES_PER_BROKER: i32 = 65_536;
+
+/// Checks a route before it is used: every broker's queue counts within
+/// [`MAX_QUEUES_PER_BROKER`].
+///
+/// ```
+/// use rocketmq_actor::route::check_route;
+/// use rocketmq_actor::protocol::body::TopicRouteData;
+/// let json = br#"{"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":1000000,
+///   "writeQueueNums":8,"topicSysFlag":0}],"brokerDatas":[]}"#;
+/// let data: TopicRouteData = rocketmq_actor::protocol::body::decode_json(json).unwrap();
+/// assert!(check_route(&data).unwrap_err().contains("1000000 read queues"));
+/// ```
+pub fn check_route(data: &TopicRouteData) -> Result<(), String> {
+    for queue in &data.queue_datas {
+        for (count, kind) in [
+            (queue.read_queue_nums, "read"),
+            (queue.write_queue_nums, "write"),
+        ] {
+            if count > MAX_QUEUES_PER_BROKER {
+                return Err(format!(
+                    "broker {} has {count} {kind} queues (at most {MAX_QUEUES_PER_BROKER} accepted)",
+                    queue.broker_name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn broker_data<'a>(data: &'a TopicRouteData, broker_name: &str) -> Option<&'a BrokerData> {
     data.broker_datas
         .iter()

@@ -63,7 +63,10 @@
 //! | `unlock_delay` | `20s` | |
 //! | `pull_delay_on_error` | `1s` | > 0 |
 //! | `offset_store_dir` | `~/.rocketmq_offsets` | a directory |
+//! | `restart_policy` | 10 restarts a minute, backoff `100ms` doubling to `10s` | (not in Java) |
+//! | `handoff_wait` | `1s` | [0, 60 s] (not in Java) |
 
+use super::supervision::RestartPolicy;
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -469,6 +472,16 @@ pub struct PushConsumerConfig {
     /// `None` = `~/.rocketmq_offsets`, as Java.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset_store_dir: Option<PathBuf>,
+    /// How the consumer's supervised actors (queue actors, the rebalancer, the heartbeat, the
+    /// offset store) are restarted when one fails (not in Java, whose threads just die).
+    pub restart_policy: RestartPolicy,
+    /// Clustering: how long a queue taken over from a member that is still in the group waits
+    /// before its first offset read, so the previous owner can commit what it consumed as it
+    /// lets go (it gets the same membership notice at the same moment). `0s` starts at once,
+    /// as Java does, and re-delivers what the previous owner had not yet committed (default
+    /// `1s`, [0, 60 s]; queues of departed members and first assignments never wait).
+    #[serde(with = "serde_duration")]
+    pub handoff_wait: Duration,
 }
 
 impl Default for PushConsumerConfig {
@@ -511,6 +524,8 @@ impl Default for PushConsumerConfig {
             unlock_delay: Duration::from_secs(20),
             pull_delay_on_error: Duration::from_millis(1000),
             offset_store_dir: None,
+            restart_policy: RestartPolicy::default(),
+            handoff_wait: Duration::from_secs(1),
         }
     }
 }
@@ -779,6 +794,13 @@ impl PushConsumerConfig {
             1024,
         )?;
         check_positive("consume_timeout", self.consume_timeout)?;
+        if self.handoff_wait > Duration::from_secs(60) {
+            return Err(config_error(
+                "handoff_wait",
+                humantime::format_duration(self.handoff_wait),
+                "a duration in [0s, 60s]",
+            ));
+        }
         check_positive("poll_name_server_interval", self.poll_name_server_interval)?;
         check_positive("heartbeat_broker_interval", self.heartbeat_broker_interval)?;
         check_positive(

@@ -17,6 +17,7 @@
 //! | `orderly` | orderly consumption of one queue: batches, commit/suspend/DLQ, yielding |
 //! | `key_order` | key-ordered mode: same key in order, different keys concurrently |
 //! | `lock` | broker queue locks of orderly clustering consumers, the drop sequence |
+//! | [`supervision`] | restart policies of the supervised actors: restart after a backoff, or give up |
 
 pub mod allocate;
 pub mod config;
@@ -45,6 +46,7 @@ pub(crate) mod rebalance;
 #[allow(dead_code)]
 pub(crate) mod retry;
 pub(crate) mod serde_duration;
+pub mod supervision;
 
 pub use allocate::{AllocateStrategy, MachineRoomResolver};
 pub use config::{
@@ -54,8 +56,11 @@ pub use offset::{decode_local_offsets, encode_local_offsets};
 pub use orderly::{OrderlyContext, OrderlyStatus};
 pub use pull_config::{LitePullConsumerConfig, PullConsumerConfig};
 pub use retry::{dlq_topic, retry_topic, DELAY_LEVELS};
+pub use supervision::{RestartDecision, RestartPolicy, RestartTracker};
 
-pub use crate::actors::consumer::{ConsumerStats, PushConsumer, PushConsumerBuilder};
+pub use crate::actors::consumer::{
+    ConsumerEvent, ConsumerStats, ConsumerStatus, PushConsumer, PushConsumerBuilder,
+};
 pub use crate::actors::listener::{
     ConsumeContext, ConsumeMessages, ConsumeOrderly, ConsumeReply, ConsumeStatus, MessageListener,
     Messages, OrderlyListener, OrderlyReply,

@@ -86,6 +86,48 @@ pub(crate) fn plan_changes<'a>(
     changes
 }
 
+/// The queues among `gained` that another member still in the group (`current`) owned at the
+/// previous pass: by the same strategy over the membership seen then (`previous`; on a
+/// member's first pass, the current one without this client, as when it joins a running
+/// group). That member lets go of them on the same membership notice and commits as it does,
+/// so their first offset read waits a moment (`handoff_wait`) instead of re-reading what it is
+/// still consuming. Queues of members that left (they committed at shutdown, or crashed) and
+/// queues nobody owned do not wait.
+pub(crate) fn handed_over_by_live_members(
+    strategy: &dyn AllocateStrategy,
+    group: &str,
+    client_id: &str,
+    queues: &[MessageQueue],
+    previous: Option<&[String]>,
+    current: &[String],
+    gained: &[MessageQueue],
+) -> BTreeSet<MessageQueue> {
+    let without_me: Vec<String>;
+    let previous = match previous {
+        Some(previous) => previous,
+        None => {
+            without_me = current
+                .iter()
+                .filter(|m| *m != client_id)
+                .cloned()
+                .collect();
+            &without_me
+        }
+    };
+    let mut handed_over = BTreeSet::new();
+    for member in previous {
+        if member == client_id || !current.contains(member) {
+            continue;
+        }
+        for mq in allocate_sorted(strategy, group, member, queues, previous) {
+            if gained.contains(&mq) {
+                handed_over.insert(mq);
+            }
+        }
+    }
+    handed_over
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +154,37 @@ mod tests {
         let b = topic_share(&Averagely, "G", "c2", &queues, &members, true).unwrap();
         assert_eq!(a.len() + b.len(), 4);
         assert!(a.iter().all(|q| !b.contains(q)));
+    }
+
+    #[test]
+    fn queues_taken_from_a_live_member_wait_and_others_do_not() {
+        let queues: Vec<_> = (0..4).map(|i| mq("T", i)).collect();
+        let members = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // c2 joins a group of c1: on its first pass every queue it gains was c1's.
+        let now = members(&["c1", "c2"]);
+        let gained = topic_share(&Averagely, "G", "c2", &queues, &now, true).unwrap();
+        let waits =
+            handed_over_by_live_members(&Averagely, "G", "c2", &queues, None, &now, &gained);
+        assert_eq!(waits, gained.iter().cloned().collect());
+        // c3 left: what c1 gains from it does not wait (c3 committed as it left).
+        let before = members(&["c1", "c3"]);
+        let after = members(&["c1"]);
+        let gained = vec![mq("T", 2), mq("T", 3)];
+        let waits = handed_over_by_live_members(
+            &Averagely,
+            "G",
+            "c1",
+            &queues,
+            Some(&before),
+            &after,
+            &gained,
+        );
+        assert!(waits.is_empty(), "{waits:?}");
+        // The first member of a group waits for nobody.
+        let alone = members(&["c1"]);
+        let waits =
+            handed_over_by_live_members(&Averagely, "G", "c1", &queues, None, &alone, &queues);
+        assert!(waits.is_empty());
     }
 
     #[test]

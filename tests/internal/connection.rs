@@ -161,7 +161,7 @@ async fn server_initiated_requests_reach_their_handler_or_get_not_supported() {
     let handler = RunningInfoHandler.start();
     conn.send(RegisterHandler {
         code: Some(request_code::GET_CONSUMER_RUNNING_INFO),
-        handler: handler.recipient(),
+        handler: handler.downgrade().recipient(),
     })
     .await
     .unwrap();
@@ -210,7 +210,7 @@ async fn a_dropped_connection_fails_every_pending_request_then_reconnects() {
     let (listener, addr) = listen().await;
     let conn = Connection::new(addr).start();
     let events = EventLog::default().start();
-    conn.send(Subscribe(events.clone().recipient()))
+    conn.send(Subscribe(events.downgrade().recipient()))
         .await
         .unwrap();
     let calls: Vec<_> = (0..4)

@@ -209,13 +209,22 @@ async fn on_request(
     reply: Reply,
 ) -> mpsc::UnboundedReceiver<RemotingCommand> {
     let (seen, received) = mpsc::unbounded_channel();
-    let handler = Forwarder { seen, reply }.start().recipient();
+    let handler = Forwarder {
+        seen: seen.clone(),
+        reply,
+    }
+    .start();
     conn.send(RegisterHandler {
         code: Some(code),
-        handler,
+        handler: handler.downgrade().recipient(),
     })
     .await
     .unwrap();
+    // The connection holds handlers weakly: this one lives while the test reads its requests.
+    actix_rt::spawn(async move {
+        seen.closed().await;
+        drop(handler);
+    });
     received
 }
 
@@ -1019,7 +1028,8 @@ async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_i
     // Dropped connections: the client sees the disconnect and its next send reconnects.
     let conn = broker_conn(&client, &cluster).await;
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    conn.send(Subscribe(EventForwarder(events_tx).start().recipient()))
+    let forwarder = EventForwarder(events_tx).start();
+    conn.send(Subscribe(forwarder.downgrade().recipient()))
         .await
         .unwrap();
     cluster.drop_connections().await.unwrap();

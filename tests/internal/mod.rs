@@ -7,3 +7,4 @@
 mod common;
 mod connection;
 mod embedded_broker;
+mod supervision;

@@ -1,0 +1,213 @@
+//! Supervision: a queue actor and a connection actor made to fail while a consumer runs; the
+//! consumer carries on and loses nothing. Dropping a consumer's handle shuts it down.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rocketmq_actor::consumer::ConsumerEvent;
+
+use super::common::*;
+use crate::actors::connection;
+use crate::actors::queue;
+
+const TOPIC: &str = "SupervisedTopic";
+
+/// Receives messages until every body of `expected` was seen; returns how many deliveries it
+/// took (duplicates included).
+async fn receive_all(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, i32)>,
+    expected: &BTreeSet<String>,
+    seen: &mut BTreeSet<String>,
+) -> usize {
+    let mut deliveries = 0;
+    while !expected.is_subset(seen) {
+        match tokio::time::timeout(PATIENCE, rx.recv()).await {
+            Ok(Some((body, _))) => {
+                deliveries += 1;
+                seen.insert(body);
+            }
+            Ok(None) => panic!("the listener went away"),
+            Err(_) => {
+                let missing: Vec<_> = expected.difference(seen).take(5).collect();
+                panic!(
+                    "{} messages never came, e.g. {missing:?}",
+                    expected.difference(seen).count()
+                )
+            }
+        }
+    }
+    deliveries
+}
+
+#[actix_rt::test]
+async fn a_failed_queue_actor_and_a_failed_connection_are_restarted_and_nothing_is_lost() {
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, 4).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, TOPIC, 0..200).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "supervised", TOPIC, "*")
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("consumer starts");
+    let mut events = consumer.events();
+    let mut seen = BTreeSet::new();
+    let first: BTreeSet<String> = (0..200).map(body_of).collect();
+    receive_all(&mut rx, &first, &mut seen).await;
+
+    // One queue actor and the broker connection fail, as a bug in either would make them.
+    let queues = consumer.queue_actors().await;
+    let (failed_queue, actor) = queues
+        .iter()
+        .find(|(mq, _)| mq.topic == TOPIC)
+        .cloned()
+        .expect("the consumer owns a queue of the topic");
+    actor.send(queue::Fail).await.expect("queue actor answers");
+    let broker_addr = cluster
+        .broker_addr(BROKER)
+        .expect("the broker has an address");
+    let consumer_conn = consumer_connection(&consumer, &broker_addr).await;
+    consumer_conn
+        .send(connection::Fail)
+        .await
+        .expect("connection answers");
+
+    let restarted = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.next().await {
+            if let ConsumerEvent::QueueRestarted { queue, .. } = event {
+                return queue;
+            }
+        }
+        panic!("the event stream ended");
+    })
+    .await
+    .expect("the queue actor is restarted");
+    assert_eq!(restarted, failed_queue);
+
+    send_numbered(&producer, TOPIC, 200..400).await;
+    let all: BTreeSet<String> = (0..400).map(body_of).collect();
+    receive_all(&mut rx, &all, &mut seen).await;
+    // The same actors are still the ones running.
+    assert!(actor.connected(), "the queue actor's address still works");
+    assert!(
+        consumer_conn.send(connection::IsConnected).await.is_ok(),
+        "the connection's address still works"
+    );
+    let status = consumer.status().await;
+    assert_eq!(status.queue_restarts, 1);
+    assert_eq!(status.owned_queues.len(), queues.len());
+    assert!(status.problems.is_empty(), "{:?}", status.problems);
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+/// The consumer's connection to `addr` (its client is its own: the builder made it).
+async fn consumer_connection(
+    consumer: &rocketmq_actor::PushConsumer,
+    addr: &str,
+) -> actix::Addr<connection::Connection> {
+    consumer
+        .client_for_tests()
+        .await
+        .connection(addr)
+        .await
+        .expect("the consumer's client connects to its broker")
+}
+
+#[actix_rt::test]
+async fn a_queue_actor_that_fails_too_often_gives_up_and_the_next_rebalance_starts_it_afresh() {
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, 1).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, TOPIC, 0..20).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "gives_up", TOPIC, "*")
+        .configure(|c| {
+            c.restart_policy.max_restarts = 1;
+            c.restart_policy.backoff_initial = Duration::from_millis(10);
+        })
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("consumer starts");
+    let mut events = consumer.events();
+    let mut seen = BTreeSet::new();
+    receive_all(&mut rx, &(0..20).map(body_of).collect(), &mut seen).await;
+    let (queue, actor) = consumer.queue_actors().await.remove(0);
+    actor.send(queue::Fail).await.expect("queue actor answers");
+    actor
+        .send(queue::Fail)
+        .await
+        .expect("restarted queue actor answers");
+    let gave_up = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.next().await {
+            if let ConsumerEvent::QueueGaveUp { queue, failures } = event {
+                return (queue, failures);
+            }
+        }
+        panic!("the event stream ended");
+    })
+    .await
+    .expect("the queue actor gives up");
+    assert_eq!(gave_up, (queue.clone(), 2));
+    // The next pass replaces the idle actor with a fresh one, which reads on.
+    consumer.rebalance().await;
+    let fresh = eventually("a fresh queue actor", || async {
+        let actors = consumer.queue_actors().await;
+        actors
+            .into_iter()
+            .find(|(mq, addr)| *mq == queue && *addr != actor)
+            .map(|(_, addr)| addr)
+    })
+    .await;
+    drop(fresh);
+    send_numbered(&producer, TOPIC, 20..40).await;
+    receive_all(&mut rx, &(0..40).map(body_of).collect(), &mut seen).await;
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn dropping_the_handle_shuts_the_consumer_down_and_leaves_the_group() {
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, 2).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, TOPIC, 0..10).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "dropped", TOPIC, "*")
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("consumer starts");
+    let mut events = consumer.events();
+    let mut seen = BTreeSet::new();
+    receive_all(&mut rx, &(0..10).map(body_of).collect(), &mut seen).await;
+    drop(consumer);
+    let stopped = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.next().await {
+            if event == ConsumerEvent::Stopped {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the consumer stops");
+    assert!(stopped);
+    // It left the group and committed what it consumed.
+    let observer = client(&cluster);
+    let members = observer.consumer_ids("dropped", TOPIC).await;
+    assert!(
+        members.is_err() || matches!(&members, Ok((_, ids)) if ids.is_empty()),
+        "{members:?}"
+    );
+    let mut committed = 0;
+    for queue_id in 0..2 {
+        committed += cluster
+            .committed_offset(BROKER, "dropped", TOPIC, queue_id)
+            .await
+            .expect("broker answers")
+            .unwrap_or(0);
+    }
+    assert_eq!(committed, 10);
+    cluster.shutdown().await;
+}
