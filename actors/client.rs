@@ -846,20 +846,43 @@ impl Client {
 
     /// The client ids of the group's members as a broker of `topic` knows them
     /// (GET_CONSUMER_LIST_BY_GROUP to the lowest master address of the topic's route, so every
-    /// member asks the same broker).
+    /// member asks the same broker). A broker that cannot be reached is passed over for the
+    /// next master; when none answers, the route is read again (brokers may have come back on
+    /// other addresses) and its masters are tried once more.
     pub async fn consumer_ids(&self, group: &str, topic: &str) -> Result<(String, Vec<String>)> {
-        let route = self.route(topic).await?;
-        let addr = route
-            .data
-            .broker_datas
-            .iter()
-            .filter_map(|b| b.master_addr())
-            .min()
-            .ok_or_else(|| Error::TopicRouteNotFound(topic.to_owned()))?
-            .to_owned();
-        let response = self.invoke(&addr, consumer_ids_command(group)).await?;
-        let members: ConsumerListBody = decode_json(response.body.as_deref().unwrap_or_default())?;
-        Ok((addr, members.consumer_id_list))
+        let mut route = self.route(topic).await?;
+        let mut tried = std::collections::BTreeSet::new();
+        let mut last_error = None;
+        for refreshed in [false, true] {
+            if refreshed {
+                route = self.refresh_route(topic).await?;
+            }
+            let mut masters: Vec<&str> = route
+                .data
+                .broker_datas
+                .iter()
+                .filter_map(|b| b.master_addr())
+                .collect();
+            masters.sort_unstable();
+            for addr in masters {
+                if !tried.insert(addr.to_owned()) {
+                    continue;
+                }
+                match self.invoke(addr, consumer_ids_command(group)).await {
+                    Ok(response) => {
+                        let members: ConsumerListBody =
+                            decode_json(response.body.as_deref().unwrap_or_default())?;
+                        return Ok((addr.to_owned(), members.consumer_id_list));
+                    }
+                    Err(e) if e.is_transport() => last_error = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            if last_error.is_none() {
+                break;
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::TopicRouteNotFound(topic.to_owned())))
     }
 
     /// HEART_BEAT to the broker at `addr`.

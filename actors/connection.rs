@@ -164,8 +164,9 @@ type Reply = oneshot::Sender<Result<RemotingCommand>>;
 enum State {
     /// No socket. A request connects once `retry_at` has passed.
     Idle { retry_at: Option<Instant> },
-    /// A connect is under way; frames wait here.
-    Connecting { queued: Vec<Bytes> },
+    /// A connect is under way; frames wait here, each with the opaque of the request that
+    /// waits for its answer (`None`: one-way frames and responses).
+    Connecting { queued: Vec<(Option<i32>, Bytes)> },
     /// Established.
     Connected {
         writer: FramedWrite<Bytes, OwnedWriteHalf, BytesCodec>,
@@ -197,6 +198,8 @@ pub struct Connection {
     fallback_handler: Option<WeakRecipient<ServerRequest>>,
     subscribers: Vec<WeakRecipient<ConnectionEvent>>,
     backoff: Backoff,
+    /// When the current connection was established.
+    connected_at: Option<Instant>,
     /// Closed by its owner ([`Close`]): a restart (its address is still held somewhere) leaves
     /// it closed, answering every request as closed, until the last address is dropped.
     closed: bool,
@@ -217,6 +220,7 @@ impl Connection {
         Connection {
             peer: peer.into(),
             backoff: Backoff::new(config.backoff_initial, config.backoff_max),
+            connected_at: None,
             config,
             state: State::Idle { retry_at: None },
             generation: 0,
@@ -240,20 +244,23 @@ impl Connection {
         Error::ConnectionClosed(self.peer.clone())
     }
 
-    /// Queues an encoded frame, connecting first if needed.
-    fn write_frame(&mut self, frame: Bytes, ctx: &mut Context<Self>) {
+    /// Queues an encoded frame, connecting first if needed. `waiting` is the opaque of the
+    /// request whose caller waits for the answer: if that caller gives up before the
+    /// connection is up, the frame is not written (a send reported as failed must not be
+    /// stored later, and the caller may already be retrying it elsewhere).
+    fn write_frame(&mut self, frame: Bytes, waiting: Option<i32>, ctx: &mut Context<Self>) {
         if self.closed {
             return;
         }
         match &mut self.state {
             State::Connected { writer, .. } => writer.write(frame),
-            State::Connecting { queued } => queued.push(frame),
+            State::Connecting { queued } => queued.push((waiting, frame)),
             State::Idle { retry_at } => {
                 let delay = retry_at
                     .map(|at| at.saturating_duration_since(Instant::now()))
                     .unwrap_or_default();
                 self.state = State::Connecting {
-                    queued: vec![frame],
+                    queued: vec![(waiting, frame)],
                 };
                 self.connect(delay, ctx);
             }
@@ -318,10 +325,18 @@ impl Connection {
                         }));
                 let reader = ctx.add_stream(frames);
                 let mut writer = FramedWrite::new(write_half, BytesCodec::new(), ctx);
-                for frame in queued {
-                    writer.write(frame);
+                for (waiting, frame) in queued {
+                    let abandoned = waiting.is_some_and(|opaque| {
+                        !self
+                            .pending
+                            .is_waiting(opaque, |reply: &Reply| !reply.is_closed())
+                    });
+                    if !abandoned {
+                        writer.write(frame);
+                    }
                 }
                 self.state = State::Connected { writer, reader };
+                self.connected_at = Some(Instant::now());
                 self.backoff.on_connected();
                 tracing::debug!(peer = %self.peer, "connected");
                 self.notify(ConnectionEvent::Connected {
@@ -353,6 +368,7 @@ impl Connection {
             return;
         }
         tracing::info!(peer = %self.peer, %reason, pending = self.pending.len(), "connection closed");
+        self.connected_at = None;
         self.state = State::Idle {
             retry_at: Some(Instant::now() + self.backoff.on_failure()),
         };
@@ -431,7 +447,7 @@ impl Connection {
     fn write_response(&mut self, response: RemotingCommand, ctx: &mut Context<Self>) {
         let mut frame = BytesMut::new();
         match response.encode(&mut frame) {
-            Ok(()) => self.write_frame(frame.freeze(), ctx),
+            Ok(()) => self.write_frame(frame.freeze(), None, ctx),
             Err(e) => tracing::warn!(peer = %self.peer, error = %e, "cannot encode response"),
         }
     }
@@ -458,6 +474,7 @@ impl Supervised for Connection {
         self.generation += 1;
         self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
         if self.closed {
+            self.connected_at = None;
             self.state = State::Idle { retry_at: None };
             return;
         }
@@ -505,8 +522,14 @@ impl StreamHandler<Incoming> for Connection {
             },
             Some(Ok(command)) => self.on_server_request(command, ctx),
             Some(Err(e)) => {
-                tracing::warn!(peer = %self.peer, error = %e, "malformed frame, closing connection");
-                self.on_disconnect(format!("malformed frame: {e}"), ctx);
+                // A reset or other socket error arrives through the codec too; only a real decoding
+                // failure is the peer's fault.
+                let what = match &e {
+                    ProtocolError::Io(_) => "connection error",
+                    _ => "malformed frame",
+                };
+                tracing::warn!(peer = %self.peer, error = %e, "{what}, closing connection");
+                self.on_disconnect(format!("{what}: {e}"), ctx);
             }
             None => self.on_disconnect("closed by peer".into(), ctx),
         }
@@ -535,7 +558,7 @@ impl Handler<Request> for Connection {
             self.pending.take(opaque);
             return Box::pin(fut::ready(Err(Error::Protocol(e))));
         }
-        self.write_frame(frame.freeze(), ctx);
+        self.write_frame(frame.freeze(), Some(opaque), ctx);
         let peer = self.peer.clone();
         let timeout = msg.timeout;
         Box::pin(
@@ -575,7 +598,7 @@ impl Handler<EncodedRequest> for Connection {
         // A timed-out encoded request leaves its entry behind (its caller waited outside the
         // actor).
         self.pending.sweep_abandoned(|reply| reply.is_closed());
-        self.write_frame(frame.into_bytes(), ctx);
+        self.write_frame(frame.into_bytes(), Some(opaque), ctx);
     }
 }
 
@@ -626,7 +649,7 @@ impl Handler<Oneway> for Connection {
         command.mark_oneway();
         let mut frame = BytesMut::new();
         command.encode(&mut frame)?;
-        self.write_frame(frame.freeze(), ctx);
+        self.write_frame(frame.freeze(), None, ctx);
         Ok(())
     }
 }
@@ -675,6 +698,22 @@ impl Handler<Fail> for Connection {
 
     fn handle(&mut self, _msg: Fail, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+/// How long the current connection has been up (`None` while not connected).
+#[derive(Message)]
+#[rtype(result = "Option<Duration>")]
+pub(crate) struct ConnectedFor;
+
+impl Handler<ConnectedFor> for Connection {
+    type Result = Option<Duration>;
+
+    fn handle(&mut self, _msg: ConnectedFor, _ctx: &mut Self::Context) -> Option<Duration> {
+        match self.state {
+            State::Connected { .. } => self.connected_at.map(|at| at.elapsed()),
+            _ => None,
+        }
     }
 }
 

@@ -30,6 +30,12 @@ pub struct HeartbeatSoon;
 /// Requests of [`HeartbeatSoon`] within this of the last one are covered by it.
 const ON_DEMAND_COALESCE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// After a broker connection drops: how often routes are re-read and every broker heartbeated
+/// until all answer, and for how many rounds (the brokers may come back on other addresses,
+/// which only the name server can tell).
+const REDISCOVER_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+const REDISCOVER_ROUNDS: u32 = 60;
+
 /// Send UNREGISTER_CLIENT to every broker and stop.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -43,6 +49,8 @@ pub struct Heartbeat {
     /// comes back is heartbeated at once (a restarted broker forgets the group, and its
     /// answers to pulls would say so until the next 30 s tick).
     watched: BTreeMap<String, bool>,
+    /// A chain of route re-reads and heartbeats after a dropped connection is running.
+    rediscovering: bool,
     /// Stopped on purpose (see `StopActor`, `Unregister`).
     pub(crate) retired: bool,
 }
@@ -53,21 +61,35 @@ impl Heartbeat {
             shared,
             last_on_demand: None,
             watched: BTreeMap::new(),
+            rediscovering: false,
             retired: false,
         }
     }
 
     /// Heartbeats every broker, and starts watching the connections of brokers not watched
     /// yet.
+    /// With `refresh_routes`, the subscribed topics' routes are read from the name server
+    /// first (a broker that forgot this consumer, or dropped its connection, may have come back
+    /// elsewhere).
     fn heartbeat_all(
         &mut self,
         ctx: &mut Context<Self>,
+        refresh_routes: bool,
     ) -> impl ActorFuture<Self, Output = Result<()>> {
         let me = ctx.address().downgrade();
         let shared = self.shared.clone();
         async move {
+            if refresh_routes {
+                for topic in shared.subscribed_topics() {
+                    if let Err(e) = shared.client.refresh_route(&topic).await {
+                        tracing::debug!(%topic, error = %e, "route not re-read");
+                    }
+                }
+            }
             let addrs = broker_addrs(&shared).await;
-            let result = send_heartbeats(&shared, &addrs).await;
+            // The periodic heartbeat warns of a broker that does not answer; the on-demand
+            // rounds after a drop expect some not to, and stay quiet.
+            let result = send_heartbeats(&shared, &addrs, !refresh_routes).await;
             (addrs, result, me)
         }
         .into_actor(self)
@@ -95,6 +117,26 @@ impl Heartbeat {
             }
             result
         })
+    }
+
+    /// Re-reads routes and heartbeats every broker, again every [`REDISCOVER_EVERY`] until
+    /// all answer: after a connection drop, so restarted brokers hear from this member as soon
+    /// as they serve, wherever they come back.
+    fn rediscover(&mut self, round: u32, ctx: &mut Context<Self>) {
+        if self.retired {
+            self.rediscovering = false;
+            return;
+        }
+        let heartbeat = self.heartbeat_all(ctx, true);
+        ctx.spawn(heartbeat.map(move |result, act, ctx| match result {
+            Ok(()) => act.rediscovering = false,
+            Err(_) if round + 1 >= REDISCOVER_ROUNDS => act.rediscovering = false,
+            Err(_) => {
+                ctx.run_later(REDISCOVER_EVERY, move |act, ctx| {
+                    act.rediscover(round + 1, ctx)
+                });
+            }
+        }));
     }
 }
 
@@ -141,12 +183,27 @@ fn heartbeat_data(shared: &ConsumerShared) -> HeartbeatData {
     }
 }
 
-async fn send_heartbeats(shared: &ConsumerShared, addrs: &BTreeSet<String>) -> Result<()> {
-    let data = heartbeat_data(shared);
+async fn send_heartbeats(
+    shared: &ConsumerShared,
+    addrs: &BTreeSet<String>,
+    warn: bool,
+) -> Result<()> {
+    let data = &heartbeat_data(shared);
+    // Side by side: a broker that does not answer must not delay the others' heartbeats.
+    let results = futures::future::join_all(
+        addrs
+            .iter()
+            .map(|addr| async move { (addr, shared.client.heartbeat(addr, data).await) }),
+    )
+    .await;
     let mut first_error = None;
-    for addr in addrs {
-        if let Err(e) = shared.client.heartbeat(addr, &data).await {
-            tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+    for (addr, result) in results {
+        if let Err(e) = result {
+            if warn {
+                tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+            } else {
+                tracing::debug!(broker = %addr, error = %e, "heartbeat failed");
+            }
             first_error.get_or_insert(e);
         }
     }
@@ -161,7 +218,7 @@ impl Actor for Heartbeat {
             return;
         }
         ctx.run_interval(self.shared.config.heartbeat_broker_interval, |act, ctx| {
-            let heartbeat = act.heartbeat_all(ctx).map(|_, _, _| ());
+            let heartbeat = act.heartbeat_all(ctx, false).map(|_, _, _| ());
             ctx.spawn(heartbeat);
         });
     }
@@ -173,6 +230,7 @@ impl Supervised for Heartbeat {
             tracing::warn!(group = %self.shared.group, "heartbeat actor failed; restarted");
             // Subscriptions are weak and were to the old context's address: watch anew.
             self.watched.clear();
+            self.rediscovering = false;
         }
     }
 }
@@ -181,7 +239,7 @@ impl Handler<SendHeartbeat> for Heartbeat {
     type Result = ResponseActFuture<Self, Result<()>>;
 
     fn handle(&mut self, _msg: SendHeartbeat, ctx: &mut Self::Context) -> Self::Result {
-        Box::pin(self.heartbeat_all(ctx))
+        Box::pin(self.heartbeat_all(ctx, false))
     }
 }
 
@@ -198,6 +256,10 @@ impl Handler<ConnectionEvent> for Heartbeat {
                             broker: peer,
                             reason,
                         });
+                        if !self.rediscovering {
+                            self.rediscovering = true;
+                            ctx.run_later(REDISCOVER_EVERY, |act, ctx| act.rediscover(0, ctx));
+                        }
                     }
                 }
             }
@@ -205,17 +267,19 @@ impl Handler<ConnectionEvent> for Heartbeat {
                 if let Some(down) = self.watched.get_mut(&peer) {
                     if *down {
                         *down = false;
-                        tracing::info!(broker = %peer, "broker connection back; heartbeating it now");
+                        tracing::info!(broker = %peer, "broker connection back; re-reading routes and heartbeating now");
                         self.shared.events.emit(ConsumerEvent::Reconnected {
                             broker: peer.clone(),
                         });
-                        let shared = self.shared.clone();
-                        let addrs = BTreeSet::from([peer]);
-                        ctx.spawn(
-                            async move { send_heartbeats(&shared, &addrs).await }
-                                .into_actor(self)
-                                .map(|_, _, _| ()),
-                        );
+                        // A broker that restarted may not be alone: brokers of the same cluster
+                        // can come back on other addresses, and a member that heartbeats only
+                        // the old ones looks gone to the restarted brokers.
+                        let heartbeat = self.heartbeat_all(ctx, true);
+                        ctx.spawn(heartbeat.map(|result, _, _| {
+                            if let Err(e) = result {
+                                tracing::debug!(error = %e, "heartbeat after a reconnect failed");
+                            }
+                        }));
                     }
                 }
             }
@@ -235,7 +299,7 @@ impl Handler<HeartbeatSoon> for Heartbeat {
         }
         self.last_on_demand = Some(std::time::Instant::now());
         tracing::info!(group = %self.shared.group, "a broker does not know this consumer; heartbeating now");
-        let heartbeat = self.heartbeat_all(ctx);
+        let heartbeat = self.heartbeat_all(ctx, true);
         ctx.spawn(heartbeat.map(|result, _, _| {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "on-demand heartbeat failed");

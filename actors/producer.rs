@@ -30,14 +30,24 @@ use crate::rpc::broker_error;
 /// The topic whose route a producer borrows to reach a broker that will auto-create a new topic.
 pub const AUTO_CREATE_TOPIC_KEY: &str = "TBW102";
 
+/// First pause before a send is retried on a broker that could not be reached.
+const RECONNECT_PAUSE_INITIAL: Duration = Duration::from_millis(50);
+/// Longest pause between such retries.
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(500);
+/// The least time one attempt gets, however little of the send's time is left.
+const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(100);
+
 /// Producer settings.
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
     /// Producer group (informational for brokers; needed for transactions).
     pub group: String,
-    /// Timeout of one send attempt.
+    /// Time a send may take, retries included (as Java's `sendMsgTimeout`). A send whose
+    /// broker cannot be reached (restarting, connection lost) is retried, after a short pause,
+    /// until this much time has passed since it began.
     pub send_timeout: Duration,
-    /// How many times a failed send is retried on another broker (Java: 2).
+    /// How many times a failed send is retried at once on another broker (Java: 2) before
+    /// retries wait for a broker to come back.
     pub retry_times: u32,
     /// Bodies larger than this are zlib-compressed (Java: 4 KiB).
     pub compress_over: usize,
@@ -269,9 +279,11 @@ impl Producer {
             QueueChoice::RoundRobin => config.retry_times + 1,
             _ => 1,
         };
+        let deadline = tokio::time::Instant::now() + config.send_timeout;
+        let mut pause = RECONNECT_PAUSE_INITIAL;
         let mut failed_broker: Option<String> = None;
-        let mut last_error = None;
-        for attempt in 0..attempts {
+        let mut attempt = 0;
+        loop {
             let route = self.publish_route(&message.topic, attempt > 0).await?;
             // Borrowed from the route (or the caller): a send copies no queue or address.
             let queue: &MessageQueue = match &choice {
@@ -291,20 +303,38 @@ impl Producer {
                     message.topic, queue.broker_name
                 )));
             };
-            match self
-                .send_once(addr, queue, message, body, sys_flag, batch)
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let error = match self
+                .send_once(
+                    addr,
+                    queue,
+                    self.encode_send(queue, message, body, sys_flag, batch)?,
+                    batch,
+                    left.max(MIN_ATTEMPT_TIME),
+                )
                 .await
             {
                 Ok(result) => return Ok(result),
-                Err(e) if attempt + 1 < attempts && is_retriable(&e) => {
-                    tracing::debug!(broker = %queue.broker_name, error = %e, "send failed, retrying on another broker");
-                    failed_broker = Some(queue.broker_name.clone());
-                    last_error = Some(e);
-                }
+                Err(e) if is_retriable(&e) => e,
                 Err(e) => return Err(e),
+            };
+            attempt += 1;
+            if attempt < attempts {
+                tracing::debug!(broker = %queue.broker_name, error = %error, "send failed, retrying on another broker");
+                failed_broker = Some(queue.broker_name.clone());
+                continue;
             }
+            // Every broker tried: a broker that cannot be reached may be restarting, so the
+            // send waits for it (reconnecting, re-reading the route) while its time lasts.
+            let now = tokio::time::Instant::now();
+            if !error.is_transport() || now + pause >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(broker = %queue.broker_name, error = %error, ?pause, "send failed; retrying once the broker is back");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+            failed_broker = None;
         }
-        Err(last_error.unwrap_or_else(|| Error::TopicRouteNotFound(message.topic.clone())))
     }
 
     fn pick_queue<'r>(
@@ -375,20 +405,17 @@ impl Producer {
         Ok(RequestFrame::json(code, body, |ext| header.write_v2(ext))?)
     }
 
+    /// Sends `frame` (the encoded send of a message to `queue`) to `addr`.
     async fn send_once(
         &self,
         addr: &str,
         queue: &MessageQueue,
-        message: &Message,
-        body: &[u8],
-        sys_flag: i32,
+        frame: RequestFrame,
         batch: bool,
+        timeout: Duration,
     ) -> Result<SendResult> {
-        // Encoded before the first await so none of the encoding state lives in the future
-        // (every send's future is heap-allocated by whoever drives it; smaller is cheaper).
-        let frame = self.encode_send(queue, message, body, sys_flag, batch)?;
         let conn = self.shared.client.connection(addr).await?;
-        let response = call_encoded(&conn, addr, frame, self.shared.config.send_timeout).await?;
+        let response = call_encoded(&conn, addr, frame, timeout).await?;
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
             response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,

@@ -12,13 +12,15 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 
+use crate::actors::connection::ConnectedFor;
 use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
 use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
 use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::rebalance::{
-    handed_over_by_live_members, plan_changes, topic_share, ShareError,
+    departures_unconfirmed, handed_over_by_live_members, plan_changes, topic_share, ShareError,
+    MEMBERSHIP_SETTLE,
 };
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
@@ -154,7 +156,8 @@ impl Rebalancer {
             .iter()
             .map(|(mq, addr)| (mq.clone(), addr.clone()))
             .collect();
-        let pass = async move { plan(&shared, strategy.as_ref(), owned).await };
+        let members_seen = self.members_seen.clone();
+        let pass = async move { plan(&shared, strategy.as_ref(), owned, &members_seen).await };
         ctx.spawn(pass.into_actor(self).map(|plan, act, ctx| {
             act.apply(plan, ctx);
             act.in_pass = false;
@@ -262,6 +265,7 @@ async fn plan(
     shared: &ConsumerShared,
     strategy: &dyn AllocateStrategy,
     owned: Vec<(MessageQueue, Addr<QueueActor>)>,
+    members_seen: &BTreeMap<String, Vec<String>>,
 ) -> Plan {
     let mut plan = Plan {
         target: BTreeSet::new(),
@@ -272,13 +276,23 @@ async fn plan(
         views: BTreeMap::new(),
         problems: Vec::new(),
     };
-    for topic in shared.subscribed_topics() {
-        match topic_target(shared, strategy, &topic).await {
-            Ok((share, view)) => {
+    // Topics are looked at side by side: one whose broker is slow to answer must not hold up
+    // the others.
+    let topics = shared.subscribed_topics();
+    let targets = futures::future::join_all(topics.iter().map(|topic| {
+        let previous = members_seen.get(topic).map(Vec::as_slice);
+        topic_target(shared, strategy, topic, previous)
+    }))
+    .await;
+    for (topic, target) in topics.into_iter().zip(targets) {
+        match target {
+            Ok(Some((share, view))) => {
                 plan.target.extend(share);
                 plan.views.insert(topic.clone(), view);
                 plan.seen.insert(topic);
             }
+            // The topic keeps its queues as they are; the retry looks again.
+            Ok(None) => plan.incomplete = true,
             Err(e) => {
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
                 plan.incomplete = true;
@@ -304,12 +318,15 @@ async fn plan(
     plan
 }
 
-/// This member's share of `topic`, and the topic as seen.
+/// This member's share of `topic`, and the topic as seen; `None` while the members the broker
+/// lists lack some of `previous` and that broker has only just come back
+/// ([`departures_unconfirmed`]).
 async fn topic_target(
     shared: &ConsumerShared,
     strategy: &dyn AllocateStrategy,
     topic: &str,
-) -> Result<(Vec<MessageQueue>, TopicView)> {
+    previous: Option<&[String]>,
+) -> Result<Option<(Vec<MessageQueue>, TopicView)>> {
     let route = shared.client.route(topic).await?;
     let queues = route.consume_queues.clone();
     if queues.is_empty() {
@@ -322,7 +339,7 @@ async fn topic_target(
             queues: queues.clone(),
             members: Vec::new(),
         };
-        return Ok((queues, view));
+        return Ok(Some((queues, view)));
     }
     // Any broker of the topic knows the group's members (each gets every heartbeat).
     let (addr, members) = match shared.client.consumer_ids(&shared.group, topic).await {
@@ -334,6 +351,16 @@ async fn topic_target(
         }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
+    if previous.is_some_and(|previous| previous.iter().any(|m| !members.contains(m))) {
+        let connected_for = match shared.client.connection(&addr).await {
+            Ok(connection) => connection.send(ConnectedFor).await.ok().flatten(),
+            Err(_) => None,
+        };
+        if departures_unconfirmed(previous, &members, connected_for, MEMBERSHIP_SETTLE) {
+            tracing::debug!(%topic, broker = %addr, ?members, "members missing from a broker that just came back; waiting for them to heartbeat it");
+            return Ok(None);
+        }
+    }
     let share = topic_share(
         strategy,
         &shared.group,
@@ -343,7 +370,7 @@ async fn topic_target(
         true,
     )
     .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
-    Ok((share, TopicView { queues, members }))
+    Ok(Some((share, TopicView { queues, members })))
 }
 
 impl Actor for Rebalancer {

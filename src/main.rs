@@ -167,6 +167,18 @@ struct BrokerArgs {
     /// Keep messages and offsets in this directory.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Create a topic on every broker at start, as NAME or NAME:QUEUES (repeatable). Without
+    /// it a topic is created on the first broker a producer happens to send it to.
+    #[arg(long = "topic", value_name = "NAME[:QUEUES]")]
+    topics: Vec<String>,
+    /// How long a queue lock of an orderly consumer lasts unless renewed (as a real broker's
+    /// 60 s): how long the queues of a crashed orderly consumer stay blocked.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION", default_value = "60s")]
+    lock_expiry: Duration,
+    /// Fault injection for tests: close every client connection at this interval
+    /// (e.g. `5s`); clients must reconnect.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    drop_connections_every: Option<Duration>,
 }
 
 #[derive(clap::Args)]
@@ -679,19 +691,71 @@ async fn reset_offset(args: ResetOffsetArgs) -> CliResult {
     Ok(())
 }
 
+/// `NAME` or `NAME:QUEUES` of `broker --topic`.
+fn topic_and_queues(spec: &str, default_queues: i32) -> Result<(String, i32), String> {
+    let (name, queues) = match spec.rsplit_once(':') {
+        Some((name, queues)) => {
+            let queues: i32 = queues
+                .parse()
+                .map_err(|_| format!("--topic {spec}: queue count `{queues}` is not a number"))?;
+            (name, queues)
+        }
+        None => (spec, default_queues),
+    };
+    if name.is_empty() || !(1..=1024).contains(&queues) {
+        return Err(format!("--topic {spec}: needs a name and 1 to 1024 queues"));
+    }
+    Ok((name.to_owned(), queues))
+}
+
 async fn broker(args: BrokerArgs) -> CliResult {
+    if args.brokers == 0 {
+        return Err("--brokers must be at least 1".into());
+    }
+    let topics = args
+        .topics
+        .iter()
+        .map(|spec| topic_and_queues(spec, args.queues))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.lock_expiry.is_zero() {
+        return Err("--lock-expiry must be longer than zero".into());
+    }
+    if args
+        .drop_connections_every
+        .is_some_and(|every| every.is_zero())
+    {
+        return Err("--drop-connections-every must be longer than zero".into());
+    }
     let mut stop = ShutdownSignal::install();
     let cluster = EmbeddedCluster::start(EmbeddedConfig {
         listen: args.listen,
         brokers: args.brokers,
         queues: args.queues,
         data_dir: args.data_dir,
+        lock_expiry: args.lock_expiry,
         ..EmbeddedConfig::default()
     })
     .await?;
+    for (topic, queues) in &topics {
+        cluster.create_topic(topic, *queues).await?;
+    }
     println!("{}", cluster.namesrv_addr());
     std::io::stdout().flush()?;
-    stop.recv().await;
+    match args.drop_connections_every {
+        Some(every) => {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tokio::select! {
+                    _ = stop.recv() => break,
+                    _ = ticks.tick() => {
+                        tracing::info!("fault injection: closing every client connection");
+                        cluster.drop_connections().await?;
+                    }
+                }
+            }
+        }
+        None => stop.recv().await,
+    }
     cluster.shutdown().await;
     Ok(())
 }

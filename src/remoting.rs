@@ -77,6 +77,14 @@ impl<T> RequestTable<T> {
         self.pending.remove(&opaque)
     }
 
+    /// Whether the request of `opaque` still waits for its answer: registered, and its waiter
+    /// still there by `alive`.
+    pub(crate) fn is_waiting(&self, opaque: i32, alive: impl Fn(&T) -> bool) -> bool {
+        self.pending
+            .get(&opaque)
+            .is_some_and(|pending| alive(&pending.reply))
+    }
+
     /// Every waiting request, in opaque order (the connection closed: all of them fail).
     pub(crate) fn drain(&mut self) -> Vec<(i32, Pending<T>)> {
         let mut all: Vec<(i32, Pending<T>)> = self.pending.drain().collect();

@@ -71,8 +71,12 @@ impl TopicRoute {
 /// hostile), and expanding it would take memory without bound (a million queues took 590 MB).
 pub const MAX_QUEUES_PER_BROKER: i32 = 65_536;
 
+/// The most queues a whole route may hold, summed over its brokers and over read and write
+/// queues: many brokers each just under [`MAX_QUEUES_PER_BROKER`] are refused as well.
+pub const MAX_QUEUES_PER_ROUTE: i64 = 262_144;
+
 /// Checks a route before it is used: every broker's queue counts within
-/// [`MAX_QUEUES_PER_BROKER`].
+/// [`MAX_QUEUES_PER_BROKER`], the route's total within [`MAX_QUEUES_PER_ROUTE`].
 ///
 /// ```
 /// use rocketmq_actor::route::check_route;
@@ -83,7 +87,9 @@ pub const MAX_QUEUES_PER_BROKER: i32 = 65_536;
 /// assert!(check_route(&data).unwrap_err().contains("1000000 read queues"));
 /// ```
 pub fn check_route(data: &TopicRouteData) -> Result<(), String> {
+    let mut total: i64 = 0;
     for queue in &data.queue_datas {
+        total += i64::from(queue.read_queue_nums.max(0)) + i64::from(queue.write_queue_nums.max(0));
         for (count, kind) in [
             (queue.read_queue_nums, "read"),
             (queue.write_queue_nums, "write"),
@@ -95,6 +101,12 @@ pub fn check_route(data: &TopicRouteData) -> Result<(), String> {
                 ));
             }
         }
+    }
+    if total > MAX_QUEUES_PER_ROUTE {
+        return Err(format!(
+            "{} brokers hold {total} queues in all (at most {MAX_QUEUES_PER_ROUTE} accepted)",
+            data.queue_datas.len()
+        ));
     }
     Ok(())
 }
@@ -225,6 +237,18 @@ mod tests {
       "brokerDatas":[
         {"cluster":"c","brokerName":"broker-a","brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}},
         {"cluster":"c","brokerName":"broker-b","brokerAddrs":{"1":"10.0.0.4:10911"}}]}"#;
+
+    #[test]
+    fn routes_past_the_queue_bounds_are_refused_and_ordinary_ones_pass() {
+        assert_eq!(check_route(&route(TWO_BROKERS)), Ok(()));
+        let entry = r#"{"brokerName":"b","perm":6,"readQueueNums":60000,"writeQueueNums":60000,"topicSysFlag":0}"#;
+        let entries = [entry; 3].join(",");
+        let many = route(&format!(r#"{{"queueDatas":[{entries}],"brokerDatas":[]}}"#));
+        let refused = check_route(&many).unwrap_err();
+        assert!(refused.contains("360000 queues in all"), "{refused}");
+        let one = route(&format!(r#"{{"queueDatas":[{entry}],"brokerDatas":[]}}"#));
+        assert_eq!(check_route(&one), Ok(()));
+    }
 
     #[test]
     fn consume_queues_cover_read_queues_of_readable_brokers_sorted() {

@@ -72,6 +72,9 @@ pub struct EmbeddedConfig {
     pub tick_interval: Duration,
     /// A client whose unread responses exceed this many bytes is disconnected.
     pub max_outbound_bytes: usize,
+    /// Bytes waiting for all clients together above which clients holding more than their fair
+    /// share ([`session::OUTBOUND_FAIR_SHARE_BYTES`]) are disconnected.
+    pub max_total_outbound_bytes: usize,
 }
 
 impl Default for EmbeddedConfig {
@@ -90,6 +93,7 @@ impl Default for EmbeddedConfig {
             auto_create_topic: true,
             tick_interval: Duration::from_millis(10),
             max_outbound_bytes: session::DEFAULT_MAX_OUTBOUND_BYTES,
+            max_total_outbound_bytes: session::DEFAULT_MAX_TOTAL_OUTBOUND_BYTES,
         }
     }
 }
@@ -154,6 +158,7 @@ struct BrokerHandle {
 pub struct EmbeddedCluster {
     namesrv_addr: SocketAddr,
     max_outbound_bytes: usize,
+    budget: session::OutboundBudget,
     name_server: Addr<NameServerActor>,
     namesrv_listener: Option<Addr<ListenerActor>>,
     brokers: Vec<BrokerHandle>,
@@ -181,6 +186,7 @@ impl EmbeddedCluster {
             .map_err(|e| bind_error(config.listen, e))?;
         let namesrv_addr = ns_listener.local_addr().map_err(Error::Io)?;
         let mut brokers = Vec::new();
+        let budget = session::OutboundBudget::new(config.max_total_outbound_bytes);
         let mut namesrv_listener = None;
         let mut shared = Some(ns_listener);
         for index in 0..brokers_wanted {
@@ -217,6 +223,7 @@ impl EmbeddedCluster {
                 broker: Some(actor.clone()),
                 name_server: shared_port.then(|| name_server.clone()),
                 max_outbound_bytes: config.max_outbound_bytes,
+                budget: budget.clone(),
             };
             let listener_actor = ListenerActor::start_on(listener, routes);
             actor.send(AttachListener(listener_actor)).await?;
@@ -234,12 +241,14 @@ impl EmbeddedCluster {
                     broker: None,
                     name_server: Some(name_server.clone()),
                     max_outbound_bytes: config.max_outbound_bytes,
+                    budget: budget.clone(),
                 },
             ));
         }
         Ok(EmbeddedCluster {
             namesrv_addr,
             max_outbound_bytes: config.max_outbound_bytes,
+            budget,
             name_server,
             namesrv_listener,
             brokers,
@@ -525,6 +534,7 @@ impl EmbeddedCluster {
             broker: Some(handle.actor.clone()),
             name_server: handle.shared_port.then(|| self.name_server.clone()),
             max_outbound_bytes: self.max_outbound_bytes,
+            budget: self.budget.clone(),
         };
         let listener_actor = ListenerActor::start_on(listener, routes);
         handle

@@ -60,6 +60,9 @@ impl DataDir {
         let delays = core.config().delay_levels.clone();
         let mut reader = BufReader::new(File::open(self.root.join(COMMIT_LOG))?);
         let mut size_bytes = [0u8; 4];
+        // Bytes of whole records read so far: what stays of the log if its end is torn.
+        let mut good: u64 = 0;
+        let mut torn = false;
         loop {
             match reader.read_exact(&mut size_bytes) {
                 Ok(()) => {}
@@ -68,18 +71,24 @@ impl DataDir {
             }
             let size = i32::from_be_bytes(size_bytes);
             let Ok(size) = usize::try_from(size) else {
+                torn = true;
                 break;
             };
             if size < 4 {
+                torn = true;
                 break;
             }
             let mut raw = vec![0u8; size];
             raw[..4].copy_from_slice(&size_bytes);
             if reader.read_exact(&mut raw[4..]).is_err() {
                 // A torn last record from a crash: ignore it.
+                torn = true;
                 break;
             }
-            let Ok(rec) = decode_stored(&raw) else { break };
+            let Ok(rec) = decode_stored(&raw) else {
+                torn = true;
+                break;
+            };
             let props = &rec.message.properties;
             let tags_code = if rec.message.topic == SCHEDULE_TOPIC {
                 let level = props
@@ -96,8 +105,16 @@ impl DataDir {
                 .replay(&raw, tags_code)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
             {
+                torn = true;
                 break;
             }
+            good += size as u64;
+        }
+        if torn || self.log.metadata()?.len() > good {
+            // Cut the torn end off, or records appended after it would be lost at the next
+            // start (reading stops at the first bad record).
+            tracing::warn!(dir = %self.root.display(), kept = good, "commit log ends in a torn record; truncating it");
+            self.log.set_len(good)?;
         }
         self.persisted = core.store().commit_log_max_offset();
         core.set_offsets(meta.offsets);

@@ -4,7 +4,9 @@
 //! a listener with neither answers REQUEST_CODE_NOT_SUPPORTED. A frame that does not decode
 //! closes this connection only, and so does a client that stops reading while the bytes
 //! waiting for it pile up past [`SessionRoutes::max_outbound_bytes`]: one client must not be
-//! able to make the broker buffer without bound.
+//! able to make the broker buffer without bound. Across all sessions of a cluster the bytes
+//! waiting are bounded too ([`OutboundBudget`]): many slow readers, each under its own cap,
+//! must not add up to gigabytes.
 
 use super::broker_actor::{BrokerActor, Disconnected, Inbound, SessionConnected};
 use super::name_server::{NameServerActor, NameServerRequest};
@@ -19,6 +21,8 @@ use futures::SinkExt;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -27,6 +31,56 @@ use tokio_util::codec::{BytesCodec, FramedRead, FramedWrite};
 /// Default of [`SessionRoutes::max_outbound_bytes`]: far above what a reading client ever has
 /// queued (a few pull responses of at most 256 KiB), far below what hurts the process.
 pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 64 * 1024 * 1024;
+
+/// Default of the cluster-wide cap on bytes waiting for clients ([`OutboundBudget`]).
+pub const DEFAULT_MAX_TOTAL_OUTBOUND_BYTES: usize = 256 * 1024 * 1024;
+
+/// What a session may always have waiting for its client, even when the cluster-wide total is
+/// spent: a healthy client has at most a few pull responses (256 KiB each) in flight.
+pub const OUTBOUND_FAIR_SHARE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The bytes waiting for clients across every session of one embedded cluster, and their cap.
+///
+/// Past the cap, a session whose own backlog exceeds [`OUTBOUND_FAIR_SHARE_BYTES`] is
+/// disconnected on its next write; sessions under their fair share carry on. So the total stays
+/// within the cap plus one fair share per connection, whatever the number of stuck readers.
+#[derive(Clone, Debug)]
+pub struct OutboundBudget {
+    cap: usize,
+    used: Arc<AtomicUsize>,
+}
+
+impl OutboundBudget {
+    /// A budget of `cap` bytes, none used.
+    pub fn new(cap: usize) -> Self {
+        OutboundBudget {
+            cap,
+            used: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Bytes waiting for clients now, across all sessions.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn allows(&self, own_backlog_after: usize, frame: usize) -> bool {
+        own_backlog_after <= OUTBOUND_FAIR_SHARE_BYTES || self.used() + frame <= self.cap
+    }
+
+    fn take(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn give_back(&self, bytes: usize) {
+        // Never below zero, whatever the order of a session's last writes and its teardown.
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}
 
 /// Where a session sends what it receives, and how much it may buffer for its client.
 #[derive(Clone)]
@@ -38,6 +92,8 @@ pub struct SessionRoutes {
     /// Encoded frames not yet handed to the socket above which the client is considered
     /// stuck and disconnected.
     pub max_outbound_bytes: usize,
+    /// The cluster-wide budget this session's backlog counts against.
+    pub budget: OutboundBudget,
 }
 
 /// Writes a command to the connection.
@@ -69,6 +125,7 @@ async fn write_frames(
     write_half: OwnedWriteHalf,
     mut frames: mpsc::UnboundedReceiver<Bytes>,
     backlog: Rc<Cell<usize>>,
+    budget: OutboundBudget,
 ) -> std::io::Result<()> {
     let mut sink = FramedWrite::new(write_half, BytesCodec::new());
     while let Some(frame) = frames.recv().await {
@@ -80,6 +137,7 @@ async fn write_frames(
         }
         SinkExt::<Bytes>::flush(&mut sink).await?;
         backlog.set(backlog.get().saturating_sub(burst));
+        budget.give_back(burst);
     }
     Ok(())
 }
@@ -99,6 +157,7 @@ impl SessionActor {
             let backlog = Rc::new(Cell::new(0));
             let session = ctx.address();
             let writer_backlog = backlog.clone();
+            let budget = routes.budget.clone();
             actix::spawn(async move {
                 // Dropping the abort sender without firing it means "drain, then close".
                 let aborted = async {
@@ -106,8 +165,9 @@ impl SessionActor {
                         std::future::pending::<()>().await;
                     }
                 };
+                let left_behind = writer_backlog.clone();
                 tokio::select! {
-                    written = write_frames(write, frames, writer_backlog) => {
+                    written = write_frames(write, frames, writer_backlog, budget.clone()) => {
                         if let Err(error) = written {
                             tracing::debug!(%peer, %error, "embedded broker write failed");
                             session.do_send(CloseSession);
@@ -115,6 +175,8 @@ impl SessionActor {
                     }
                     () = aborted => {}
                 }
+                // Whatever was never written no longer waits for anyone.
+                budget.give_back(left_behind.replace(0));
             });
             if let Some(broker) = &routes.broker {
                 // Sent before any frame so the broker knows the peer (born host) first.
@@ -160,7 +222,18 @@ impl SessionActor {
             self.abort(ctx);
             return;
         }
+        if !self.routes.budget.allows(backlog, frame.len()) {
+            tracing::warn!(
+                peer = %self.peer,
+                backlog,
+                total = self.routes.budget.used(),
+                "clients are not reading their responses and the broker's output budget is spent; closing this one"
+            );
+            self.abort(ctx);
+            return;
+        }
         self.backlog.set(backlog);
+        self.routes.budget.take(frame.len());
         if self.outbound.send(frame.freeze()).is_err() {
             // The writer is gone (socket failed); the read side ends the session.
             ctx.stop();

@@ -1,7 +1,8 @@
 //! The rebalance decision as pure functions: which queues of a topic this member owns, and
 //! what a pass changes (queues to drop, to start, to restart after their drop).
 //!
-//! The rebalancer actor (`actors/rebalancer.rs`) and the simulator (`crate::sim`) both use it.
+//! The rebalancer actor (`actors/rebalancer.rs`) and the simulator (`crate::sim`) both
+//! use it.
 //!
 //! ```ignore
 //! let diff = plan_changes(&owned, &target, &seen, &stalled);
@@ -10,6 +11,7 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::consumer::allocate::{allocate_sorted, AllocateStrategy};
 use crate::message::MessageQueue;
@@ -128,9 +130,75 @@ pub(crate) fn handed_over_by_live_members(
     handed_over
 }
 
+/// How long after this client (re)connects to a broker the departures that broker reports are
+/// not believed. A restarted broker knows only the members that have heartbeated it since, and
+/// they come back one by one over a second or two; acting on its partial list would move
+/// queues between members that never left (and each move re-reads what was consumed since
+/// the last commit).
+pub(crate) const MEMBERSHIP_SETTLE: Duration = Duration::from_secs(3);
+
+/// Whether a member list must wait before it is acted on: it lacks members of the previous
+/// view, and the broker that answered has been connected for less than `settle` (or is not
+/// connected now). Members that crash leave a broker this client has been connected to for a
+/// while, so their queues move at once.
+pub(crate) fn departures_unconfirmed(
+    previous: Option<&[String]>,
+    current: &[String],
+    connected_for: Option<Duration>,
+    settle: Duration,
+) -> bool {
+    let Some(previous) = previous else {
+        return false;
+    };
+    let someone_left = previous.iter().any(|member| !current.contains(member));
+    someone_left && connected_for.is_none_or(|connected| connected < settle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn departures_reported_by_a_freshly_connected_broker_wait_and_others_do_not() {
+        let members = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let before = members(&["a", "b", "c"]);
+        let settle = Duration::from_secs(3);
+        let fresh = Some(Duration::from_millis(200));
+        let old = Some(Duration::from_secs(60));
+        // A restarted broker that has heard from one member so far.
+        assert!(departures_unconfirmed(
+            Some(&before),
+            &members(&["a"]),
+            fresh,
+            settle
+        ));
+        assert!(departures_unconfirmed(
+            Some(&before),
+            &members(&["a"]),
+            None,
+            settle
+        ));
+        // A member that crashed, reported by a broker connected for long.
+        assert!(!departures_unconfirmed(
+            Some(&before),
+            &members(&["a", "b"]),
+            old,
+            settle
+        ));
+        // Joins are never held back, nor a first view.
+        assert!(!departures_unconfirmed(
+            Some(&before),
+            &members(&["a", "b", "c", "d"]),
+            fresh,
+            settle
+        ));
+        assert!(!departures_unconfirmed(
+            None,
+            &members(&["a"]),
+            fresh,
+            settle
+        ));
+    }
     use crate::consumer::allocate::Averagely;
 
     fn mq(topic: &str, id: i32) -> MessageQueue {

@@ -1241,11 +1241,26 @@ async fn malformed_requests_get_the_codes_a_real_broker_sends() {
 
 #[actix_rt::test]
 async fn a_client_that_stops_reading_is_dropped_instead_of_growing_the_broker() {
-    let cluster = start_cluster(EmbeddedConfig {
+    a_stuck_reader_is_dropped(EmbeddedConfig {
         max_outbound_bytes: 512 * 1024,
         ..EmbeddedConfig::ephemeral()
     })
     .await;
+}
+
+#[actix_rt::test]
+async fn stuck_readers_are_dropped_once_the_clusters_total_output_budget_is_spent() {
+    // Per connection the cap is out of reach; the cluster-wide budget is what stops them.
+    let config = EmbeddedConfig {
+        max_outbound_bytes: usize::MAX,
+        max_total_outbound_bytes: 6 * 1024 * 1024,
+        ..EmbeddedConfig::ephemeral()
+    };
+    a_stuck_reader_is_dropped(config).await;
+}
+
+async fn a_stuck_reader_is_dropped(config: EmbeddedConfig) {
+    let cluster = start_cluster(config).await;
     cluster.create_topic("Heavy", 1).await.unwrap();
     let client = client(&cluster);
     let producer = producer_on(&client);
@@ -1339,4 +1354,51 @@ async fn a_hundred_concurrent_connections_each_send_and_pull() {
         client.shutdown().await;
     }
     cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_torn_end_of_the_commit_log_is_cut_off_so_later_messages_survive_the_next_restart() {
+    let dir = std::env::temp_dir().join(format!(
+        "rocketmq-actor-torn-{}-{}",
+        std::process::id(),
+        now_ms()
+    ));
+    let config = EmbeddedConfig {
+        data_dir: Some(dir.clone()),
+        ..EmbeddedConfig::ephemeral()
+    };
+    let send = |cluster: &EmbeddedCluster, body: &'static str| {
+        let client = client(cluster);
+        async move {
+            producer_on(&client)
+                .send_to_queue(Message::new("Torn", body), &mq("Torn", 0))
+                .await
+                .unwrap();
+            client.shutdown().await;
+        }
+    };
+    let first_run = start_cluster(config.clone()).await;
+    send(&first_run, "kept").await;
+    first_run.shutdown().await;
+    // A crash in the middle of a write: the start of a record whose rest never made it.
+    let log = dir.join(BROKER).join("commitlog");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut file, &[0, 0, 1, 0, 0xda, 0xa3]).unwrap();
+    drop(file);
+
+    let second_run = start_cluster(config.clone()).await;
+    send(&second_run, "after the crash").await;
+    second_run.shutdown().await;
+
+    let third_run = start_cluster(config).await;
+    let client = self::client(&third_run);
+    let conn = broker_conn(&client, &third_run).await;
+    let bodies: Vec<_> = pull_all(&conn, "Torn", 0)
+        .await
+        .iter()
+        .map(|m| m.body().clone())
+        .collect();
+    assert_eq!(bodies, vec!["kept", "after the crash"]);
+    third_run.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -7,4 +7,5 @@
 mod common;
 mod connection;
 mod embedded_broker;
+mod fuzz;
 mod supervision;

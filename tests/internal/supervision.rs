@@ -211,3 +211,94 @@ async fn dropping_the_handle_shuts_the_consumer_down_and_leaves_the_group() {
     assert_eq!(committed, 10);
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_send_made_while_its_broker_restarts_waits_for_it_within_the_send_timeout() {
+    let (cluster, _namesrv) = cluster_with_topic("Restarting", 2).await;
+    let client = client(&cluster);
+    let producer = rocketmq_actor::Producer::new(
+        client.clone(),
+        rocketmq_actor::ProducerConfig {
+            send_timeout: Duration::from_secs(10),
+            ..Default::default()
+        },
+    );
+    let before = producer
+        .send(rocketmq_actor::Message::new("Restarting", "before"))
+        .await
+        .expect("the broker is up");
+    let broker = cluster.broker_names()[0].clone();
+    cluster.stop_broker(&broker, false).await.unwrap();
+    // The send starts while the only broker refuses connections; the broker comes back
+    // 300 ms later (the fault schedule, not a synchronisation).
+    let sending = actix_rt::spawn(async move {
+        producer
+            .send(rocketmq_actor::Message::new("Restarting", "during"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !sending.is_finished(),
+        "the send gave up while the broker was down"
+    );
+    cluster.restart_broker(&broker).await.unwrap();
+    let during = sending
+        .await
+        .unwrap()
+        .expect("the send goes through once the broker is back");
+    assert_eq!(during.queue.broker_name, before.queue.broker_name);
+
+    // A broker that stays away fails the send once its time is spent.
+    let producer = rocketmq_actor::Producer::new(
+        client,
+        rocketmq_actor::ProducerConfig {
+            send_timeout: Duration::from_millis(400),
+            ..Default::default()
+        },
+    );
+    cluster.stop_broker(&broker, false).await.unwrap();
+    let error = producer
+        .send(rocketmq_actor::Message::new("Restarting", "lost"))
+        .await
+        .expect_err("no broker to take it");
+    assert!(error.is_transport(), "{error}");
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_dropped_broker_connection_is_reported_as_disconnected_then_reconnected() {
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, 2).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, TOPIC, 0..10).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "reconnects", TOPIC, "*")
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("consumer starts");
+    let mut events = consumer.events();
+    let mut seen = BTreeSet::new();
+    receive_all(&mut rx, &(0..10).map(body_of).collect(), &mut seen).await;
+    cluster.drop_connections().await.unwrap();
+    let broker = cluster.broker_addr(BROKER).expect("broker address");
+    let (mut down, mut up) = (false, false);
+    tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.next().await {
+            match event {
+                ConsumerEvent::Disconnected { broker: b, .. } if b == broker => down = true,
+                ConsumerEvent::Reconnected { broker: b } if b == broker && down => {
+                    up = true;
+                    return;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("disconnected: {down}, reconnected: {up}"));
+    // And it still consumes.
+    send_numbered(&producer, TOPIC, 10..20).await;
+    receive_all(&mut rx, &(0..20).map(body_of).collect(), &mut seen).await;
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
