@@ -501,6 +501,11 @@ impl PushConsumerBuilder {
         self.listener(RecipientListener(recipient))
     }
 
+    /// The configuration as built so far.
+    pub(crate) fn current_config(&self) -> &PushConsumerConfig {
+        &self.config
+    }
+
     /// Sends the consumer's [`ConsumerEvent`]s to an actor as well (from the start on, so
     /// `Started` and the first `QueuesAssigned` are seen). An event that finds the mailbox full
     /// is dropped.
@@ -750,7 +755,15 @@ impl PushConsumer {
 
     /// Its state now: owned queues, the topics it cannot consume and why, restarts.
     pub async fn status(&self) -> ConsumerStatus {
-        self.root.send(GetStatus).await.unwrap_or_default()
+        self.status_soon().await
+    }
+
+    /// [`Self::status`] as a future that does not borrow the handle.
+    pub(crate) fn status_soon(
+        &self,
+    ) -> impl std::future::Future<Output = ConsumerStatus> + 'static {
+        let request = self.root.send(GetStatus);
+        async move { request.await.unwrap_or_default() }
     }
 
     /// A stream of the consumer's [`ConsumerEvent`]s from now on. A reader that falls more

@@ -140,6 +140,18 @@ impl Heartbeat {
     }
 }
 
+/// The broker addresses of every subscribed topic whose route is cached: what a leaving member
+/// tells it is gone, without asking a name server that may not answer (a shutdown must not wait
+/// on it).
+fn cached_broker_addrs(shared: &ConsumerShared) -> BTreeSet<String> {
+    shared
+        .subscribed_topics()
+        .iter()
+        .filter_map(|topic| shared.client.cached_route(topic))
+        .flat_map(|route| route.all_addrs().map(str::to_owned).collect::<Vec<_>>())
+        .collect()
+}
+
 /// The broker addresses (masters and slaves) of every subscribed topic with a known route.
 async fn broker_addrs(shared: &ConsumerShared) -> BTreeSet<String> {
     let mut addrs = BTreeSet::new();
@@ -316,15 +328,21 @@ impl Handler<Unregister> for Heartbeat {
         let shared = self.shared.clone();
         Box::pin(
             async move {
-                for addr in broker_addrs(&shared).await {
-                    let result = shared
-                        .client
-                        .unregister_client(&addr, None, Some(&shared.group))
-                        .await;
-                    if let Err(e) = result {
-                        tracing::debug!(broker = %addr, error = %e, "unregister failed");
+                let addrs = cached_broker_addrs(&shared);
+                // Side by side: a broker that is down must not hold the others' goodbyes.
+                futures::future::join_all(addrs.iter().map(|addr| {
+                    let shared = &shared;
+                    async move {
+                        let result = shared
+                            .client
+                            .unregister_client(addr, None, Some(&shared.group))
+                            .await;
+                        if let Err(e) = result {
+                            tracing::debug!(broker = %addr, error = %e, "unregister failed");
+                        }
                     }
-                }
+                }))
+                .await;
             }
             .into_actor(self)
             .map(|_, _, ctx| ctx.stop()),

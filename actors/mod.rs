@@ -57,3 +57,4 @@ pub(crate) mod queue_orderly;
 pub(crate) mod rebalancer;
 pub(crate) mod runtime;
 pub(crate) mod schedule;
+pub(crate) mod supervised_consumer;

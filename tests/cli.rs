@@ -277,3 +277,58 @@ async fn a_broker_out_of_file_descriptors_backs_off_and_recovers() {
         stderr.len()
     );
 }
+
+/// SIGINT while `consume` is still starting (its name server accepts connections and never
+/// answers) ends it cleanly, with its summary line, instead of killing it.
+#[cfg(unix)]
+#[actix_rt::test]
+async fn sigint_during_start_up_ends_consume_cleanly() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let namesrv = silent.local_addr().expect("address").to_string();
+    // Accepts and holds every connection, answering nothing.
+    let _holder = actix_rt::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let child = Command::new(BIN)
+        .args([
+            "consume",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            "T",
+            "--group",
+            "g",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("consume starts");
+    // The signal handlers are installed before anything else; start-up takes at least the
+    // name server's request timeout (3 s) here, so 300 ms is well inside it.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pid = child.id().expect("running").to_string();
+    let kill = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(kill.success());
+    let output = tokio::time::timeout(common::PATIENCE, child.wait_with_output())
+        .await
+        .expect("consume ends after SIGINT")
+        .expect("output");
+    assert!(
+        output.status.success(),
+        "SIGINT during start-up is a clean stop: {}",
+        output.status
+    );
+    let summary = stdout_lines(&output);
+    assert_eq!(summary.len(), 1, "one summary line");
+    assert_eq!(summary[0]["count"], 0);
+}

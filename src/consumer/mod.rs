@@ -65,3 +65,4 @@ pub use crate::actors::listener::{
     ConsumeContext, ConsumeMessages, ConsumeOrderly, ConsumeReply, ConsumeStatus, MessageListener,
     Messages, OrderlyListener, OrderlyReply,
 };
+pub use crate::actors::supervised_consumer::{GetConsumerStatus, StopConsumer, SupervisedConsumer};

@@ -302,3 +302,109 @@ async fn a_dropped_broker_connection_is_reported_as_disconnected_then_reconnecte
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_supervised_consumer_that_fails_is_started_afresh_by_its_supervisor_and_loses_nothing() {
+    use actix::prelude::*;
+    use rocketmq_actor::consumer::{GetConsumerStatus, StopConsumer, SupervisedConsumer};
+
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, 2).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, TOPIC, 0..50).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let actor = Supervisor::start(move |_| {
+        SupervisedConsumer::new(move || {
+            from_first_offset(&namesrv, "supervised_whole", TOPIC, "*")
+                .configure(|c| c.restart_policy.backoff_initial = Duration::from_millis(10))
+                .listener_fn(recording(tx.clone()))
+        })
+    });
+    let mut seen = BTreeSet::new();
+    receive_all(&mut rx, &(0..50).map(body_of).collect(), &mut seen).await;
+
+    actor
+        .send(crate::actors::supervised_consumer::Fail)
+        .await
+        .expect("the actor answers");
+    // Only a consumer started afresh can consume what is sent now: the failed one was dropped.
+    send_numbered(&producer, TOPIC, 50..100).await;
+    receive_all(&mut rx, &(0..100).map(body_of).collect(), &mut seen).await;
+    let status = actor
+        .send(GetConsumerStatus)
+        .await
+        .expect("the same address still works")
+        .expect("a consumer runs");
+    assert!(!status.owned_queues.is_empty());
+
+    actor.send(StopConsumer).await.expect("the actor answers");
+    assert_eq!(actor.send(GetConsumerStatus).await.ok().flatten(), None);
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_missing_topic_is_a_problem_in_events_and_status_until_it_exists() {
+    let cluster = fast_retry_cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "waits_for_topic", "NotYetThere", "*")
+        .configure(|c| c.rebalance_retry_interval = Duration::from_millis(100))
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("a consumer starts without its topic");
+    let mut events = consumer.events();
+    let status = consumer.status().await;
+    let cause = status
+        .problems
+        .get("NotYetThere")
+        .unwrap_or_else(|| panic!("no problem reported: {:?}", status.problems));
+    assert!(cause.contains("NotYetThere"), "{cause}");
+
+    cluster.create_topic("NotYetThere", 2).await.unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.next().await {
+            if let ConsumerEvent::ProblemCleared { topic } = event {
+                if topic == "NotYetThere" {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the problem clears once the topic exists");
+    assert!(consumer.status().await.problems.is_empty());
+    send_numbered(&producer(&cluster), "NotYetThere", 0..5).await;
+    let mut seen = BTreeSet::new();
+    receive_all(&mut rx, &(0..5).map(body_of).collect(), &mut seen).await;
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_name_server_that_does_not_answer_is_a_problem_in_status() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let namesrv = silent.local_addr().unwrap().to_string();
+    let _holder = actix_rt::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "silent_namesrv", TOPIC, "*")
+        .configure(|c| c.rebalance_retry_interval = Duration::from_millis(100))
+        .listener_fn(recording(tx))
+        .start()
+        .await
+        .expect("a consumer starts while its name server is silent");
+    let status = consumer.status().await;
+    let cause = status
+        .problems
+        .get(TOPIC)
+        .unwrap_or_else(|| panic!("no problem reported: {:?}", status.problems));
+    assert!(
+        cause.contains("no name server answered") && cause.contains("timed out"),
+        "{cause}"
+    );
+    consumer.shutdown().await;
+}
