@@ -736,7 +736,7 @@ impl PushConsumer {
     }
 
     /// The queue actors, for fault-injection tests.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) async fn queue_actors(
         &self,
     ) -> Vec<(MessageQueue, Addr<crate::actors::queue::QueueActor>)> {
@@ -748,7 +748,7 @@ impl PushConsumer {
     }
 
     /// The consumer's client, for fault-injection tests.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) async fn client_for_tests(&self) -> Client {
         self.root.send(GetClient).await.expect("the consumer runs")
     }

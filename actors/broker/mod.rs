@@ -73,7 +73,7 @@ pub struct EmbeddedConfig {
     /// A client whose unread responses exceed this many bytes is disconnected.
     pub max_outbound_bytes: usize,
     /// Bytes waiting for all clients together above which clients holding more than their fair
-    /// share ([`session::OUTBOUND_FAIR_SHARE_BYTES`]) are disconnected.
+    /// share (4 MiB, what a healthy client may always have waiting) are disconnected.
     pub max_total_outbound_bytes: usize,
 }
 

@@ -648,4 +648,4 @@ pub fn response_for(actions: &[Action], conn: ConnId) -> Option<&RemotingCommand
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -30,7 +30,13 @@ fn reply(actions: &[Action], conn: ConnId) -> RemotingCommand {
         .unwrap_or_else(|| panic!("no response to {conn} in {actions:?}"))
 }
 
-fn send_request(topic: &str, queue_id: i32, tags: Option<&str>, props: &str) -> RemotingCommand {
+/// A SEND_MESSAGE_V2 request (V2 keys) of a `hello` message.
+pub(crate) fn send_request(
+    topic: &str,
+    queue_id: i32,
+    tags: Option<&str>,
+    props: &str,
+) -> RemotingCommand {
     let mut properties = props.to_owned();
     if let Some(t) = tags {
         properties.push_str(&format!("TAGS\u{1}{t}\u{2}"));
@@ -83,7 +89,13 @@ fn pull_request(
         .with_opaque(21)
 }
 
-fn pull_with_sub(topic: &str, queue_id: i32, offset: i64, expr: &str) -> RemotingCommand {
+/// A PULL_MESSAGE request of group `g` with a subscription expression (not held).
+pub(crate) fn pull_with_sub(
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    expr: &str,
+) -> RemotingCommand {
     pull_request("g", topic, queue_id, offset, pull_sys_flag::SUBSCRIPTION)
         .with_ext("subscription", expr)
 }
@@ -807,14 +819,15 @@ fn update_topic_creates_queues_and_announces_them() {
         .any(|t| t.topic_name == AUTO_CREATE_TOPIC && t.perm == 7));
 }
 
-mod arbitrary_input {
+pub(crate) mod arbitrary_input {
     //! Whatever a client sends, the core answers it like a broker or stays silent where a
     //! broker would (oneway, parked pull, forwarded call) — and never panics.
 
     use super::*;
     use proptest::prelude::*;
 
-    const CODES: &[i32] = &[
+    /// Request codes the broker dispatches on, and a few it does not know.
+    pub(crate) const CODES: &[i32] = &[
         rc::SEND_MESSAGE,
         rc::SEND_MESSAGE_V2,
         rc::SEND_BATCH_MESSAGE,
@@ -843,7 +856,7 @@ mod arbitrary_input {
     ];
 
     /// Keys the handlers read, in both send-header spellings.
-    const KEYS: &[&str] = &[
+    pub(crate) const KEYS: &[&str] = &[
         "a",
         "b",
         "c",

@@ -884,7 +884,7 @@ impl LiteCore {
     }
 
     /// Per assigned queue: cached messages (flow control's per-queue count).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn cached(&self) -> Vec<(MessageQueue, u64)> {
         self.queues
             .iter()

@@ -365,7 +365,7 @@ impl QueueCore {
     }
 
     /// A one-line account of the state, for simulator traces.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn summary(&self) -> String {
         let mode = match &self.mode {
             Mode::Concurrent { pq, .. } => format!("concurrent cached={}", pq.cached_count()),

@@ -16,6 +16,9 @@ use bytes::{Bytes, BytesMut};
 use tokio_util::codec::Decoder;
 
 use crate::broker::nameserver::NameServerCore;
+// The codes and ext-field keys the broker's property tests draw from.
+use crate::broker::tests::arbitrary_input::{CODES, KEYS};
+use crate::broker::tests::{pull_with_sub, send_request};
 use crate::broker::{Action, BrokerConfig, BrokerCore};
 use crate::message::compression::{decompress_with_limit, CompressionType};
 use crate::message::{encode_batch_body, Message};
@@ -100,37 +103,6 @@ fn frame_of(command: &RemotingCommand) -> Vec<u8> {
     out.to_vec()
 }
 
-fn send(topic: &str, queue_id: i32, body: &str, properties: &str) -> RemotingCommand {
-    RemotingCommand::request(rc::SEND_MESSAGE_V2)
-        .with_ext("a", "pg")
-        .with_ext("b", topic)
-        .with_ext("c", "TBW102")
-        .with_ext("d", "4")
-        .with_ext("e", queue_id.to_string())
-        .with_ext("f", "0")
-        .with_ext("g", "1700000000000")
-        .with_ext("h", "0")
-        .with_ext("i", properties)
-        .with_ext("j", "0")
-        .with_ext("m", "false")
-        .with_body(Bytes::from(body.to_owned()))
-}
-
-fn pull(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
-    RemotingCommand::request(rc::PULL_MESSAGE)
-        .with_ext("consumerGroup", "g")
-        .with_ext("topic", topic)
-        .with_ext("queueId", queue_id.to_string())
-        .with_ext("queueOffset", offset.to_string())
-        .with_ext("maxMsgNums", "32")
-        .with_ext("sysFlag", "2")
-        .with_ext("commitOffset", "0")
-        .with_ext("suspendTimeoutMillis", "0")
-        .with_ext("subscription", "*")
-        .with_ext("subVersion", "0")
-        .with_ext("expressionType", "TAG")
-}
-
 fn responses(actions: Vec<Action>) -> Vec<RemotingCommand> {
     actions
         .into_iter()
@@ -169,9 +141,9 @@ fn seeds() -> Seeds {
     let mut core = fresh_core();
     let heartbeat = br#"{"clientID":"c1","producerDataSet":[],"consumerDataSet":[{"groupName":"g","consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","subscriptionDataSet":[{"classFilterMode":false,"topic":"T","subString":"*","tagsSet":[],"codeSet":[],"subVersion":0,"expressionType":"TAG"}],"unitMode":false}]}"#;
     let mut frames = vec![
-        frame_of(&send("T", 0, "hello", "TAGS\u{1}a\u{2}KEYS\u{1}k1\u{2}")),
-        frame_of(&send("T", 1, "", "")),
-        frame_of(&pull("T", 0, 0)),
+        frame_of(&send_request("T", 0, Some("a"), "KEYS\u{1}k1\u{2}")),
+        frame_of(&send_request("T", 1, None, "")),
+        frame_of(&pull_with_sub("T", 0, 0, "*")),
         frame_of(
             &RemotingCommand::request(rc::HEART_BEAT)
                 .with_body(Bytes::from_static(heartbeat)),
@@ -226,7 +198,7 @@ fn seeds() -> Seeds {
     let mut pull_bodies = Vec::new();
     let mut stored = Vec::new();
     for queue_id in 0..3 {
-        for answer in responses(core.handle(2, pull("T", queue_id, 0), NOW)) {
+        for answer in responses(core.handle(2, pull_with_sub("T", queue_id, 0, "*"), NOW)) {
             if let Some(body) = answer.body.as_ref().filter(|b| !b.is_empty()) {
                 pull_bodies.push(body.to_vec());
                 let mut rest = &body[..];
@@ -310,68 +282,6 @@ fn text(input: &[u8]) -> &str {
         Err(e) => std::str::from_utf8(&input[..e.valid_up_to()]).unwrap_or_default(),
     }
 }
-
-/// Request codes the broker core and the name server dispatch on.
-const CODES: [i32; 24] = [
-    rc::SEND_MESSAGE,
-    rc::SEND_MESSAGE_V2,
-    rc::SEND_BATCH_MESSAGE,
-    rc::PULL_MESSAGE,
-    rc::LITE_PULL_MESSAGE,
-    rc::QUERY_CONSUMER_OFFSET,
-    rc::UPDATE_CONSUMER_OFFSET,
-    rc::UPDATE_AND_CREATE_TOPIC,
-    rc::SEARCH_OFFSET_BY_TIMESTAMP,
-    rc::GET_MAX_OFFSET,
-    rc::GET_MIN_OFFSET,
-    rc::GET_EARLIEST_MSG_STORETIME,
-    rc::VIEW_MESSAGE_BY_ID,
-    rc::HEART_BEAT,
-    rc::UNREGISTER_CLIENT,
-    rc::CONSUMER_SEND_MSG_BACK,
-    rc::GET_CONSUMER_LIST_BY_GROUP,
-    rc::LOCK_BATCH_MQ,
-    rc::UNLOCK_BATCH_MQ,
-    rc::GET_ROUTEINFO_BY_TOPIC,
-    rc::GET_BROKER_CLUSTER_INFO,
-    rc::INVOKE_BROKER_TO_RESET_OFFSET,
-    rc::GET_CONSUMER_RUNNING_INFO,
-    rc::QUERY_MESSAGE,
-];
-
-/// Ext-field keys the request headers read (Java's names, V2's one-letter keys included).
-const KEYS: [&str; 30] = [
-    "a",
-    "b",
-    "c",
-    "d",
-    "e",
-    "f",
-    "g",
-    "h",
-    "i",
-    "j",
-    "k",
-    "l",
-    "m",
-    "n",
-    "topic",
-    "queueId",
-    "queueOffset",
-    "maxMsgNums",
-    "sysFlag",
-    "commitOffset",
-    "consumerGroup",
-    "subscription",
-    "group",
-    "offset",
-    "delayLevel",
-    "timestamp",
-    "isForce",
-    "clientId",
-    "maxReconsumeTimes",
-    "originTopic",
-];
 
 fn structured_request(rng: &mut Rng, seeds: &Seeds) -> RemotingCommand {
     let mut command = RemotingCommand::request(CODES[rng.below(CODES.len())]);

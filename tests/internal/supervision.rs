@@ -40,21 +40,56 @@ async fn receive_all(
     deliveries
 }
 
-#[actix_rt::test]
-async fn a_failed_queue_actor_and_a_failed_connection_are_restarted_and_nothing_is_lost() {
-    let (cluster, namesrv) = cluster_with_topic(TOPIC, 4).await;
+/// A consumer of `group` on a fresh one-broker cluster with [`TOPIC`] on `queues` queues, that
+/// has consumed messages `0..consumed` already.
+struct Consuming {
+    cluster: rocketmq_actor::embedded::EmbeddedCluster,
+    producer: rocketmq_actor::Producer,
+    consumer: rocketmq_actor::PushConsumer,
+    events: std::pin::Pin<Box<dyn futures::Stream<Item = ConsumerEvent> + Send>>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<(String, i32)>,
+    seen: BTreeSet<String>,
+}
+
+async fn consuming(
+    group: &str,
+    queues: i32,
+    consumed: usize,
+    configure: impl FnOnce(&mut rocketmq_actor::PushConsumerConfig),
+) -> Consuming {
+    let (cluster, namesrv) = cluster_with_topic(TOPIC, queues).await;
     let producer = producer(&cluster);
-    send_numbered(&producer, TOPIC, 0..200).await;
+    send_numbered(&producer, TOPIC, 0..consumed).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let consumer = from_first_offset(&namesrv, "supervised", TOPIC, "*")
+    let consumer = from_first_offset(&namesrv, group, TOPIC, "*")
+        .configure(configure)
         .listener_fn(recording(tx))
         .start()
         .await
         .expect("consumer starts");
-    let mut events = consumer.events();
+    let events = Box::pin(consumer.events());
     let mut seen = BTreeSet::new();
-    let first: BTreeSet<String> = (0..200).map(body_of).collect();
-    receive_all(&mut rx, &first, &mut seen).await;
+    receive_all(&mut rx, &(0..consumed).map(body_of).collect(), &mut seen).await;
+    Consuming {
+        cluster,
+        producer,
+        consumer,
+        events,
+        rx,
+        seen,
+    }
+}
+
+#[actix_rt::test]
+async fn a_failed_queue_actor_and_a_failed_connection_are_restarted_and_nothing_is_lost() {
+    let Consuming {
+        cluster,
+        producer,
+        consumer,
+        mut events,
+        mut rx,
+        mut seen,
+    } = consuming("supervised", 4, 200, |_| {}).await;
 
     // One queue actor and the broker connection fail, as a bug in either would make them.
     let queues = consumer.queue_actors().await;
@@ -117,22 +152,18 @@ async fn consumer_connection(
 
 #[actix_rt::test]
 async fn a_queue_actor_that_fails_too_often_gives_up_and_the_next_rebalance_starts_it_afresh() {
-    let (cluster, namesrv) = cluster_with_topic(TOPIC, 1).await;
-    let producer = producer(&cluster);
-    send_numbered(&producer, TOPIC, 0..20).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let consumer = from_first_offset(&namesrv, "gives_up", TOPIC, "*")
-        .configure(|c| {
-            c.restart_policy.max_restarts = 1;
-            c.restart_policy.backoff_initial = Duration::from_millis(10);
-        })
-        .listener_fn(recording(tx))
-        .start()
-        .await
-        .expect("consumer starts");
-    let mut events = consumer.events();
-    let mut seen = BTreeSet::new();
-    receive_all(&mut rx, &(0..20).map(body_of).collect(), &mut seen).await;
+    let Consuming {
+        cluster,
+        producer,
+        consumer,
+        mut events,
+        mut rx,
+        mut seen,
+    } = consuming("gives_up", 1, 20, |c| {
+        c.restart_policy.max_restarts = 1;
+        c.restart_policy.backoff_initial = Duration::from_millis(10);
+    })
+    .await;
     let (queue, actor) = consumer.queue_actors().await.remove(0);
     actor.send(queue::Fail).await.expect("queue actor answers");
     actor
@@ -169,18 +200,13 @@ async fn a_queue_actor_that_fails_too_often_gives_up_and_the_next_rebalance_star
 
 #[actix_rt::test]
 async fn dropping_the_handle_shuts_the_consumer_down_and_leaves_the_group() {
-    let (cluster, namesrv) = cluster_with_topic(TOPIC, 2).await;
-    let producer = producer(&cluster);
-    send_numbered(&producer, TOPIC, 0..10).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let consumer = from_first_offset(&namesrv, "dropped", TOPIC, "*")
-        .listener_fn(recording(tx))
-        .start()
-        .await
-        .expect("consumer starts");
-    let mut events = consumer.events();
-    let mut seen = BTreeSet::new();
-    receive_all(&mut rx, &(0..10).map(body_of).collect(), &mut seen).await;
+    let Consuming {
+        cluster,
+        consumer,
+        mut events,
+        rx: _listened,
+        ..
+    } = consuming("dropped", 2, 10, |_| {}).await;
     drop(consumer);
     let stopped = tokio::time::timeout(PATIENCE, async {
         while let Some(event) = events.next().await {
@@ -267,18 +293,14 @@ async fn a_send_made_while_its_broker_restarts_waits_for_it_within_the_send_time
 
 #[actix_rt::test]
 async fn a_dropped_broker_connection_is_reported_as_disconnected_then_reconnected() {
-    let (cluster, namesrv) = cluster_with_topic(TOPIC, 2).await;
-    let producer = producer(&cluster);
-    send_numbered(&producer, TOPIC, 0..10).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let consumer = from_first_offset(&namesrv, "reconnects", TOPIC, "*")
-        .listener_fn(recording(tx))
-        .start()
-        .await
-        .expect("consumer starts");
-    let mut events = consumer.events();
-    let mut seen = BTreeSet::new();
-    receive_all(&mut rx, &(0..10).map(body_of).collect(), &mut seen).await;
+    let Consuming {
+        cluster,
+        producer,
+        consumer,
+        mut events,
+        mut rx,
+        mut seen,
+    } = consuming("reconnects", 2, 10, |_| {}).await;
     cluster.drop_connections().await.unwrap();
     let broker = cluster.broker_addr(BROKER).expect("broker address");
     let (mut down, mut up) = (false, false);
