@@ -7,7 +7,6 @@
 //! than in a loop.
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use actix::prelude::*;
 use futures::StreamExt;
@@ -49,6 +48,8 @@ pub struct SupervisedConsumer {
     restarts: RestartTracker,
     /// Stopped on purpose ([`StopConsumer`]) or given up: a supervisor's restart does nothing.
     retired: bool,
+    /// A restart waits for its backoff: `started` must not start the consumer at once.
+    backing_off: bool,
     /// Bumped at every start, so the events of a previous consumer are ignored.
     generation: u64,
 }
@@ -62,20 +63,15 @@ impl SupervisedConsumer {
             consumer: None,
             restarts: RestartTracker::new(policy),
             retired: false,
+            backing_off: false,
             generation: 0,
         }
     }
 
-    fn start_consumer(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+    fn start_consumer(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
         let generation = self.generation;
-        let builder = (self.make)();
-        let start = async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            builder.start().await
-        };
+        let start = (self.make)().start();
         ctx.wait(
             start
                 .into_actor(self)
@@ -103,8 +99,8 @@ impl Actor for SupervisedConsumer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if !self.retired {
-            self.start_consumer(Duration::ZERO, ctx);
+        if !self.retired && !self.backing_off {
+            self.start_consumer(ctx);
         }
     }
 }
@@ -119,11 +115,13 @@ impl Supervised for SupervisedConsumer {
         match self.restarts.on_failure(crate::actors::now_ms()) {
             RestartDecision::Restart { after } => {
                 tracing::warn!(restarts = self.restarts.restarts(), backoff = ?after, "consumer restarting");
-                // `started` runs after this and starts at once; the backoff comes first.
-                self.retired = true;
+                // `started` runs after this; the backoff comes first.
+                self.backing_off = true;
                 ctx.run_later(after, |act, ctx| {
-                    act.retired = false;
-                    act.start_consumer(Duration::ZERO, ctx);
+                    act.backing_off = false;
+                    if !act.retired {
+                        act.start_consumer(ctx);
+                    }
                 });
             }
             RestartDecision::GiveUp { failures } => {
