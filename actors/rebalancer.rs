@@ -19,8 +19,8 @@ use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
 use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::rebalance::{
-    departures_unconfirmed, handed_over_by_live_members, plan_changes, topic_share, ShareError,
-    MEMBERSHIP_SETTLE,
+    departures_unconfirmed, handed_over_by_live_members, plan_changes, topic_share,
+    unconfirmed_share, ShareError, MEMBERSHIP_SETTLE,
 };
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
@@ -286,13 +286,13 @@ async fn plan(
     .await;
     for (topic, target) in topics.into_iter().zip(targets) {
         match target {
-            Ok(Some((share, view))) => {
+            Ok((share, view, provisional)) => {
                 plan.target.extend(share);
                 plan.views.insert(topic.clone(), view);
                 plan.seen.insert(topic);
+                // A provisional share is looked at again soon.
+                plan.incomplete |= provisional;
             }
-            // The topic keeps its queues as they are; the retry looks again.
-            Ok(None) => plan.incomplete = true,
             Err(e) => {
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
                 plan.incomplete = true;
@@ -318,15 +318,16 @@ async fn plan(
     plan
 }
 
-/// This member's share of `topic`, and the topic as seen; `None` while the members the broker
-/// lists lack some of `previous` and that broker has only just come back
-/// ([`departures_unconfirmed`]).
+/// This member's share of `topic`, the topic as seen, and whether the share is provisional:
+/// while the members the broker lists lack some of `previous` and that broker has only just
+/// come back ([`departures_unconfirmed`]), only the queues owned under both lists
+/// ([`unconfirmed_share`]), with the previous members kept as the view.
 async fn topic_target(
     shared: &ConsumerShared,
     strategy: &dyn AllocateStrategy,
     topic: &str,
     previous: Option<&[String]>,
-) -> Result<Option<(Vec<MessageQueue>, TopicView)>> {
+) -> Result<(Vec<MessageQueue>, TopicView, bool)> {
     let route = shared.client.route(topic).await?;
     let queues = route.consume_queues.clone();
     if queues.is_empty() {
@@ -339,7 +340,7 @@ async fn topic_target(
             queues: queues.clone(),
             members: Vec::new(),
         };
-        return Ok(Some((queues, view)));
+        return Ok((queues, view, false));
     }
     // Any broker of the topic knows the group's members (each gets every heartbeat).
     let (addr, members) = match shared.client.consumer_ids(&shared.group, topic).await {
@@ -351,14 +352,29 @@ async fn topic_target(
         }) => return Err(Error::NotAMember(peer)),
         other => other?,
     };
-    if previous.is_some_and(|previous| previous.iter().any(|m| !members.contains(m))) {
+    if let Some(previous) =
+        previous.filter(|previous| previous.iter().any(|m| !members.contains(m)))
+    {
         let connected_for = match shared.client.connection(&addr).await {
             Ok(connection) => connection.send(ConnectedFor).await.ok().flatten(),
             Err(_) => None,
         };
-        if departures_unconfirmed(previous, &members, connected_for, MEMBERSHIP_SETTLE) {
-            tracing::debug!(%topic, broker = %addr, ?members, "members missing from a broker that just came back; waiting for them to heartbeat it");
-            return Ok(None);
+        if departures_unconfirmed(Some(previous), &members, connected_for, MEMBERSHIP_SETTLE) {
+            tracing::debug!(%topic, broker = %addr, ?members, "members missing from a broker that just came back; keeping only queues owned either way until they heartbeat it");
+            let share = unconfirmed_share(
+                strategy,
+                &shared.group,
+                shared.client.client_id(),
+                &queues,
+                previous,
+                &members,
+            )
+            .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
+            let view = TopicView {
+                queues,
+                members: previous.to_vec(),
+            };
+            return Ok((share, view, true));
         }
     }
     let share = topic_share(
@@ -370,7 +386,7 @@ async fn topic_target(
         true,
     )
     .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
-    Ok(Some((share, TopicView { queues, members })))
+    Ok((share, TopicView { queues, members }, false))
 }
 
 impl Actor for Rebalancer {

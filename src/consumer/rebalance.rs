@@ -154,9 +154,51 @@ pub(crate) fn departures_unconfirmed(
     someone_left && connected_for.is_none_or(|connected| connected < settle)
 }
 
+/// This member's queues while a list's departures are unconfirmed: those it owns under both
+/// the membership it saw before and the one listed now. Letting go of what the new list gives to
+/// others is always safe (another member may already act on it); taking over the departed
+/// members' queues waits until the list is believed.
+pub(crate) fn unconfirmed_share(
+    strategy: &dyn AllocateStrategy,
+    group: &str,
+    client_id: &str,
+    queues: &[MessageQueue],
+    previous: &[String],
+    current: &[String],
+) -> Result<Vec<MessageQueue>, ShareError> {
+    let now = topic_share(strategy, group, client_id, queues, current, true)?;
+    let before =
+        topic_share(strategy, group, client_id, queues, previous, true).unwrap_or_default();
+    Ok(now.into_iter().filter(|mq| before.contains(mq)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unconfirmed_departures_let_queues_go_but_take_none_over() {
+        use crate::consumer::allocate::Averagely;
+        let queues: Vec<MessageQueue> = (0..6).map(|i| MessageQueue::new("T", "b", i)).collect();
+        let ids = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let before = ids(&["c1", "c2", "c3"]);
+        let share = |members: &[String]| {
+            topic_share(&Averagely, "G", "c2", &queues, members, true).unwrap()
+        };
+        // c1 seems gone: c2 would take queues over, and give some to c3; it only keeps its own.
+        let held = unconfirmed_share(&Averagely, "G", "c2", &queues, &before, &ids(&["c2", "c3"]))
+            .unwrap();
+        let now = share(&ids(&["c2", "c3"]));
+        assert!(held
+            .iter()
+            .all(|mq| share(&before).contains(mq) && now.contains(mq)));
+        assert!(held.len() < now.len(), "{held:?} vs {now:?}");
+        // Not listed at all: not a member yet.
+        assert_eq!(
+            unconfirmed_share(&Averagely, "G", "c9", &queues, &before, &before),
+            Err(ShareError::NotAMember)
+        );
+    }
 
     #[test]
     fn departures_reported_by_a_freshly_connected_broker_wait_and_others_do_not() {
