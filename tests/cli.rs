@@ -283,17 +283,7 @@ async fn a_broker_out_of_file_descriptors_backs_off_and_recovers() {
 #[cfg(unix)]
 #[actix_rt::test]
 async fn sigint_during_start_up_ends_consume_cleanly() {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let namesrv = silent.local_addr().expect("address").to_string();
-    // Accepts and holds every connection, answering nothing.
-    let _holder = actix_rt::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
+    let (namesrv, _holder) = common::silent_name_server().await;
     let child = Command::new(BIN)
         .args([
             "consume",

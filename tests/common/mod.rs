@@ -236,3 +236,19 @@ pub fn now_ms() -> i64 {
 mod shared;
 #[allow(unused_imports)]
 pub use shared::Shared;
+
+/// A name server that accepts connections and never answers (held until the returned task is
+/// dropped with the test's runtime); its address.
+pub async fn silent_name_server() -> (String, tokio::task::JoinHandle<()>) {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = silent.local_addr().expect("address").to_string();
+    let holder = actix_rt::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, holder)
+}

@@ -404,14 +404,7 @@ async fn a_missing_topic_is_a_problem_in_events_and_status_until_it_exists() {
 
 #[actix_rt::test]
 async fn a_name_server_that_does_not_answer_is_a_problem_in_status() {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let namesrv = silent.local_addr().unwrap().to_string();
-    let _holder = actix_rt::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
+    let (namesrv, _holder) = silent_name_server().await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let consumer = from_first_offset(&namesrv, "silent_namesrv", TOPIC, "*")
         .configure(|c| c.rebalance_retry_interval = Duration::from_millis(100))
