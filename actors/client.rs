@@ -25,15 +25,15 @@ use crate::error::{Error, ProtocolError, Result};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
-    decode_json, ConsumerListBody, HeartbeatData, LockBatchResponseBody, ResetOffsetBody,
-    TopicRouteData,
+    decode_json, ConsumerConnection, ConsumerListBody, HeartbeatData, LockBatchResponseBody,
+    ResetOffsetBody, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
-    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, GetRouteInfoRequestHeader,
-    OffsetResponseHeader, QueryConsumerOffsetResponseHeader, ResetOffsetRequestHeader,
-    SearchOffsetRequestHeader, ViewMessageRequestHeader,
+    GetConsumerConnectionListRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+    GetRouteInfoRequestHeader, OffsetResponseHeader, QueryConsumerOffsetResponseHeader,
+    ResetOffsetRequestHeader, SearchOffsetRequestHeader, ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use crate::route::{NameServerList, TopicRoute};
@@ -883,6 +883,66 @@ impl Client {
             }
         }
         Err(last_error.unwrap_or_else(|| Error::TopicRouteNotFound(topic.to_owned())))
+    }
+
+    /// GET_CONSUMER_CONNECTION_LIST: the group's connected clients, its subscriptions, consume
+    /// type, message model and start policy, as the masters of the group's retry topic
+    /// (`%RETRY%<group>`, which every broker a member heartbeats creates) know them, merged over
+    /// those brokers (a client is listed once, by its first connection; Java's admin asks one
+    /// broker). Fails with [`Error::TopicRouteNotFound`] when no broker has the retry topic (the
+    /// group never connected), and with the broker's CONSUMER_NOT_ONLINE error (or a transport
+    /// error) when no broker lists a member now.
+    pub async fn consumer_connections(&self, group: &str) -> Result<ConsumerConnection> {
+        let route = self
+            .refresh_route(&crate::consumer::retry::retry_topic(group))
+            .await?;
+        let mut merged: Option<ConsumerConnection> = None;
+        let mut last_error = None;
+        for addr in route
+            .data
+            .broker_datas
+            .iter()
+            .filter_map(|b| b.master_addr())
+        {
+            let header = GetConsumerConnectionListRequestHeader {
+                consumer_group: group.to_owned(),
+            };
+            let command = RemotingCommand::request_with_header(
+                request_code::GET_CONSUMER_CONNECTION_LIST,
+                &header,
+            );
+            let answer: ConsumerConnection = match self.invoke(addr, command).await {
+                Ok(response) => decode_json(response.body.as_deref().unwrap_or_default())?,
+                Err(e) => {
+                    last_error = Some(e);
+                    continue;
+                }
+            };
+            let Some(merged) = merged.as_mut() else {
+                merged = Some(answer);
+                continue;
+            };
+            for connection in answer.connection_set {
+                if !merged
+                    .connection_set
+                    .iter()
+                    .any(|c| c.client_id == connection.client_id)
+                {
+                    merged.connection_set.push(connection);
+                }
+            }
+            for (topic, sub) in answer.subscription_table {
+                match merged.subscription_table.get(&topic) {
+                    Some(known) if known.sub_version >= sub.sub_version => {}
+                    _ => {
+                        merged.subscription_table.insert(topic, sub);
+                    }
+                }
+            }
+        }
+        merged.ok_or_else(|| {
+            last_error.unwrap_or_else(|| Error::TopicRouteNotFound(format!("%RETRY%{group}")))
+        })
     }
 
     /// HEART_BEAT to the broker at `addr`.

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio_util::codec::{BytesCodec, FramedRead};
 
 use crate::error::{Error, ProtocolError, RequestCode, Result};
+use crate::metrics::ConnectionMetrics;
 use crate::protocol::codes::response_code;
 use crate::protocol::command::RequestFrame;
 use crate::protocol::{RemotingCodec, RemotingCommand};
@@ -205,6 +206,10 @@ pub struct Connection {
     closed: bool,
     /// Restarts after failures (see [`Fail`]), for diagnostics and tests.
     restarts: u64,
+    /// Reconnect and disconnect counters.
+    metrics: ConnectionMetrics,
+    /// A connection was up before (the next one is a reconnect).
+    ever_connected: bool,
 }
 
 impl Connection {
@@ -217,8 +222,11 @@ impl Connection {
 
     /// A connection to `peer` with `config`.
     pub fn with_config(peer: impl Into<String>, config: ConnectionConfig) -> Self {
+        let peer = peer.into();
         Connection {
-            peer: peer.into(),
+            metrics: ConnectionMetrics::new(&peer),
+            ever_connected: false,
+            peer,
             backoff: Backoff::new(config.backoff_initial, config.backoff_max),
             connected_at: None,
             config,
@@ -386,6 +394,15 @@ impl Connection {
     }
 
     fn notify(&mut self, event: ConnectionEvent) {
+        match &event {
+            ConnectionEvent::Connected { .. } => {
+                if self.ever_connected {
+                    self.metrics.reconnected();
+                }
+                self.ever_connected = true;
+            }
+            ConnectionEvent::Disconnected { .. } => self.metrics.disconnected(),
+        }
         self.subscribers.retain(|s| s.upgrade().is_some());
         for subscriber in &self.subscribers {
             if let Some(subscriber) = subscriber.upgrade() {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
 use crate::actors::connection::ServerRequest;
@@ -32,7 +33,7 @@ use crate::actors::listener::{
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
 use crate::actors::puller::Puller;
-use crate::actors::queue::{GetQueueStatus, ResetQueueOffset};
+use crate::actors::queue::{GetQueueLag, GetQueueStatus, ResetQueueOffset};
 use crate::actors::rebalancer::{DropAll, OwnedQueues, Rebalance, Rebalancer};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeMode;
@@ -43,6 +44,7 @@ use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
 use crate::message::{decode_messages, MessageExt, MessageQueue};
+use crate::metrics::ConsumerMetrics;
 use crate::protocol::body::{
     encode_json, CMResult, ConsumeMessageDirectlyResult, ConsumeStatus as WireConsumeStatus,
     ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody,
@@ -170,6 +172,35 @@ pub struct ConsumerStatus {
     pub queue_restarts: u64,
 }
 
+/// How far behind one owned queue is ([`PushConsumer::lag`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLag {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The broker's max offset now (the offset the next message will get); `None` when the
+    /// broker did not answer.
+    pub broker_offset: Option<i64>,
+    /// The offset this consumer committed (everything below it is consumed); `None` before
+    /// the queue's start offset is known.
+    pub committed_offset: Option<i64>,
+    /// `broker_offset − committed_offset` (never negative); `None` when either is unknown.
+    pub lag: Option<i64>,
+    /// Messages pulled and waiting for (or in) the listener.
+    pub cached: u64,
+}
+
+impl QueueLag {
+    /// The lag of every queue that has one, summed.
+    ///
+    /// ```
+    /// use rocketmq_actor::consumer::QueueLag;
+    /// assert_eq!(QueueLag::total(&[]), 0);
+    /// ```
+    pub fn total(lags: &[QueueLag]) -> i64 {
+        lags.iter().filter_map(|l| l.lag).sum()
+    }
+}
+
 /// Counters of one consumer (see [`PushConsumer::stats`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConsumerStats {
@@ -191,8 +222,9 @@ pub struct ConsumerStats {
     pub owned_queues: usize,
 }
 
-#[derive(Default)]
+/// The counters behind [`ConsumerStats`], mirrored to the `metrics` facade.
 pub(crate) struct Stats {
+    pub(crate) metrics: ConsumerMetrics,
     pulled: Cell<u64>,
     pulls: Cell<u64>,
     pull_rt_total: Cell<Duration>,
@@ -204,16 +236,33 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    pub(crate) fn new(group: &str) -> Self {
+        Stats {
+            metrics: ConsumerMetrics::new(group),
+            pulled: Cell::default(),
+            pulls: Cell::default(),
+            pull_rt_total: Cell::default(),
+            consumed_ok: Cell::default(),
+            consumed_failed: Cell::default(),
+            consume_calls: Cell::default(),
+            consume_rt_total: Cell::default(),
+            sent_back: Cell::default(),
+        }
+    }
+
     pub(crate) fn record_pull(&self, rt: Duration) {
+        self.metrics.pull(rt);
         self.pulls.set(self.pulls.get() + 1);
         self.pull_rt_total.set(self.pull_rt_total.get() + rt);
     }
 
     pub(crate) fn record_pulled(&self, count: usize) {
+        self.metrics.pulled(count);
         self.pulled.set(self.pulled.get() + count as u64);
     }
 
     pub(crate) fn record_consumed(&self, ok: usize, failed: usize, rt: Duration) {
+        self.metrics.consumed(ok, failed, rt);
         self.consumed_ok.set(self.consumed_ok.get() + ok as u64);
         self.consumed_failed
             .set(self.consumed_failed.get() + failed as u64);
@@ -222,6 +271,7 @@ impl Stats {
     }
 
     pub(crate) fn record_sent_back(&self, count: usize) {
+        self.metrics.sent_back(count);
         self.sent_back.set(self.sent_back.get() + count as u64);
     }
 
@@ -261,6 +311,8 @@ pub(crate) struct ConsumerShared {
     pub(crate) running: Cell<bool>,
     pub(crate) thresholds: Cell<QueueThresholds>,
     pub(crate) stats: Stats,
+    /// `consumer{group, client}`: the parent span of every log line of this consumer's actors.
+    pub(crate) span: tracing::Span,
     pub(crate) consume_timestamp_ms: i64,
     /// The heartbeat actor, for queues whose broker does not know the consumer (weak: the
     /// actor holds this struct).
@@ -283,7 +335,8 @@ impl ConsumerShared {
         if problems.get(topic) == Some(&cause) {
             return;
         }
-        tracing::warn!(group = %self.group, %topic, %cause, "cannot consume the topic now; retrying");
+        let _span = self.span.clone().entered();
+        tracing::warn!(%topic, %cause, "cannot consume the topic now; retrying");
         problems.insert(topic.to_owned(), cause.clone());
         drop(problems);
         self.events.emit(ConsumerEvent::Problem {
@@ -295,7 +348,8 @@ impl ConsumerShared {
     /// `topic` can be consumed again.
     pub(crate) fn clear_problem(&self, topic: &str) {
         if self.problems.borrow_mut().remove(topic).is_some() {
-            tracing::info!(group = %self.group, %topic, "the topic can be consumed again");
+            let _span = self.span.clone().entered();
+            tracing::info!(%topic, "the topic can be consumed again");
             self.events.emit(ConsumerEvent::ProblemCleared {
                 topic: topic.to_owned(),
             });
@@ -358,7 +412,10 @@ impl ConsumerShared {
             max_reconsume,
             SEND_BACK_TIMEOUT,
         );
-        match attempt.await {
+        // The broker moves a message whose retries are used up to the dead-letter queue (the
+        // rule of Java's broker).
+        let to_dlq = message.reconsume_times >= max_reconsume || delay_level < 0;
+        let sent = match attempt.await {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!(queue = %queue, offset = message.queue_offset, error = %e, "send-back failed; sending to the retry topic");
@@ -371,7 +428,11 @@ impl ConsumerShared {
                     }
                 }
             }
+        };
+        if sent && to_dlq {
+            self.stats.metrics.dead_lettered(1);
         }
+        sent
     }
 }
 
@@ -609,7 +670,10 @@ impl PushConsumerBuilder {
             retry_producer,
             paused: Cell::new(false),
             running: Cell::new(true),
-            stats: Stats::default(),
+            stats: Stats::new(&group),
+            // At error level so it is enabled whatever the filter lets through: a warning
+            // printed under the default `warn` filter still says whose it is.
+            span: tracing::error_span!("consumer", group = %group, client = %client.client_id()),
             consume_timestamp_ms,
             heartbeat: std::cell::OnceCell::new(),
             route_refreshes: RefCell::new(BTreeMap::new()),
@@ -619,8 +683,11 @@ impl PushConsumerBuilder {
         });
 
         for topic in shared.subscribed_topics() {
-            if let Err(e) = client.refresh_route(&topic).await {
-                shared.note_problem(&topic, e.to_string());
+            match client.refresh_route(&topic).await {
+                // The group's retry topic appears with the first heartbeat or send-back.
+                Err(Error::TopicRouteNotFound(_)) if retry::is_retry_topic(&topic) => {}
+                Err(e) => shared.note_problem(&topic, e.to_string()),
+                Ok(_) => {}
             }
         }
         let heartbeat = Supervisor::start({
@@ -659,6 +726,7 @@ impl PushConsumerBuilder {
             return Err(e);
         }
         if let Err(e) = heartbeat.send(SendHeartbeat).await? {
+            let _span = shared.span.clone().entered();
             tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
         }
         root.send(StartRebalancing).await?;
@@ -740,7 +808,7 @@ impl PushConsumer {
     pub(crate) async fn queue_actors(
         &self,
     ) -> Vec<(MessageQueue, Addr<crate::actors::queue::QueueActor>)> {
-        let rebalancer = self.root.send(GetRebalancer).await.ok().flatten();
+        let rebalancer = self.root.send(GetRebalancerAddr).await.ok().flatten();
         match rebalancer {
             Some(r) => r.send(OwnedQueues).await.unwrap_or_default(),
             None => Vec::new(),
@@ -751,6 +819,52 @@ impl PushConsumer {
     #[cfg(all(test, feature = "embedded"))]
     pub(crate) async fn client_for_tests(&self) -> Client {
         self.root.send(GetClient).await.expect("the consumer runs")
+    }
+
+    /// How far behind each owned queue is: the broker's max offset (asked now, every broker
+    /// side by side) minus the committed offset, with the messages cached for the listener.
+    /// Lag is what is left to consume, so it counts messages the listener will skip by tag
+    /// only on brokers that filter after storing (all of them, for tag hashes that collide).
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: rocketmq_actor::PushConsumer) {
+    /// use rocketmq_actor::consumer::QueueLag;
+    /// let lags = consumer.lag().await;
+    /// for l in &lags {
+    ///     println!("{}: lag {:?}, cached {}", l.queue, l.lag, l.cached);
+    /// }
+    /// println!("total lag {}", QueueLag::total(&lags));
+    /// # }
+    /// ```
+    pub async fn lag(&self) -> Vec<QueueLag> {
+        let Some(rebalancer) = self.root.send(GetRebalancerAddr).await.ok().flatten() else {
+            return Vec::new();
+        };
+        let client = self.root.send(GetClient).await.ok();
+        let owned = rebalancer.send(OwnedQueues).await.unwrap_or_default();
+        let lags = owned.into_iter().map(|(queue, actor)| {
+            let client = client.clone();
+            async move {
+                let local = actor.send(GetQueueLag).await.ok();
+                let broker_offset = match &client {
+                    Some(client) => client.max_offset(&queue).await.ok(),
+                    None => None,
+                };
+                let (committed_offset, cached) = local.unwrap_or((None, 0));
+                let lag = match (broker_offset, committed_offset) {
+                    (Some(max), Some(committed)) => Some((max - committed).max(0)),
+                    _ => None,
+                };
+                QueueLag {
+                    queue,
+                    broker_offset,
+                    committed_offset,
+                    lag,
+                    cached,
+                }
+            }
+        });
+        futures::future::join_all(lags).await
     }
 
     /// Its state now: owned queues, the topics it cannot consume and why, restarts.
@@ -824,31 +938,27 @@ struct GetOwned;
 #[rtype(result = "ConsumerStatus")]
 struct GetStatus;
 
-#[cfg(test)]
 #[derive(Message)]
 #[rtype(result = "Option<Addr<Rebalancer>>")]
-struct GetRebalancer;
+struct GetRebalancerAddr;
 
-#[cfg(test)]
+impl Handler<GetRebalancerAddr> for ConsumerRoot {
+    type Result = Option<Addr<Rebalancer>>;
+
+    fn handle(&mut self, _msg: GetRebalancerAddr, _ctx: &mut Self::Context) -> Self::Result {
+        self.rebalancer.clone()
+    }
+}
+
 #[derive(Message)]
 #[rtype(result = "Client")]
 struct GetClient;
 
-#[cfg(test)]
 impl Handler<GetClient> for ConsumerRoot {
     type Result = MessageResult<GetClient>;
 
     fn handle(&mut self, _msg: GetClient, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.shared.client.clone())
-    }
-}
-
-#[cfg(test)]
-impl Handler<GetRebalancer> for ConsumerRoot {
-    type Result = Option<Addr<Rebalancer>>;
-
-    fn handle(&mut self, _msg: GetRebalancer, _ctx: &mut Self::Context) -> Self::Result {
-        self.rebalancer.clone()
     }
 }
 
@@ -1001,6 +1111,7 @@ impl Handler<Shutdown> for ConsumerRoot {
                     drop(rebalancer);
                 }
             }
+            .instrument(self.shared.span.clone())
             .into_actor(self)
             .map(|_, act, ctx| {
                 act.shared.puller.do_send(StopActor);
@@ -1042,7 +1153,8 @@ impl Handler<ServerRequest> for ConsumerRoot {
         let command = msg.command;
         match command.code {
             request_code::NOTIFY_CONSUMER_IDS_CHANGED => {
-                tracing::debug!(group = %self.shared.group, "group membership changed; rebalancing");
+                let _span = self.shared.span.clone().entered();
+                tracing::debug!("group membership changed; rebalancing");
                 if let Some(rebalancer) = &self.rebalancer {
                     rebalancer.do_send(Rebalance);
                 }
@@ -1090,6 +1202,7 @@ impl ConsumerRoot {
             }
             None
         }
+        .instrument(self.shared.span.clone())
         .into_actor(self)
     }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
@@ -92,6 +93,7 @@ impl Heartbeat {
             let result = send_heartbeats(&shared, &addrs, !refresh_routes).await;
             (addrs, result, me)
         }
+        .instrument(self.shared.span.clone())
         .into_actor(self)
         .map(|(addrs, result, me), act, ctx| {
             for addr in addrs {
@@ -239,7 +241,8 @@ impl Actor for Heartbeat {
 impl Supervised for Heartbeat {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
         if !self.retired {
-            tracing::warn!(group = %self.shared.group, "heartbeat actor failed; restarted");
+            let _span = self.shared.span.clone().entered();
+            tracing::warn!("heartbeat actor failed; restarted");
             // Subscriptions are weak and were to the old context's address: watch anew.
             self.watched.clear();
             self.rediscovering = false;
@@ -259,6 +262,7 @@ impl Handler<ConnectionEvent> for Heartbeat {
     type Result = ();
 
     fn handle(&mut self, event: ConnectionEvent, ctx: &mut Self::Context) {
+        let _span = self.shared.span.clone().entered();
         match event {
             ConnectionEvent::Disconnected { peer, reason } => {
                 if let Some(down) = self.watched.get_mut(&peer) {
@@ -310,7 +314,8 @@ impl Handler<HeartbeatSoon> for Heartbeat {
             return;
         }
         self.last_on_demand = Some(std::time::Instant::now());
-        tracing::info!(group = %self.shared.group, "a broker does not know this consumer; heartbeating now");
+        let _span = self.shared.span.clone().entered();
+        tracing::info!("a broker does not know this consumer; heartbeating now");
         let heartbeat = self.heartbeat_all(ctx, true);
         ctx.spawn(heartbeat.map(|result, _, _| {
             if let Err(e) = result {
@@ -344,6 +349,7 @@ impl Handler<Unregister> for Heartbeat {
                 }))
                 .await;
             }
+            .instrument(self.shared.span.clone())
             .into_actor(self)
             .map(|_, _, ctx| ctx.stop()),
         )

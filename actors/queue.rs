@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
@@ -29,6 +30,7 @@ use crate::consumer::retry;
 use crate::consumer::supervision::{RestartDecision, RestartTracker};
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
+use crate::metrics::QueueMetrics;
 use crate::rpc::PullRequest;
 
 /// How many spare copies of its queue a queue actor keeps (about the listener calls it has
@@ -63,6 +65,21 @@ pub struct QueueStatus {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Fail;
+
+/// The queue's committed offset and cached message count ([`PushConsumer::lag`]).
+///
+/// [`PushConsumer::lag`]: crate::PushConsumer::lag
+#[derive(Message)]
+#[rtype(result = "(Option<i64>, u64)")]
+pub struct GetQueueLag;
+
+impl Handler<GetQueueLag> for QueueActor {
+    type Result = MessageResult<GetQueueLag>;
+
+    fn handle(&mut self, _msg: GetQueueLag, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult((self.core.committed, self.core.cache_stats().count))
+    }
+}
 
 /// Moves the queue to `offset`, dropping cached messages (RESET_CONSUMER_CLIENT_OFFSET).
 #[derive(Message)]
@@ -116,6 +133,12 @@ pub struct QueueActor {
     restarts: RestartTracker,
     /// How long the next start waits: a hand-over from a live member, or a restart's backoff.
     start_delay: Duration,
+    /// `queue{topic, broker, id}` under the consumer's span: every log line of this actor carries both.
+    pub(crate) span: tracing::Span,
+    /// The queue's cache and lag gauges.
+    metrics: QueueMetrics,
+    /// The broker's max offset as the last pull answer gave it (for the lag gauge).
+    last_max_offset: Option<i64>,
 }
 
 impl QueueActor {
@@ -124,7 +147,18 @@ impl QueueActor {
         let restarts = RestartTracker::new(shared.config.restart_policy);
         let now = now_ms();
         let core = QueueCore::new(Mode::for_config(&shared.config, now), now);
+        let span = tracing::error_span!(
+            parent: &shared.span,
+            "queue",
+            topic = %queue.topic,
+            broker = %queue.broker_name,
+            id = queue.queue_id
+        );
+        let metrics = shared.stats.metrics.queue(&queue);
         QueueActor {
+            span,
+            metrics,
+            last_max_offset: None,
             retry_queue: retry::is_retry_topic(&queue.topic),
             subscribed: shared.subscription(&queue.topic).is_some(),
             queue,
@@ -198,6 +232,21 @@ impl QueueActor {
 
     /// Carries out the core's decisions.
     pub(crate) fn execute(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        self.execute_rounds(actions, ctx);
+        self.report_gauges();
+    }
+
+    /// Sets the queue's cache and lag gauges.
+    fn report_gauges(&self) {
+        let cache = self.core.cache_stats();
+        self.metrics.cache(cache.count, cache.body_bytes);
+        if let (Some(max), Some(committed)) = (self.last_max_offset, self.core.committed) {
+            self.metrics.lag(max - committed);
+        }
+    }
+
+    fn execute_rounds(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
         let mut actions = actions;
         // Listener calls that finish at once (the usual case) are timed together (two clock
         // reads, not two per call); their outcomes go to the core together, and what it
@@ -279,6 +328,8 @@ impl QueueActor {
                     match call {
                         Ok(outcome) => finished.calls.push((batch, epoch, outcome)),
                         Err(pending) => {
+                            // The listener's own log lines carry the consumer and queue.
+                            let pending = pending.instrument(self.span.clone());
                             ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
                                 move |outcome, act, ctx| {
                                     act.on_consumed(batch, epoch, outcome, ctx)
@@ -445,6 +496,7 @@ impl QueueActor {
                 if order.epoch == act.core.epoch && !act.core.dropping {
                     act.shared.stats.record_pulled(response.messages.len());
                 }
+                act.last_max_offset = Some(response.max_offset);
             }
             let mut out = Vec::new();
             let env = act.env();
@@ -530,7 +582,8 @@ impl QueueActor {
                 results.push((message, ok));
             }
             results
-        };
+        }
+        .instrument(self.span.clone());
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             if epoch == act.core.epoch {
                 let sent = results.iter().filter(|(_, ok)| *ok).count();
@@ -586,7 +639,10 @@ impl QueueActor {
             }
             persisted
         };
-        ctx.wait(persist.into_actor(self).map(move |result, act, ctx| {
+        let span = self.span.clone();
+        ctx.wait(persist.instrument(span).into_actor(self).map(move |result, act, ctx| {
+            let _span = act.span.clone().entered();
+            act.metrics.clear();
             match result {
                 Ok(Ok(())) => tracing::debug!(queue = %act.queue, offset = ?committed, "queue dropped, offset persisted"),
                 Ok(Err(e)) => tracing::warn!(queue = %act.queue, error = %e, "queue dropped; offset not persisted"),
@@ -662,8 +718,10 @@ impl Supervised for QueueActor {
         for waiter in self.drain_waiters.drain(..) {
             let _ = waiter.send(());
         }
+        let _span = self.span.clone().entered();
         match self.restarts.on_failure(now_ms()) {
             RestartDecision::Restart { after } => {
+                self.shared.stats.metrics.queue_restarted();
                 let restarts = self.restarts.restarts();
                 tracing::warn!(queue = %self.queue, restarts, backoff = ?after, "queue actor failed; restarting from the committed offset");
                 let now = now_ms();
@@ -738,6 +796,7 @@ impl Handler<ConnectionEvent> for QueueActor {
 
     fn handle(&mut self, event: ConnectionEvent, ctx: &mut Self::Context) {
         if let ConnectionEvent::Disconnected { peer, reason } = event {
+            let _span = self.span.clone().entered();
             tracing::debug!(queue = %self.queue, %peer, %reason, "broker connection closed; re-locking");
             let mut out = Vec::new();
             self.core.on_broker_disconnected(now_ms(), &mut out);

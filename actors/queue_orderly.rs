@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::offset_store::LoadOffset;
@@ -114,7 +115,8 @@ impl QueueActor {
         let consumed = self
             .shared
             .dispatcher
-            .consume_orderly(batch.clone(), context);
+            .consume_orderly(batch.clone(), context)
+            .instrument(self.span.clone());
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let ok = matches!(
                 outcome.status,
@@ -162,10 +164,12 @@ impl QueueActor {
                 }
             }
             sent
-        };
+        }
+        .instrument(self.span.clone());
         ctx.spawn(send.into_actor(self).map(move |sent, act, ctx| {
             if epoch == act.core.epoch {
                 act.shared.stats.record_sent_back(sent.len());
+                act.shared.stats.metrics.dead_lettered(sent.len());
             }
             act.step(ctx, |core, cfg, env, now, out| {
                 core.on_dead_lettered(&attempted, &sent, epoch, suspend, cfg, env, now, out)

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use crate::actors::connection::ConnectedFor;
 use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
@@ -157,7 +158,9 @@ impl Rebalancer {
             .map(|(mq, addr)| (mq.clone(), addr.clone()))
             .collect();
         let members_seen = self.members_seen.clone();
-        let pass = async move { plan(&shared, strategy.as_ref(), owned, &members_seen).await };
+        let span = shared.span.clone();
+        let pass = async move { plan(&shared, strategy.as_ref(), owned, &members_seen).await }
+            .instrument(span);
         ctx.spawn(pass.into_actor(self).map(|plan, act, ctx| {
             act.apply(plan, ctx);
             act.in_pass = false;
@@ -172,6 +175,7 @@ impl Rebalancer {
         if self.stopped {
             return;
         }
+        let _span = self.shared.span.clone().entered();
         for (topic, cause) in &plan.problems {
             self.shared.note_problem(topic, cause.clone());
         }
@@ -238,6 +242,7 @@ impl Rebalancer {
             }));
         }
         self.update_thresholds();
+        self.shared.stats.metrics.rebalanced(self.queues.len());
         if plan.needs_heartbeat {
             let heartbeat = self.heartbeat.send(SendHeartbeat);
             ctx.spawn(heartbeat.into_actor(self).map(|_, _, _| ()));
@@ -297,7 +302,13 @@ async fn plan(
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");
                 plan.incomplete = true;
                 plan.needs_heartbeat |= matches!(e, Error::NotAMember(_));
-                plan.problems.push((topic, e.to_string()));
+                // A group's retry topic exists only once a message was sent back: its missing
+                // route is normal for a new group, not a problem to warn of.
+                let retry_topic_not_made_yet = matches!(e, Error::TopicRouteNotFound(_))
+                    && crate::consumer::retry::is_retry_topic(&topic);
+                if !retry_topic_not_made_yet {
+                    plan.problems.push((topic, e.to_string()));
+                }
             }
         }
     }
@@ -411,7 +422,8 @@ impl Supervised for Rebalancer {
         self.again = false;
         self.retry_scheduled = false;
         if !self.retired {
-            tracing::warn!(group = %self.shared.group, "rebalancer failed; restarted");
+            let _span = self.shared.span.clone().entered();
+            tracing::warn!("rebalancer failed; restarted");
         }
     }
 }

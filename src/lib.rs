@@ -45,6 +45,7 @@
 //! | errors | [`Error`] ([`error`]) |
 //! | test double | `EmbeddedCluster` ([`embedded`], feature `embedded`) |
 //! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
+//! | observability | [`metrics`] (names, labels, the Prometheus exporter); tracing spans `consumer{group, client}` and `queue{topic, broker, id}` around every log line of a push consumer; [`PushConsumer::lag`] |
 //! | helpers | [`filter`] (tag expressions, Java hash codes), [`route`] (a topic's route and queue sets), [`identity`] (client ip and instance name), [`util`] |
 //!
 //! # Features
@@ -53,7 +54,8 @@
 //! |---|---|---|
 //! | `embedded` | yes | the embedded name server + brokers ([`embedded`]) |
 //! | `toml` | yes | [`PushConsumerConfig::from_toml_str`] |
-//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber) |
+//! | `prometheus` | yes | [`metrics::PrometheusExporter`]: the [`metrics`] figures as Prometheus text at `/metrics` |
+//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber); implies `prometheus` |
 //!
 //! A library user who only consumes: `rocketmq-actor = { version = "0.1", default-features = false }`.
 //!
@@ -65,6 +67,7 @@ pub mod error;
 pub mod filter;
 pub mod identity;
 pub mod message;
+pub mod metrics;
 pub mod protocol;
 pub mod route;
 pub mod rpc;

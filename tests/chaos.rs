@@ -173,7 +173,8 @@ impl Deliveries {
             panic!("a consumer printed a line that is not JSON: {line}");
         };
         let body = value["body"].as_str().unwrap_or_default().to_owned();
-        let key = value["keys"]
+        // `keys` is an array (a message may have several); the scenarios give each one key.
+        let key = value["keys"][0]
             .as_str()
             .filter(|k| !k.is_empty())
             .map(str::to_owned);

@@ -11,14 +11,16 @@ use super::{
 };
 use crate::message::{decode_offset_msg_id, MessageQueue};
 use crate::protocol::body::{
-    decode_json, encode_json, ConsumerListBody, HeartbeatData, LockBatchRequestBody,
-    LockBatchResponseBody, ResetOffsetBody, SubscriptionData, UnlockBatchRequestBody,
+    decode_json, encode_json, ClientConnection, ConsumerConnection, ConsumerListBody,
+    HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, ResetOffsetBody, SubscriptionData,
+    UnlockBatchRequestBody,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    ConsumeMessageDirectlyRequestHeader, GetConsumerListByGroupRequestHeader,
-    GetConsumerRunningInfoRequestHeader, HeartbeatResponseHeader, ResetOffsetRequestHeader,
-    UnregisterClientRequestHeader, UpdateTopicRequestHeader,
+    ConsumeMessageDirectlyRequestHeader, GetConsumerConnectionListRequestHeader,
+    GetConsumerListByGroupRequestHeader, GetConsumerRunningInfoRequestHeader,
+    HeartbeatResponseHeader, ResetOffsetRequestHeader, UnregisterClientRequestHeader,
+    UpdateTopicRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use serde::de::DeserializeOwned;
@@ -42,6 +44,26 @@ fn subscription_of(data: &SubscriptionData) -> Subscription {
     }
     sub.class_filter_mode = data.class_filter_mode;
     sub
+}
+
+/// A registered subscription as the wire's `SubscriptionData` (GET_CONSUMER_CONNECTION_LIST).
+fn subscription_data(sub: &Subscription) -> SubscriptionData {
+    let tags_set = if sub.is_tag_type() {
+        crate::filter::TagExpression::parse(&sub.sub_string)
+            .tags()
+            .to_vec()
+    } else {
+        Vec::new()
+    };
+    SubscriptionData {
+        class_filter_mode: sub.class_filter_mode,
+        topic: sub.topic.clone(),
+        sub_string: sub.sub_string.clone(),
+        tags_set,
+        code_set: sub.code_set.iter().copied().collect(),
+        sub_version: sub.sub_version,
+        expression_type: sub.expression_type.clone(),
+    }
 }
 
 /// A request's JSON body; a missing or unparsable one fails as Java's fastjson does.
@@ -153,6 +175,45 @@ impl BrokerCore {
         }
         let body = ConsumerListBody {
             consumer_id_list: ids,
+        };
+        Ok(Some(
+            RemotingCommand::response_to(req, response_code::SUCCESS, None)
+                .with_body(encode_json(&body)),
+        ))
+    }
+
+    /// GET_CONSUMER_CONNECTION_LIST (admin `consumerConnection`): the group's connections and
+    /// what it declared in its heartbeats; CONSUMER_NOT_ONLINE when it has no member here (Java
+    /// `AdminBrokerProcessor.getConsumerConnectionList`).
+    pub(super) fn on_consumer_connections(&mut self, req: &RemotingCommand) -> Handled {
+        let GetConsumerConnectionListRequestHeader {
+            consumer_group: group,
+        } = read_header(req)?;
+        let info = self.clients.consumer_group(&group).ok_or_else(|| {
+            Failure::new(
+                response_code::CONSUMER_NOT_ONLINE,
+                format!("the consumer group[{group}] not online"),
+            )
+        })?;
+        let body = ConsumerConnection {
+            connection_set: info
+                .channels
+                .values()
+                .map(|channel| ClientConnection {
+                    client_id: channel.client_id.clone(),
+                    client_addr: self.peer(channel.conn).to_string(),
+                    language: channel.language.clone(),
+                    version: channel.version,
+                })
+                .collect(),
+            subscription_table: info
+                .subscriptions
+                .iter()
+                .map(|(topic, sub)| (topic.clone(), subscription_data(sub)))
+                .collect(),
+            consume_type: info.consume_type,
+            message_model: info.message_model,
+            consume_from_where: info.consume_from_where,
         };
         Ok(Some(
             RemotingCommand::response_to(req, response_code::SUCCESS, None)

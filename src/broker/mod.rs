@@ -532,6 +532,7 @@ impl BrokerCore {
             rc::HEART_BEAT => self.on_heartbeat(conn, req, now_ms, out),
             rc::UNREGISTER_CLIENT => self.on_unregister(conn, req, out),
             rc::GET_CONSUMER_LIST_BY_GROUP => self.on_consumer_list(req),
+            rc::GET_CONSUMER_CONNECTION_LIST => self.on_consumer_connections(req),
             rc::LOCK_BATCH_MQ => self.on_lock(req, now_ms),
             rc::UNLOCK_BATCH_MQ => self.on_unlock(req),
             rc::CONSUMER_SEND_MSG_BACK => self.on_send_back(req, now_ms, out),

@@ -819,6 +819,61 @@ fn update_topic_creates_queues_and_announces_them() {
         .any(|t| t.topic_name == AUTO_CREATE_TOPIC && t.perm == 7));
 }
 
+#[test]
+fn consumer_connection_list_shows_members_and_subscriptions_or_not_online() {
+    let mut c = core();
+    let list = RemotingCommand::request(rc::GET_CONSUMER_CONNECTION_LIST)
+        .with_ext("consumerGroup", "g")
+        .with_opaque(9);
+    let r = reply(&c.handle(C1, list.clone(), T0), C1);
+    assert_eq!(r.code, code::CONSUMER_NOT_ONLINE);
+    assert_eq!(
+        r.remark.as_deref(),
+        Some("the consumer group[g] not online")
+    );
+    heartbeat(&mut c, C1, "c1", 1, T0);
+    heartbeat(&mut c, C2, "c2", 1, T0);
+    let r = reply(&c.handle(C1, list.clone(), T0), C1);
+    assert_eq!(r.code, code::SUCCESS);
+    let body: crate::protocol::body::ConsumerConnection =
+        crate::protocol::body::decode_json(r.body.as_deref().unwrap()).unwrap();
+    let members: Vec<(&str, &str)> = body
+        .connection_set
+        .iter()
+        .map(|c| (c.client_id.as_str(), c.client_addr.as_str()))
+        .collect();
+    assert_eq!(
+        members,
+        vec![("c1", "10.1.1.2:5001"), ("c2", "10.1.1.3:5002")],
+        "each member with the address its connection comes from"
+    );
+    let request = RemotingCommand::request(rc::HEART_BEAT);
+    assert_eq!(body.connection_set[0].language, request.language.name());
+    assert_eq!(body.connection_set[0].version, request.version);
+    let sub = &body.subscription_table["T"];
+    assert_eq!(
+        (
+            sub.sub_string.as_str(),
+            sub.tags_set.clone(),
+            sub.code_set.clone()
+        ),
+        ("TagA", vec!["TagA".to_owned()], vec![2_598_919])
+    );
+    assert_eq!(
+        body.consume_type,
+        crate::protocol::body::ConsumeType::ConsumePassively
+    );
+    assert_eq!(
+        body.message_model,
+        crate::protocol::body::MessageModel::Clustering
+    );
+    // Once the last member is gone the group is offline again.
+    c.on_disconnect(C1);
+    c.on_disconnect(C2);
+    let r = reply(&c.handle(PRODUCER, list, T0), PRODUCER);
+    assert_eq!(r.code, code::CONSUMER_NOT_ONLINE);
+}
+
 pub(crate) mod arbitrary_input {
     //! Whatever a client sends, the core answers it like a broker or stays silent where a
     //! broker would (oneway, parked pull, forwarded call) — and never panics.
@@ -845,6 +900,7 @@ pub(crate) mod arbitrary_input {
         rc::UNREGISTER_CLIENT,
         rc::CONSUMER_SEND_MSG_BACK,
         rc::GET_CONSUMER_LIST_BY_GROUP,
+        rc::GET_CONSUMER_CONNECTION_LIST,
         rc::LOCK_BATCH_MQ,
         rc::UNLOCK_BATCH_MQ,
         rc::GET_CONSUMER_RUNNING_INFO,

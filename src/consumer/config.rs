@@ -468,8 +468,11 @@ pub struct PushConsumerConfig {
     /// `pullTimeDelayMillsWhenException`, default 1 s).
     #[serde(with = "serde_duration")]
     pub pull_delay_on_error: Duration,
-    /// Broadcasting: root of the local offset files (`<dir>/<client id>/<group>/offsets.json`).
-    /// `None` = `~/.rocketmq_offsets`, as Java.
+    /// Broadcasting: root of the local offset files (`<dir>/DEFAULT/<group>/offsets.json`).
+    /// `None` = `~/.rocketmq_offsets`, as Java. The path is the same for every run, so a
+    /// restarted member resumes where it stopped (Java names the directory after a client id
+    /// that changes with every process, and starts over); two broadcasting members of one
+    /// group on one host must therefore be given different directories.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset_store_dir: Option<PathBuf>,
     /// How the consumer's supervised actors (queue actors, the rebalancer, the heartbeat, the

@@ -59,7 +59,7 @@ pub use retry::{dlq_topic, retry_topic, DELAY_LEVELS};
 pub use supervision::{RestartDecision, RestartPolicy, RestartTracker};
 
 pub use crate::actors::consumer::{
-    ConsumerEvent, ConsumerStats, ConsumerStatus, PushConsumer, PushConsumerBuilder,
+    ConsumerEvent, ConsumerStats, ConsumerStatus, PushConsumer, PushConsumerBuilder, QueueLag,
 };
 pub use crate::actors::listener::{
     ConsumeContext, ConsumeMessages, ConsumeOrderly, ConsumeReply, ConsumeStatus, MessageListener,

@@ -322,7 +322,8 @@ pub fn default_offset_store_dir(home: &Path) -> PathBuf {
     home.join(".rocketmq_offsets")
 }
 
-/// The local offset file of a broadcasting consumer: `<dir>/<client id>/<group>/offsets.json`
+/// The local offset file of a broadcasting consumer: `<dir>/<instance>/<group>/offsets.json`
+/// (the consumers pass `DEFAULT` as the instance, so a restarted member finds its file)
 /// (its backup is the same path with `.bak` appended, see [`fs::backup_path`]).
 pub fn local_offsets_path(dir: &Path, client_id: &str, group: &str) -> PathBuf {
     dir.join(client_id).join(group).join("offsets.json")

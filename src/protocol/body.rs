@@ -717,6 +717,57 @@ pub struct ConsumerListBody {
     pub consumer_id_list: Vec<String>,
 }
 
+/// GET_CONSUMER_CONNECTION_LIST (203) response body (Java `ConsumerConnection`): a consumer
+/// group's connected clients and what the group declared in its heartbeats.
+///
+/// ```
+/// use rocketmq_actor::protocol::body::{decode_json, ConsumerConnection, MessageModel};
+/// let body: ConsumerConnection = decode_json(br#"{"connectionSet":[{"clientAddr":"10.0.0.9:51234",
+///   "clientId":"10.0.0.9@42","language":"JAVA","version":453}],
+///   "consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY",
+///   "messageModel":"CLUSTERING","subscriptionTable":{"Orders":{"subString":"*","topic":"Orders"}}}"#).unwrap();
+/// assert_eq!(body.connection_set[0].client_id, "10.0.0.9@42");
+/// assert_eq!(body.message_model, MessageModel::Clustering);
+/// assert_eq!(body.subscription_table["Orders"].sub_string, "*");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConsumerConnection {
+    /// One entry per client connection (a Java `HashSet`).
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub connection_set: Vec<ClientConnection>,
+    /// Topic → the group's subscription of it.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub subscription_table: BTreeMap<String, SubscriptionData>,
+    /// Push, pull or pop.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub consume_type: ConsumeType,
+    /// Clustering or broadcasting.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub message_model: MessageModel,
+    /// Where members without a committed offset start.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub consume_from_where: ConsumeFromWhere,
+}
+
+/// One client connection of a [`ConsumerConnection`] (Java `Connection`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientConnection {
+    /// The client id (`ip@instance`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub client_id: String,
+    /// The connection's remote address as the broker sees it (`ip:port`).
+    #[serde(deserialize_with = "lenient::string")]
+    pub client_addr: String,
+    /// The client's language (`JAVA`, `RUST`, …: the request header's language code).
+    #[serde(deserialize_with = "lenient::string")]
+    pub language: String,
+    /// The client's version ordinal (Java `MQVersion`).
+    #[serde(deserialize_with = "lenient::i32")]
+    pub version: i32,
+}
+
 /// LOCK_BATCH_MQ (41) request body.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -1275,6 +1326,50 @@ mod tests {
     }
 
     #[test]
+    fn consumer_connection_round_trips_with_java_names() {
+        let body = ConsumerConnection {
+            connection_set: vec![ClientConnection {
+                client_id: "10.0.0.9@42".into(),
+                client_addr: "10.0.0.9:51234".into(),
+                language: "RUST".into(),
+                version: 479,
+            }],
+            subscription_table: [(
+                "Orders".to_owned(),
+                SubscriptionData {
+                    topic: "Orders".into(),
+                    sub_string: "TagA || TagB".into(),
+                    tags_set: vec!["TagA".into(), "TagB".into()],
+                    code_set: vec![2_598_919, 2_598_920],
+                    sub_version: 7,
+                    ..SubscriptionData::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
+            consume_type: ConsumeType::ConsumeActively,
+            message_model: MessageModel::Broadcasting,
+            consume_from_where: ConsumeFromWhere::ConsumeFromFirstOffset,
+        };
+        let value = to_value(&body);
+        assert_eq!(value["connectionSet"][0]["clientAddr"], "10.0.0.9:51234");
+        assert_eq!(value["connectionSet"][0]["version"], 479);
+        assert_eq!(
+            value["subscriptionTable"]["Orders"]["subString"],
+            "TagA || TagB"
+        );
+        assert_eq!(value["consumeType"], "CONSUME_ACTIVELY");
+        assert_eq!(value["messageModel"], "BROADCASTING");
+        assert_eq!(value["consumeFromWhere"], "CONSUME_FROM_FIRST_OFFSET");
+        let back: ConsumerConnection = decode_json(&encode_json(&body)).unwrap();
+        assert_eq!(back, body);
+        // What a broker of a group without members would never send, read leniently.
+        let sparse: ConsumerConnection =
+            decode_json(br#"{"connectionSet":null,"version":"1"}"#).unwrap();
+        assert_eq!(sparse, ConsumerConnection::default());
+    }
+
+    #[test]
     fn consumer_status_body_round_trips_in_object_key_form() {
         let table = vec![(MessageQueue::new("T", "b", 0), 5)];
         let body = GetConsumerStatusBody {
@@ -1611,6 +1706,7 @@ mod tests {
                 let _ = decode_json::<ClusterInfo>(input);
                 let _ = decode_json::<HeartbeatData>(input);
                 let _ = decode_json::<ConsumerListBody>(input);
+                let _ = decode_json::<ConsumerConnection>(input);
                 let _ = decode_json::<LockBatchRequestBody>(input);
                 let _ = decode_json::<LockBatchResponseBody>(input);
                 let _ = decode_json::<UnlockBatchRequestBody>(input);

@@ -48,6 +48,8 @@ pub mod request_code {
     pub const GET_BROKER_CLUSTER_INFO: i32 = 106;
     /// Create or update a subscription group (admin).
     pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
+    /// A consumer group's connected clients and subscriptions (admin).
+    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
     /// Broker tells a consumer to reset its offsets (oneway).
     pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
     /// Broker asks a consumer for its offsets (deprecated).
@@ -273,6 +275,7 @@ pub fn request_code_name(code: i32) -> &'static str {
         GET_ROUTEINFO_BY_TOPIC => "GET_ROUTEINFO_BY_TOPIC",
         GET_BROKER_CLUSTER_INFO => "GET_BROKER_CLUSTER_INFO",
         UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
+        GET_CONSUMER_CONNECTION_LIST => "GET_CONSUMER_CONNECTION_LIST",
         RESET_CONSUMER_CLIENT_OFFSET => "RESET_CONSUMER_CLIENT_OFFSET",
         INVOKE_BROKER_TO_RESET_OFFSET => "INVOKE_BROKER_TO_RESET_OFFSET",
         GET_CONSUMER_STATUS_FROM_CLIENT => "GET_CONSUMER_STATUS_FROM_CLIENT",

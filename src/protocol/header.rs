@@ -476,6 +476,14 @@ command_header! {
 }
 
 command_header! {
+    /// GET_CONSUMER_CONNECTION_LIST (203) request.
+    pub struct GetConsumerConnectionListRequestHeader {
+        /// Consumer group.
+        req consumer_group: String = "consumerGroup";
+    }
+}
+
+command_header! {
     /// NOTIFY_CONSUMER_IDS_CHANGED (40) request (broker → client, oneway).
     pub struct NotifyConsumerIdsChangedRequestHeader {
         /// The group whose membership changed.
@@ -922,6 +930,7 @@ pub(crate) mod tests {
                 GetEarliestMsgStoretimeResponseHeader, ViewMessageRequestHeader,
                 HeartbeatRequestHeader, HeartbeatResponseHeader, UnregisterClientRequestHeader,
                 ConsumerSendMsgBackRequestHeader, GetConsumerListByGroupRequestHeader,
+                GetConsumerConnectionListRequestHeader,
                 NotifyConsumerIdsChangedRequestHeader, LockBatchMqRequestHeader,
                 UnlockBatchMqRequestHeader, ResetOffsetRequestHeader,
                 GetConsumerStatusRequestHeader, GetConsumerRunningInfoRequestHeader,

@@ -1,22 +1,39 @@
-//! The pull consumer by hand (Java's `PullConsumer` quick-start): fetch a topic's queues, then
-//! read each one with `pull_block_if_not_found`, keeping the offsets yourself and storing them
-//! in the group's offset store as you go.
+//! # 07 — the pull consumer: you drive the loop
+//!
+//! What it teaches: Java's `DefaultMQPullConsumer` quick-start. No listener and no background
+//! pulling: the application fetches a topic's queues (`fetch_subscribe_message_queues`), reads
+//! each one from where the group left off (`fetch_consume_offset`, else `min_offset`) with
+//! `pull_block_if_not_found`, and records how far it got (`update_consume_offset`).
+//!
+//! `pull_block_if_not_found` answers at once when messages are there and otherwise lets the
+//! broker hold the request until one arrives (up to `broker_suspend_max_time`, 20 s), so a loop
+//! never spins on an empty queue. The offsets live in the consumer's offset store, persisted
+//! every 5 s and at `shutdown` — here also at the end with `persist_consume_offsets`, which
+//! waits for the broker.
+//!
+//! The guarantee: what you get is what you asked for — the consumer never moves an offset by
+//! itself. At least once holds if you store an offset only after handling the messages below
+//! it (as here); store it before and a crash in between loses them. Run it twice against the
+//! same `--group` and `--topic` and the second run starts from the committed offsets.
+//!
+//! Run it:
 //!
 //! ```text
-//! cargo run --example pull_consumer                       # on an embedded cluster
-//! cargo run --example pull_consumer -- --namesrv 127.0.0.1:9876 [--count 1000]
+//! cargo run --example 07_pull_consumer                       # on an embedded cluster
+//! cargo run --example 07_pull_consumer -- --namesrv 127.0.0.1:9876 [--count 100] [--group G] [--topic T]
 //! ```
 //!
-//! It sends `--count` messages to a new topic first, then reads every queue up to the end it
-//! had when reading began, prints one JSON line (`{"count","queues","missing","duplicates"}`)
-//! and exits non-zero if a message is missing or came twice. Run it twice against the same
-//! group and topic and the second run starts from the committed offsets.
+//! Expected output: it sends `--count` messages to a new topic, reads every queue up to the
+//! end it had when reading began (a line per queue), and prints one JSON line:
 //!
-//! What it shows: the application owns the loop. `pull_block_if_not_found` answers at once when
-//! messages are there and otherwise lets the broker hold the request until one arrives (up to
-//! `broker_suspend_max_time`, 20 s), so a loop never spins on an empty queue. The offsets live
-//! in the consumer's offset store (`update_consume_offset`), persisted every 5 s and at
-//! `shutdown` — here also at the end with `persist_consume_offsets`, which waits for the broker.
+//! ```text
+//! broker-a/0: read offsets 0..13 (13 messages)
+//! broker-a/1: read offsets 0..13 (13 messages)
+//! …
+//! {"count":100,"duplicates":0,"missing":0,"queues":8}
+//! ```
+//!
+//! It exits 1 if a message is missing or came twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +48,7 @@ struct Args {
     #[arg(long)]
     namesrv: Option<String>,
     /// How many messages to send and read back.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 100)]
     count: usize,
     #[arg(long, default_value = "pull_consumer_example")]
     group: String,
@@ -77,7 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(offset) => offset,
             None => consumer.min_offset(queue).await?,
         };
-        let end = consumer.max_offset(queue).await?;
+        let (start, end) = (offset, consumer.max_offset(queue).await?);
         while offset < end {
             let result = consumer
                 .pull_block_if_not_found(queue, "*", offset, 32)
@@ -101,6 +118,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             offset = result.next_begin_offset;
             consumer.update_consume_offset(queue, offset).await;
         }
+        println!(
+            "{}/{}: read offsets {start}..{offset} ({} messages)",
+            queue.broker_name,
+            queue.queue_id,
+            offset - start
+        );
     }
     consumer.persist_consume_offsets().await?;
 

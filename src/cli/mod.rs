@@ -1,0 +1,149 @@
+//! The subcommands of the `rocketmq-actor` binary.
+//!
+//! This module tree belongs to the binary (`src/main.rs`), not to the library, whose root is
+//! also `src/`: the library never declares `mod cli`.
+
+pub mod admin;
+pub mod consume;
+pub mod embedded;
+pub mod format;
+pub mod histogram;
+pub mod produce;
+pub mod signal;
+pub mod watch;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketmq_actor::route::{NameServerList, TopicRoute};
+use rocketmq_actor::{Client, ClientConfig, Error};
+
+/// How a command that ran ended (its exit status: 0 or 130).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did what it was asked (exit 0).
+    Done,
+    /// SIGINT or SIGTERM came before it was done (exit 130).
+    Interrupted,
+}
+
+/// Why a command could not do its work — network, broker, name server, I/O (exit 1). Usage
+/// errors never get this far: clap reports them (exit 2) before anything runs.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure(error.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(error: std::io::Error) -> Self {
+        Failure(error.to_string())
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Failure(message.to_owned())
+    }
+}
+
+/// What a command returns.
+pub type CliResult<T = Outcome> = Result<T, Failure>;
+
+/// Where the cluster is and how long its servers may take to answer.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Connect {
+    /// Name-server addresses, `;`-separated (`host:port;host:port`).
+    #[arg(long, value_parser = namesrv_list, value_name = "ADDRS")]
+    pub namesrv: String,
+    /// How long a name server or broker may take to answer one request (e.g. `3s`, `500ms`).
+    /// A name server that does not answer within it ends the command with exit status 1.
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION", default_value = "3s")]
+    pub request_timeout: Duration,
+}
+
+impl Connect {
+    /// A client instance on these name servers.
+    pub fn client(&self) -> CliResult<Client> {
+        let mut config = ClientConfig::new(&self.namesrv);
+        config.request_timeout = self.request_timeout;
+        Ok(Client::start(config)?)
+    }
+
+    /// Asks the name servers for `topic`'s route: any answer, "no such topic" included, shows
+    /// they are there (`None` then); only silence or a failed connection is an error, named
+    /// after the name servers rather than as a retry that never ends.
+    pub async fn probe(&self, client: &Client, topic: &str) -> CliResult<Option<Arc<TopicRoute>>> {
+        match client.refresh_route(topic).await {
+            Ok(route) => Ok(Some(route)),
+            Err(Error::TopicRouteNotFound(_)) => Ok(None),
+            Err(e) => Err(self.unreachable(e)),
+        }
+    }
+
+    /// An error of a request to the name servers, worded for the operator.
+    pub fn unreachable(&self, error: Error) -> Failure {
+        match error {
+            Error::NameServerUnavailable(detail) => Failure(format!(
+                "name server {} did not answer within {} ({detail})",
+                self.namesrv,
+                humantime::format_duration(self.request_timeout)
+            )),
+            other => other.into(),
+        }
+    }
+}
+
+/// `--namesrv`: a non-empty `;`-separated address list.
+fn namesrv_list(list: &str) -> Result<String, String> {
+    NameServerList::parse(list)
+        .map(|_| list.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A duration longer than zero (`3s`, `500ms`, `1m`).
+pub fn positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(duration)
+}
+
+/// A count of at least 1.
+pub fn positive_u64(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `value` rounded to three decimals, for summaries.
+pub fn rounded(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+/// Writes one JSON line to stdout.
+pub fn emit(value: &serde_json::Value) -> CliResult<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{value}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure(format!("cannot write to stdout: {e}")))
+}
