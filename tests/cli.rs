@@ -1357,3 +1357,63 @@ async fn consume_serves_prometheus_metrics_while_it_runs() {
     assert_exit(&output, 0, "consume without --count stopped by SIGINT");
     cluster.shutdown().await;
 }
+
+/// `produce --rate R` spaces its messages: the last of N leaves no earlier than (N−1)/R s after
+/// the first, which the broker's store times show.
+#[actix_rt::test]
+async fn produce_at_a_steady_rate_spreads_the_messages_over_time() {
+    let topic = "CliRate";
+    let (cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let output = run(&[
+        "produce",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        topic,
+        "--count",
+        "101",
+        "--rate",
+        "200",
+    ])
+    .await;
+    assert_exit(&output, 0, "produce --rate");
+    let summary = &stdout_lines(&output)[0];
+    assert_eq!(summary["count"], 101, "{summary}");
+    let client = Client::start(ClientConfig::new(&namesrv)).expect("client");
+    let queue = rocketmq_actor::MessageQueue::new(topic, common::BROKER, 0);
+    let mut store_times = Vec::new();
+    while store_times.len() < 101 {
+        let offset = store_times.len() as i64;
+        let pulled = client
+            .pull(&rocketmq_actor::rpc::PullRequest::new(
+                "cli_rate_reader",
+                queue.clone(),
+                offset,
+            ))
+            .await
+            .expect("pull");
+        assert!(!pulled.messages.is_empty(), "stored: {}", store_times.len());
+        store_times.extend(pulled.messages.iter().map(|m| m.store_timestamp));
+    }
+    client.shutdown().await;
+    let (first, last) = (store_times[0], store_times[100]);
+    assert!(
+        last - first >= 450,
+        "100 intervals of 5 ms: the store times span {} ms",
+        last - first
+    );
+    let bad = run(&[
+        "produce",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        topic,
+        "--count",
+        "1",
+        "--rate",
+        "0",
+    ])
+    .await;
+    assert_exit(&bad, 2, "--rate 0");
+    cluster.shutdown().await;
+}

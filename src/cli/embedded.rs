@@ -142,6 +142,7 @@ pub async fn demo(args: DemoArgs) -> CliResult {
         properties: Vec::new(),
         key_space: None,
         inflight: 128,
+        rate: None,
     })
     .await;
     let outcome = match produced {

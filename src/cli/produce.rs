@@ -48,6 +48,38 @@ pub struct ProduceArgs {
     /// Sends in flight at once (with --key-space: keys sent concurrently).
     #[arg(long, default_value_t = 128, value_parser = at_least_one)]
     pub inflight: usize,
+    /// Hold a steady rate of R messages per second (message i leaves at i/R s after the start;
+    /// a send that falls behind is followed by the next ones at once until the schedule is
+    /// met). Without it, messages go as fast as --inflight allows.
+    #[arg(long, value_name = "R", value_parser = positive_rate, conflicts_with = "key_space")]
+    pub rate: Option<f64>,
+}
+
+/// A rate in messages per second: finite and above 0.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        Ok(_) => Err("must be a number of messages per second above 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// When message `index` is due under a steady `rate` (messages per second), from the start.
+fn due(index: u64, rate: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(index as f64 / rate)
+}
+
+/// `messages` released on the schedule of [`due`] (at once without a rate).
+fn paced<S: Stream>(messages: S, rate: Option<f64>) -> impl Stream<Item = S::Item> {
+    let start = tokio::time::Instant::now();
+    messages
+        .enumerate()
+        .then(move |(index, message)| async move {
+            if let Some(rate) = rate {
+                tokio::time::sleep_until(start + due(index as u64, rate)).await;
+            }
+            message
+        })
 }
 
 /// A count of at least 1.
@@ -148,6 +180,7 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
                 (Some(path), _) => {
                     let lines = read_lines(path)?;
                     let messages = lines.map(|line| line.map(|body| args.message(body)));
+                    let messages = paced(messages, args.rate);
                     send_all(&producer, messages, args.inflight, stop, &mut sent).await?
                 }
                 (None, Some(keys)) => send_keyed(args, &producer, keys, stop, &mut sent).await,
@@ -155,6 +188,7 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
                     let count = args.count.unwrap_or(0);
                     let messages = futures::stream::iter(0..count)
                         .map(|index| Ok(args.message(body_of(index, args.size))));
+                    let messages = paced(messages, args.rate);
                     send_all(&producer, messages, args.inflight, stop, &mut sent).await?
                 }
             }
@@ -308,6 +342,18 @@ fn read_lines(path: &str) -> CliResult<impl Stream<Item = CliResult<Vec<u8>>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steady_rate_spaces_messages_evenly_from_the_start() {
+        assert_eq!(due(0, 1000.0), std::time::Duration::ZERO);
+        assert_eq!(due(1, 1000.0), std::time::Duration::from_millis(1));
+        assert_eq!(due(2500, 1000.0), std::time::Duration::from_millis(2500));
+        assert_eq!(due(3, 0.5), std::time::Duration::from_secs(6));
+        for bad in ["0", "-1", "NaN", "inf", "fast"] {
+            assert!(positive_rate(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(positive_rate("2.5"), Ok(2.5));
+    }
 
     #[test]
     fn properties_are_name_value_pairs_the_producer_does_not_own() {
