@@ -26,9 +26,9 @@ use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterCo
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
-    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeOrderly, ConsumeStatus,
-    FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener, RecipientListener,
-    RecipientOrderlyListener,
+    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
+    ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
+    RecipientListener, RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -43,6 +43,7 @@ use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
+use crate::hooks::{ConsumeHook, Hooks};
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::metrics::ConsumerMetrics;
 use crate::protocol::body::{
@@ -465,6 +466,8 @@ pub struct PushConsumerBuilder {
     client: Option<Client>,
     listener: Option<SendListener>,
     event_recipients: Vec<Recipient<ConsumerEvent>>,
+    client_config: Option<ClientConfig>,
+    consume_hooks: Hooks<dyn ConsumeHook>,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -567,6 +570,13 @@ impl PushConsumerBuilder {
         &self.config
     }
 
+    /// Adds a hook run before and after every listener call, concurrent or orderly (after
+    /// those added before; see [`ConsumeHook`]).
+    pub fn consume_hook(mut self, hook: Arc<dyn ConsumeHook>) -> Self {
+        self.consume_hooks.push(hook);
+        self
+    }
+
     /// Sends the consumer's [`ConsumerEvent`]s to an actor as well (from the start on, so
     /// `Started` and the first `QueuesAssigned` are seen). An event that finds the mailbox full
     /// is dropped.
@@ -602,17 +612,11 @@ impl PushConsumerBuilder {
                 allowed: "a listener (listener, listener_fn or listener_actor)".into(),
             });
         };
-        let (client, own_client) = match (self.client, self.namesrv_addr) {
-            (Some(client), _) => (client, false),
-            (None, Some(addr)) => (Client::start(ClientConfig::new(addr))?, true),
-            (None, None) => {
-                return Err(Error::Config {
-                    option: "namesrv_addr",
-                    value: "none".into(),
-                    allowed: "a name-server address or a client".into(),
-                })
-            }
-        };
+        let (client, own_client) = crate::actors::pull_consumer::resolve_client(
+            self.client,
+            self.namesrv_addr,
+            self.client_config,
+        )?;
         let group: Arc<str> = config.consumer_group.as_str().into();
         let now = now_ms();
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
@@ -646,7 +650,8 @@ impl PushConsumerBuilder {
         let dispatcher = ConsumeDispatcher::new(
             listener.clone(),
             config.effective_consume_concurrency() as usize,
-        );
+        )
+        .with_hooks(ConsumeHooks::new(group.clone(), self.consume_hooks));
         let puller = {
             let client = client.clone();
             Supervisor::start(move |_| Puller::new(client))
@@ -775,6 +780,8 @@ impl PushConsumer {
             client: None,
             listener: None,
             event_recipients: Vec::new(),
+            client_config: None,
+            consume_hooks: Hooks::new(),
         }
     }
 
