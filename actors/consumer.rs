@@ -326,6 +326,10 @@ pub(crate) struct ConsumerShared {
     pub(crate) problems: RefCell<BTreeMap<String, String>>,
     /// Queue-actor restarts since start.
     pub(crate) queue_restarts: Cell<u64>,
+    /// Topics a broker refused this consumer for authentication or permission, with the
+    /// first refusal: kept (and logged once) until a heartbeat or a pull goes through, so
+    /// other passes that succeed do not clear them, and retries back off.
+    pub(crate) access_problems: RefCell<BTreeMap<String, String>>,
 }
 
 impl ConsumerShared {
@@ -344,6 +348,53 @@ impl ConsumerShared {
             topic: topic.to_owned(),
             cause,
         });
+    }
+
+    /// A broker refused this consumer for authentication or permission on `topic`: noted
+    /// (one warn line, a `Problem` event, `status().problems`) unless already noted, and kept
+    /// until [`Self::clear_access_denied`].
+    pub(crate) fn note_access_denied(&self, topic: &str, cause: String) {
+        let mut problems = self.access_problems.borrow_mut();
+        if problems.contains_key(topic) {
+            return;
+        }
+        let _span = self.span.clone().entered();
+        tracing::warn!(%topic, %cause, "access denied: the account may not consume the topic; retrying every 30 s");
+        problems.insert(topic.to_owned(), cause.clone());
+        drop(problems);
+        self.events.emit(ConsumerEvent::Problem {
+            topic: topic.to_owned(),
+            cause,
+        });
+    }
+
+    /// Whether a broker refused this consumer for authentication or permission (and nothing
+    /// went through since).
+    pub(crate) fn access_denied(&self) -> bool {
+        !self.access_problems.borrow().is_empty()
+    }
+
+    /// A request that needs the access refused before went through: `topic`'s access problem
+    /// (all, with `None`) is gone.
+    pub(crate) fn clear_access_denied(&self, topic: Option<&str>) {
+        let cleared: Vec<String> = {
+            let mut problems = self.access_problems.borrow_mut();
+            match topic {
+                Some(topic) => problems
+                    .remove_entry(topic)
+                    .map(|(t, _)| t)
+                    .into_iter()
+                    .collect(),
+                None => std::mem::take(&mut *problems).into_keys().collect(),
+            }
+        };
+        for topic in cleared {
+            let _span = self.span.clone().entered();
+            tracing::info!(%topic, "access granted again");
+            if !self.problems.borrow().contains_key(&topic) {
+                self.events.emit(ConsumerEvent::ProblemCleared { topic });
+            }
+        }
     }
 
     /// `topic` can be consumed again.
@@ -588,6 +639,12 @@ impl PushConsumerBuilder {
     /// Validates the configuration, starts the consumer's actors (on the current arbiter inside
     /// an actix system, else on the crate's runtime thread), sends the first heartbeat and the
     /// first rebalance, and returns the handle.
+    ///
+    /// Fails with [`Error::AccessDenied`] when a broker refuses the first heartbeat for
+    /// authentication or permission (wrong or missing [`credentials`](Self::credentials), no
+    /// SUB permission on the group or a subscribed topic): nothing of the consumer is left
+    /// running. A refusal later on is a problem (`status().problems`, one warn line, a
+    /// [`ConsumerEvent::Problem`]) retried every 30 s.
     pub async fn start(self) -> Result<PushConsumer> {
         runtime::run_on_actix(move || self.start_here()).await?
     }
@@ -685,6 +742,7 @@ impl PushConsumerBuilder {
             events: EventSink::new(self.event_recipients),
             problems: RefCell::new(BTreeMap::new()),
             queue_restarts: Cell::new(0),
+            access_problems: RefCell::new(BTreeMap::new()),
         });
 
         for topic in shared.subscribed_topics() {
@@ -730,9 +788,27 @@ impl PushConsumerBuilder {
             }
             return Err(e);
         }
-        if let Err(e) = heartbeat.send(SendHeartbeat).await? {
-            let _span = shared.span.clone().entered();
-            tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
+        match heartbeat.send(SendHeartbeat).await? {
+            Ok(()) => {}
+            Err(e) if e.is_access_denied() => {
+                // Wrong or missing credentials, or no permission on the group or a topic:
+                // nothing will work until the account changes. Say so now, not in a log.
+                heartbeat.do_send(StopActor);
+                shared.puller.do_send(StopActor);
+                shared.offsets.do_send(StopActor);
+                client
+                    .actor()
+                    .do_send(UnregisterConsumer(group.to_string()));
+                root.do_send(StopActor);
+                if own_client {
+                    client.shutdown().await;
+                }
+                return Err(e);
+            }
+            Err(e) => {
+                let _span = shared.span.clone().entered();
+                tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
+            }
         }
         root.send(StartRebalancing).await?;
         shared.events.emit(ConsumerEvent::Started {
@@ -1056,7 +1132,11 @@ impl Handler<GetStatus> for ConsumerRoot {
             .into_actor(self)
             .map(|owned, act, _ctx| ConsumerStatus {
                 owned_queues: owned.into_iter().map(|(mq, _)| mq).collect(),
-                problems: act.shared.problems.borrow().clone(),
+                problems: {
+                    let mut problems = act.shared.problems.borrow().clone();
+                    problems.extend(act.shared.access_problems.borrow().clone());
+                    problems
+                },
                 queue_restarts: act.shared.queue_restarts.get(),
             }),
         )

@@ -1174,6 +1174,11 @@ impl Handler<Step> for LiteQueue {
                         );
                         StepEnd::Advance(next, broker_id, admitted)
                     }
+                    // Refused: the member's heartbeat warned of it; asking soon cannot help.
+                    Err(e) if e.is_access_denied() => {
+                        tracing::debug!(queue = %request.queue, error = %e, "lite pull refused");
+                        StepEnd::Again(crate::consumer::flow::ACCESS_DENIED_DELAY)
+                    }
                     Err(e) => {
                         tracing::debug!(queue = %request.queue, error = %e, "lite pull failed");
                         StepEnd::Again(error_delay)

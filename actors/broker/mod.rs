@@ -483,6 +483,20 @@ impl EmbeddedCluster {
         .await
     }
 
+    /// Replaces the ACL of every broker (`None`: no checks from now on), as a Java broker
+    /// reloads a changed `plain_acl.yml`: requests from then on are checked against it.
+    pub async fn set_acl(&self, acl: Option<AclConfig>) -> Result<()> {
+        for b in &self.brokers {
+            let acl = acl.clone();
+            self.with_core(&b.name, move |core, _| {
+                core.set_acl(acl);
+                ((), Vec::new())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Injects a fault for a request code on one broker (`None` clears it).
     pub async fn set_fault(
         &self,

@@ -391,6 +391,11 @@ impl BrokerCore {
         };
     }
 
+    /// Replaces the ACL (`None`: no checks).
+    pub fn set_acl(&mut self, acl: Option<acl::AclConfig>) {
+        self.config.acl = acl;
+    }
+
     /// Clears every injected fault.
     pub fn clear_faults(&mut self) {
         self.faults.clear();
