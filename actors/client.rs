@@ -17,11 +17,13 @@ use actix::prelude::*;
 use actix::{WeakAddr, WeakRecipient};
 use tokio::sync::oneshot;
 
+use crate::acl::Credentials;
 use crate::actors::connection::{
     self, Connection, ConnectionConfig, RegisterHandler, ServerRequest,
 };
 use crate::actors::runtime;
 use crate::error::{Error, ProtocolError, Result};
+use crate::hooks::{Hooks, RequestHooks, RpcHook};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
@@ -69,6 +71,12 @@ pub struct ClientConfig {
     pub poll_name_server_interval: Duration,
     /// Connection tuning.
     pub connection: ConnectionConfig,
+    /// Hooks run around every request this client sends, in order (see [`RpcHook`]).
+    pub rpc_hooks: Hooks<dyn RpcHook>,
+    /// The account requests are signed with, for a cluster with ACL: every request gets
+    /// `AccessKey` and `Signature` (after the [`rpc_hooks`](Self::rpc_hooks) ran, so what they
+    /// add is signed). `None`: requests go unsigned.
+    pub credentials: Option<Credentials>,
 }
 
 impl ClientConfig {
@@ -81,7 +89,29 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(3),
             poll_name_server_interval: Duration::from_secs(30),
             connection: ConnectionConfig::default(),
+            rpc_hooks: Hooks::new(),
+            credentials: None,
         }
+    }
+
+    /// Adds a hook run around every request (after those added before).
+    pub fn with_rpc_hook(mut self, hook: Arc<dyn RpcHook>) -> Self {
+        self.rpc_hooks.push(hook);
+        self
+    }
+
+    /// Signs every request with `credentials` (see [`ClientConfig::credentials`]).
+    ///
+    /// ```
+    /// use rocketmq_actor::acl::Credentials;
+    /// use rocketmq_actor::ClientConfig;
+    /// let config = ClientConfig::new("127.0.0.1:9876")
+    ///     .with_credentials(Credentials::new("RocketMQ", "12345678"));
+    /// assert!(!format!("{config:?}").contains("12345678"));
+    /// ```
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
     }
 }
 
@@ -103,6 +133,8 @@ pub(crate) struct ClientShared {
     request_timeout: Duration,
     connections: RwLock<HashMap<String, Addr<Connection>>>,
     routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
+    /// Run around every request (the RPC hooks, then the ACL signature).
+    hooks: RequestHooks,
 }
 
 impl ClientShared {
@@ -224,6 +256,7 @@ impl ClientInstance {
             .collect();
         let timeout = self.config.request_timeout;
         let query_topic = topic.clone();
+        let shared = self.shared.clone();
         async move {
             let mut failures = Vec::new();
             for (addr, conn) in attempts {
@@ -235,7 +268,7 @@ impl ClientInstance {
                     request_code::GET_ROUTEINFO_BY_TOPIC,
                     &header,
                 );
-                match call(&conn, command, timeout).await {
+                match call(&conn, &addr, &shared.hooks, command, timeout).await {
                     Ok(response) if response.code == response_code::SUCCESS => {
                         let body = response.body.unwrap_or_default();
                         return match decode_json::<TopicRouteData>(&body) {
@@ -473,13 +506,25 @@ fn share_error(error: &Error) -> Error {
     }
 }
 
-/// Sends `command` on `conn` and waits for the response, whatever its code.
+/// Sends `command` on `conn` (the connection to `peer`) and waits for the response, whatever
+/// its code; `hooks` run before the request goes and when its response arrives.
 pub(crate) async fn call(
     conn: &Addr<Connection>,
-    command: RemotingCommand,
+    peer: &str,
+    hooks: &RequestHooks,
+    mut command: RemotingCommand,
     timeout: Duration,
 ) -> Result<RemotingCommand> {
-    conn.send(connection::Request { command, timeout }).await?
+    if hooks.is_empty() {
+        return conn.send(connection::Request { command, timeout }).await?;
+    }
+    hooks.before(peer, &mut command);
+    let code = command.code;
+    let response = conn
+        .send(connection::Request { command, timeout })
+        .await??;
+    hooks.after(peer, code, &response);
+    Ok(response)
 }
 
 /// A cheap, cloneable, `Send + Sync` handle to a client instance: the base layer.
@@ -541,6 +586,7 @@ impl Client {
             request_timeout: config.request_timeout,
             connections: RwLock::new(HashMap::new()),
             routes: RwLock::new(HashMap::new()),
+            hooks: RequestHooks::new(config.rpc_hooks.clone(), config.credentials.clone()),
         });
         let instance = ClientInstance {
             config,
@@ -650,7 +696,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<RemotingCommand> {
         let conn = self.connection(addr).await?;
-        call(&conn, command, timeout).await
+        call(&conn, addr, &self.shared.hooks, command, timeout).await
     }
 
     /// Sends `command` to `addr` and returns the response; a code other than SUCCESS is an
@@ -662,9 +708,15 @@ impl Client {
     }
 
     /// Sends `command` to `addr` one-way (no response).
-    pub async fn invoke_oneway(&self, addr: &str, command: RemotingCommand) -> Result<()> {
+    pub async fn invoke_oneway(&self, addr: &str, mut command: RemotingCommand) -> Result<()> {
         let conn = self.connection(addr).await?;
+        self.shared.hooks.before(addr, &mut command);
         conn.send(connection::Oneway { command }).await?
+    }
+
+    /// What runs around each request of this client (the producer asks whether anything does).
+    pub(crate) fn request_hooks(&self) -> &RequestHooks {
+        &self.shared.hooks
     }
 
     /// Closes every connection and stops the instance.
@@ -704,7 +756,14 @@ impl Client {
                 Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
             })?;
         let conn = self.connection(addr).await?;
-        let response = call(&conn, request.to_command(), request.timeout).await?;
+        let response = call(
+            &conn,
+            addr,
+            &self.shared.hooks,
+            request.to_command(),
+            request.timeout,
+        )
+        .await?;
         request.read_raw_response(addr, response)
     }
 

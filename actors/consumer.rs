@@ -26,9 +26,9 @@ use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterCo
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
-    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeMessages, ConsumeOrderly, ConsumeStatus,
-    FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener, RecipientListener,
-    RecipientOrderlyListener,
+    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
+    ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
+    RecipientListener, RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -43,6 +43,7 @@ use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
+use crate::hooks::{ConsumeHook, Hooks};
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::metrics::ConsumerMetrics;
 use crate::protocol::body::{
@@ -325,6 +326,10 @@ pub(crate) struct ConsumerShared {
     pub(crate) problems: RefCell<BTreeMap<String, String>>,
     /// Queue-actor restarts since start.
     pub(crate) queue_restarts: Cell<u64>,
+    /// Topics a broker refused this consumer for authentication or permission, with the
+    /// first refusal: kept (and logged once) until a heartbeat or a pull goes through, so
+    /// other passes that succeed do not clear them, and retries back off.
+    pub(crate) access_problems: RefCell<BTreeMap<String, String>>,
 }
 
 impl ConsumerShared {
@@ -343,6 +348,53 @@ impl ConsumerShared {
             topic: topic.to_owned(),
             cause,
         });
+    }
+
+    /// A broker refused this consumer for authentication or permission on `topic`: noted
+    /// (one warn line, a `Problem` event, `status().problems`) unless already noted, and kept
+    /// until [`Self::clear_access_denied`].
+    pub(crate) fn note_access_denied(&self, topic: &str, cause: String) {
+        let mut problems = self.access_problems.borrow_mut();
+        if problems.contains_key(topic) {
+            return;
+        }
+        let _span = self.span.clone().entered();
+        tracing::warn!(%topic, %cause, "access denied: the account may not consume the topic; retrying every 30 s");
+        problems.insert(topic.to_owned(), cause.clone());
+        drop(problems);
+        self.events.emit(ConsumerEvent::Problem {
+            topic: topic.to_owned(),
+            cause,
+        });
+    }
+
+    /// Whether a broker refused this consumer for authentication or permission (and nothing
+    /// went through since).
+    pub(crate) fn access_denied(&self) -> bool {
+        !self.access_problems.borrow().is_empty()
+    }
+
+    /// A request that needs the access refused before went through: `topic`'s access problem
+    /// (all, with `None`) is gone.
+    pub(crate) fn clear_access_denied(&self, topic: Option<&str>) {
+        let cleared: Vec<String> = {
+            let mut problems = self.access_problems.borrow_mut();
+            match topic {
+                Some(topic) => problems
+                    .remove_entry(topic)
+                    .map(|(t, _)| t)
+                    .into_iter()
+                    .collect(),
+                None => std::mem::take(&mut *problems).into_keys().collect(),
+            }
+        };
+        for topic in cleared {
+            let _span = self.span.clone().entered();
+            tracing::info!(%topic, "access granted again");
+            if !self.problems.borrow().contains_key(&topic) {
+                self.events.emit(ConsumerEvent::ProblemCleared { topic });
+            }
+        }
     }
 
     /// `topic` can be consumed again.
@@ -465,6 +517,8 @@ pub struct PushConsumerBuilder {
     client: Option<Client>,
     listener: Option<SendListener>,
     event_recipients: Vec<Recipient<ConsumerEvent>>,
+    client_config: Option<ClientConfig>,
+    consume_hooks: Hooks<dyn ConsumeHook>,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -567,6 +621,13 @@ impl PushConsumerBuilder {
         &self.config
     }
 
+    /// Adds a hook run before and after every listener call, concurrent or orderly (after
+    /// those added before; see [`ConsumeHook`]).
+    pub fn consume_hook(mut self, hook: Arc<dyn ConsumeHook>) -> Self {
+        self.consume_hooks.push(hook);
+        self
+    }
+
     /// Sends the consumer's [`ConsumerEvent`]s to an actor as well (from the start on, so
     /// `Started` and the first `QueuesAssigned` are seen). An event that finds the mailbox full
     /// is dropped.
@@ -578,6 +639,12 @@ impl PushConsumerBuilder {
     /// Validates the configuration, starts the consumer's actors (on the current arbiter inside
     /// an actix system, else on the crate's runtime thread), sends the first heartbeat and the
     /// first rebalance, and returns the handle.
+    ///
+    /// Fails with [`Error::AccessDenied`] when a broker refuses the first heartbeat for
+    /// authentication or permission (wrong or missing [`credentials`](Self::credentials), no
+    /// SUB permission on the group or a subscribed topic): nothing of the consumer is left
+    /// running. A refusal later on is a problem (`status().problems`, one warn line, a
+    /// [`ConsumerEvent::Problem`]) retried every 30 s.
     pub async fn start(self) -> Result<PushConsumer> {
         runtime::run_on_actix(move || self.start_here()).await?
     }
@@ -602,17 +669,11 @@ impl PushConsumerBuilder {
                 allowed: "a listener (listener, listener_fn or listener_actor)".into(),
             });
         };
-        let (client, own_client) = match (self.client, self.namesrv_addr) {
-            (Some(client), _) => (client, false),
-            (None, Some(addr)) => (Client::start(ClientConfig::new(addr))?, true),
-            (None, None) => {
-                return Err(Error::Config {
-                    option: "namesrv_addr",
-                    value: "none".into(),
-                    allowed: "a name-server address or a client".into(),
-                })
-            }
-        };
+        let (client, own_client) = crate::actors::pull_consumer::resolve_client(
+            self.client,
+            self.namesrv_addr,
+            self.client_config,
+        )?;
         let group: Arc<str> = config.consumer_group.as_str().into();
         let now = now_ms();
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
@@ -646,7 +707,8 @@ impl PushConsumerBuilder {
         let dispatcher = ConsumeDispatcher::new(
             listener.clone(),
             config.effective_consume_concurrency() as usize,
-        );
+        )
+        .with_hooks(ConsumeHooks::new(group.clone(), self.consume_hooks));
         let puller = {
             let client = client.clone();
             Supervisor::start(move |_| Puller::new(client))
@@ -680,6 +742,7 @@ impl PushConsumerBuilder {
             events: EventSink::new(self.event_recipients),
             problems: RefCell::new(BTreeMap::new()),
             queue_restarts: Cell::new(0),
+            access_problems: RefCell::new(BTreeMap::new()),
         });
 
         for topic in shared.subscribed_topics() {
@@ -725,9 +788,27 @@ impl PushConsumerBuilder {
             }
             return Err(e);
         }
-        if let Err(e) = heartbeat.send(SendHeartbeat).await? {
-            let _span = shared.span.clone().entered();
-            tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
+        match heartbeat.send(SendHeartbeat).await? {
+            Ok(()) => {}
+            Err(e) if e.is_access_denied() => {
+                // Wrong or missing credentials, or no permission on the group or a topic:
+                // nothing will work until the account changes. Say so now, not in a log.
+                heartbeat.do_send(StopActor);
+                shared.puller.do_send(StopActor);
+                shared.offsets.do_send(StopActor);
+                client
+                    .actor()
+                    .do_send(UnregisterConsumer(group.to_string()));
+                root.do_send(StopActor);
+                if own_client {
+                    client.shutdown().await;
+                }
+                return Err(e);
+            }
+            Err(e) => {
+                let _span = shared.span.clone().entered();
+                tracing::warn!(error = %e, "first heartbeat failed; rebalancing will retry");
+            }
         }
         root.send(StartRebalancing).await?;
         shared.events.emit(ConsumerEvent::Started {
@@ -775,6 +856,8 @@ impl PushConsumer {
             client: None,
             listener: None,
             event_recipients: Vec::new(),
+            client_config: None,
+            consume_hooks: Hooks::new(),
         }
     }
 
@@ -1049,7 +1132,11 @@ impl Handler<GetStatus> for ConsumerRoot {
             .into_actor(self)
             .map(|owned, act, _ctx| ConsumerStatus {
                 owned_queues: owned.into_iter().map(|(mq, _)| mq).collect(),
-                problems: act.shared.problems.borrow().clone(),
+                problems: {
+                    let mut problems = act.shared.problems.borrow().clone();
+                    problems.extend(act.shared.access_problems.borrow().clone());
+                    problems
+                },
                 queue_restarts: act.shared.queue_restarts.get(),
             }),
         )

@@ -132,6 +132,8 @@ impl Heartbeat {
         let heartbeat = self.heartbeat_all(ctx, true);
         ctx.spawn(heartbeat.map(move |result, act, ctx| match result {
             Ok(()) => act.rediscovering = false,
+            // Refused: asking again every 500 ms cannot help (the periodic heartbeat goes on).
+            Err(e) if e.is_access_denied() => act.rediscovering = false,
             Err(_) if round + 1 >= REDISCOVER_ROUNDS => act.rediscovering = false,
             Err(_) => {
                 ctx.run_later(REDISCOVER_EVERY, move |act, ctx| {
@@ -211,17 +213,38 @@ async fn send_heartbeats(
     )
     .await;
     let mut first_error = None;
+    let mut denied: Option<crate::error::Error> = None;
     for (addr, result) in results {
-        if let Err(e) = result {
-            if warn {
-                tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
-            } else {
-                tracing::debug!(broker = %addr, error = %e, "heartbeat failed");
+        match result {
+            Ok(()) => {}
+            // Noted once as a problem below, not warned of at every round.
+            Err(e) if e.is_access_denied() => {
+                tracing::debug!(broker = %addr, error = %e, "heartbeat refused");
+                denied.get_or_insert(e);
             }
-            first_error.get_or_insert(e);
+            Err(e) => {
+                if warn {
+                    tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+                } else {
+                    tracing::debug!(broker = %addr, error = %e, "heartbeat failed");
+                }
+                first_error.get_or_insert(e);
+            }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    match &denied {
+        Some(cause) => {
+            for topic in shared.subscribed_topics() {
+                if !crate::consumer::retry::is_retry_topic(&topic) {
+                    shared.note_access_denied(&topic, format!("heartbeat refused: {cause}"));
+                }
+            }
+        }
+        None if first_error.is_none() => shared.clear_access_denied(None),
+        None => {}
+    }
+    // A refusal first: it says what to fix.
+    denied.or(first_error).map_or(Ok(()), Err)
 }
 
 impl Actor for Heartbeat {

@@ -17,6 +17,7 @@ use futures::FutureExt;
 use tokio::sync::Semaphore;
 
 use crate::consumer::{OrderlyContext, OrderlyStatus};
+use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
 
 /// What a concurrent listener reports for a batch.
@@ -379,12 +380,49 @@ pub struct OrderlyOutcome {
     pub elapsed: Duration,
 }
 
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".into())
+use crate::hooks::panic_text;
+
+/// The consume hooks of one consumer and its group (only built when there are hooks).
+pub(crate) struct ConsumeHooks {
+    group: Arc<str>,
+    hooks: Hooks<dyn ConsumeHook>,
+}
+
+impl ConsumeHooks {
+    /// `None` when there is no hook: listener calls then run no hook code at all.
+    pub(crate) fn new(group: Arc<str>, hooks: Hooks<dyn ConsumeHook>) -> Option<Rc<Self>> {
+        (!hooks.is_empty()).then(|| Rc::new(ConsumeHooks { group, hooks }))
+    }
+
+    fn context<'a>(
+        &'a self,
+        queue: &'a MessageQueue,
+        messages: &'a [MessageExt],
+        orderly: bool,
+    ) -> ConsumeHookContext<'a> {
+        ConsumeHookContext {
+            group: &self.group,
+            queue,
+            messages,
+            orderly,
+            status: None,
+            success: false,
+            panicked: false,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    fn before(&self, ctx: &ConsumeHookContext<'_>) {
+        for hook in self.hooks.iter() {
+            guarded("consume", || hook.before_consume(ctx));
+        }
+    }
+
+    fn after(&self, ctx: &ConsumeHookContext<'_>) {
+        for hook in self.hooks.iter() {
+            guarded("consume", || hook.after_consume(ctx));
+        }
+    }
 }
 
 /// How a batch went.
@@ -440,7 +478,15 @@ async fn run_concurrent(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     started: Instant,
     untimed_if_at_once: bool,
+    hooks: Option<Rc<ConsumeHooks>>,
 ) -> ConsumeOutcome {
+    // With hooks: the queue as the call starts (a closure listener borrows the context) and
+    // the call's own clock.
+    let hooked = hooks.map(|hooks| {
+        let queue = context.queue.clone();
+        hooks.before(&hooks.context(&queue, &messages, false));
+        (hooks, queue, Instant::now())
+    });
     context.batch = Some(messages.clone());
     let mut call = CountPolls {
         inner: listener.consume(&messages, &mut context),
@@ -456,6 +502,17 @@ async fn run_concurrent(
     } else {
         started.elapsed()
     };
+    if let Some((hooks, queue, call_started)) = &hooked {
+        let mut ctx = hooks.context(queue, &messages, false);
+        ctx.status = result
+            .as_ref()
+            .ok()
+            .map(|status| ListenerStatus::Concurrent(*status));
+        ctx.success = matches!(result, Ok(ConsumeStatus::Success));
+        ctx.panicked = result.is_err();
+        ctx.elapsed = call_started.elapsed();
+        hooks.after(&ctx);
+    }
     match result {
         Ok(status) => ConsumeOutcome {
             status,
@@ -490,6 +547,8 @@ async fn run_concurrent(
 pub struct ConsumeDispatcher {
     listener: AnyListener,
     permits: Arc<Semaphore>,
+    /// The consume hooks, `None` when there are none.
+    hooks: Option<Rc<ConsumeHooks>>,
 }
 
 impl ConsumeDispatcher {
@@ -499,7 +558,14 @@ impl ConsumeDispatcher {
         ConsumeDispatcher {
             listener,
             permits: Arc::new(Semaphore::new(limit)),
+            hooks: None,
         }
+    }
+
+    /// Runs `hooks` around every listener call.
+    pub(crate) fn with_hooks(mut self, hooks: Option<Rc<ConsumeHooks>>) -> Self {
+        self.hooks = hooks;
+        self
     }
 }
 
@@ -513,6 +579,7 @@ impl ConsumeDispatcher {
     ) -> impl Future<Output = ConsumeOutcome> + 'static {
         let listener = self.listener.clone();
         let permits = self.permits.clone();
+        let hooks = self.hooks.clone();
         async move {
             let AnyListener::Concurrent(listener) = listener else {
                 tracing::error!("a concurrent batch reached an orderly listener");
@@ -526,6 +593,7 @@ impl ConsumeDispatcher {
                 permit.ok(),
                 Instant::now(),
                 false,
+                hooks,
             )
             .await
         }
@@ -559,6 +627,7 @@ impl ConsumeDispatcher {
             Some(permit),
             run_started,
             true,
+            self.hooks.clone(),
         ));
         // A pending call goes to the caller's actor context, which polls newly spawned futures
         // before it sleeps: that poll registers the real waker, so the no-op one is harmless.
@@ -577,6 +646,7 @@ impl ConsumeDispatcher {
     ) -> impl Future<Output = OrderlyOutcome> + 'static {
         let listener = self.listener.clone();
         let permits = self.permits.clone();
+        let hooks = self.hooks.clone();
         async move {
             let AnyListener::Orderly(listener) = listener else {
                 tracing::error!("an orderly batch reached a concurrent listener");
@@ -587,11 +657,27 @@ impl ConsumeDispatcher {
                 };
             };
             let permit = permits.acquire_owned().await;
+            let hooked = hooks.map(|hooks| {
+                let queue = context.queue.clone();
+                hooks.before(&hooks.context(&queue, &messages, true));
+                (hooks, queue)
+            });
             let started = Instant::now();
             let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
                 .catch_unwind()
                 .await;
             drop(permit);
+            if let Some((hooks, queue)) = &hooked {
+                let mut ctx = hooks.context(queue, &messages, true);
+                ctx.status = result
+                    .as_ref()
+                    .ok()
+                    .map(|status| ListenerStatus::Orderly(*status));
+                ctx.success = matches!(result, Ok(OrderlyStatus::Success | OrderlyStatus::Commit));
+                ctx.panicked = result.is_err();
+                ctx.elapsed = started.elapsed();
+                hooks.after(&ctx);
+            }
             if let Err(panic) = &result {
                 tracing::error!(queue = %context.queue, panic = %panic_text(panic.as_ref()), "orderly listener panicked; suspending the queue");
             }

@@ -58,6 +58,7 @@ pub struct LitePullConsumerBuilder {
     subscriptions: BTreeMap<String, String>,
     assigned: Option<Vec<MessageQueue>>,
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
+    client_config: Option<crate::ClientConfig>,
 }
 
 client_and_group_methods!(LitePullConsumerBuilder, config.base.consumer_group);
@@ -107,7 +108,8 @@ impl LitePullConsumerBuilder {
                 allowed: "either subscriptions or assigned queues".into(),
             });
         }
-        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let (client, own_client) =
+            resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let mut expressions = self.subscriptions.clone();
         if let Some(queues) = &self.assigned {
             for queue in queues {
@@ -205,6 +207,7 @@ impl LitePullConsumer {
             subscriptions: BTreeMap::new(),
             assigned: None,
             topic_listeners: Vec::new(),
+            client_config: None,
         }
     }
 
@@ -1170,6 +1173,11 @@ impl Handler<Step> for LiteQueue {
                             Ok(LiteReply::Admission(Admission::Go))
                         );
                         StepEnd::Advance(next, broker_id, admitted)
+                    }
+                    // Refused: the member's heartbeat warned of it; asking soon cannot help.
+                    Err(e) if e.is_access_denied() => {
+                        tracing::debug!(queue = %request.queue, error = %e, "lite pull refused");
+                        StepEnd::Again(crate::consumer::flow::ACCESS_DENIED_DELAY)
                     }
                     Err(e) => {
                         tracing::debug!(queue = %request.queue, error = %e, "lite pull failed");

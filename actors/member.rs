@@ -181,6 +181,9 @@ pub(crate) struct Member {
     again: bool,
     /// The brokers heartbeated so far: a newly known one is heartbeated at once.
     heartbeated: BTreeSet<String>,
+    /// A broker refused the last heartbeat for authentication or permission (warned of once;
+    /// rebalancing then waits 30 s between attempts).
+    access_denied: Rc<std::cell::Cell<bool>>,
 }
 
 impl Member {
@@ -230,6 +233,7 @@ impl Member {
             rebalancing: false,
             again: false,
             heartbeated: spec.client.known_broker_addrs(),
+            access_denied: Rc::new(std::cell::Cell::new(false)),
         };
         let heartbeat = member.heartbeat_future();
         let addr = member.start();
@@ -241,6 +245,11 @@ impl Member {
             })
             .await??;
         if let Err(e) = heartbeat.await {
+            if e.is_access_denied() {
+                // Nothing will work until the account changes: say so now.
+                addr.send(Leave).await?;
+                return Err(e);
+            }
             tracing::warn!(%group, error = %e, "first heartbeat failed; rebalancing will retry");
         }
         addr.send(Rebalance).await?;
@@ -282,15 +291,30 @@ impl Member {
         let client = self.client.clone();
         let topics: Vec<String> = self.topics.keys().cloned().collect();
         let data = self.heartbeat_data();
+        let denied = self.access_denied.clone();
+        let group = self.group.clone();
         async move {
             let mut first_error = None;
+            let mut refused = None;
             for addr in broker_addrs(&client, &topics).await {
-                if let Err(e) = client.heartbeat(&addr, &data).await {
-                    tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
-                    first_error.get_or_insert(e);
+                match client.heartbeat(&addr, &data).await {
+                    Ok(()) => {}
+                    Err(e) if e.is_access_denied() => {
+                        if !denied.replace(true) {
+                            tracing::warn!(%group, broker = %addr, error = %e, "heartbeat refused: access denied; retrying every 30 s");
+                        }
+                        refused.get_or_insert(e);
+                    }
+                    Err(e) => {
+                        tracing::warn!(broker = %addr, error = %e, "heartbeat failed");
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
-            first_error.map_or(Ok(()), Err)
+            if refused.is_none() && first_error.is_none() && denied.replace(false) {
+                tracing::info!(%group, "heartbeat accepted again");
+            }
+            refused.or(first_error).map_or(Ok(()), Err)
         }
     }
 
@@ -319,18 +343,26 @@ impl Member {
                         tracing::debug!(%topic, %broker, "not listed by the broker yet; heartbeating");
                         not_member = true;
                     }
+                    // The heartbeat's refusal was warned of once already.
+                    Err(e) if e.is_access_denied() => {
+                        tracing::debug!(%topic, error = %e, "rebalance refused for the topic")
+                    }
                     Err(e) => tracing::warn!(%topic, error = %e, "rebalance failed for the topic"),
                 }
             }
+            let mut denied = false;
             if not_member {
-                let _ = heartbeat.await;
+                denied = matches!(heartbeat.await, Err(e) if e.is_access_denied());
             }
-            (plan, not_member)
+            (plan, not_member, denied)
         };
         ctx.spawn(
             plan.into_actor(self)
-                .then(|(plan, not_member), act, ctx| {
-                    if not_member {
+                .then(|(plan, not_member, denied), act, ctx| {
+                    if denied {
+                        // Refused: asking again soon cannot help.
+                        ctx.notify_later(Rebalance, crate::consumer::flow::ACCESS_DENIED_DELAY);
+                    } else if not_member {
                         // The broker will list us after the heartbeat just sent: try again soon.
                         ctx.notify_later(Rebalance, std::time::Duration::from_secs(1));
                     }

@@ -33,6 +33,25 @@ macro_rules! client_and_group_methods {
                 self.$($group).+ = group.into();
                 self
             }
+
+            /// The configuration of the client instance created for this consumer (RPC
+            /// hooks, credentials, timeouts); a `namesrv_addr` given to the builder replaces
+            /// its name servers. Not used with [`client`](Self::client): that client has its
+            /// own.
+            pub fn client_config(mut self, config: $crate::ClientConfig) -> Self {
+                self.client_config = Some(config);
+                self
+            }
+
+            /// Signs every request of the client instance created for this consumer with
+            /// `credentials` (for a cluster with ACL; see
+            /// [`ClientConfig::credentials`]($crate::ClientConfig::credentials)).
+            pub fn credentials(mut self, credentials: $crate::acl::Credentials) -> Self {
+                self.client_config
+                    .get_or_insert_with(|| $crate::ClientConfig::new(""))
+                    .credentials = Some(credentials);
+                self
+            }
         }
     };
 }

@@ -18,12 +18,17 @@ use crate::actors::now_ms;
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
+use crate::hooks::{guarded, Hooks, SendHook, SendHookContext};
 use crate::message::{
     self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::command::RequestFrame;
-use crate::protocol::header::{SendMessageRequestHeaderFields, SendMessageResponseHeader};
+use crate::protocol::header::{
+    SendMessageRequestHeader, SendMessageRequestHeaderFields, SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+};
+use crate::protocol::RemotingCommand;
 use crate::route::TopicRoute;
 use crate::rpc::broker_error;
 
@@ -55,6 +60,16 @@ pub struct ProducerConfig {
     pub max_message_size: usize,
     /// Queue count a broker gives a topic it auto-creates.
     pub default_topic_queue_nums: i32,
+    /// Hooks run before and after each send attempt, in order (see [`SendHook`]).
+    pub send_hooks: Hooks<dyn SendHook>,
+}
+
+impl ProducerConfig {
+    /// Adds a hook run before and after each send attempt (after those added before).
+    pub fn with_send_hook(mut self, hook: Arc<dyn SendHook>) -> Self {
+        self.send_hooks.push(hook);
+        self
+    }
 }
 
 impl Default for ProducerConfig {
@@ -66,6 +81,7 @@ impl Default for ProducerConfig {
             compress_over: 4 * 1024,
             max_message_size: 4 * 1024 * 1024,
             default_topic_queue_nums: 8,
+            send_hooks: Hooks::new(),
         }
     }
 }
@@ -96,6 +112,13 @@ pub struct SendResult {
     pub queue: MessageQueue,
     /// Its offset in that queue (of the first message, for a batch).
     pub queue_offset: i64,
+}
+
+/// A send request as it goes to the connection: pre-encoded (the fast path), or typed, for the
+/// client's request hooks (and ACL signing) to see and change.
+enum SendRequest {
+    Frame(RequestFrame),
+    Command(RemotingCommand),
 }
 
 enum QueueChoice<'a> {
@@ -201,11 +224,16 @@ impl Producer {
             )));
         }
         let template = Message::new(topic, Bytes::new());
-        let mut result = self
-            .send_prepared(&template, &body, 0, true, QueueChoice::RoundRobin)
-            .await?;
-        result.msg_id = ids.join(",");
-        Ok(result)
+        self.send_prepared(
+            &messages,
+            &template,
+            &body,
+            0,
+            true,
+            QueueChoice::RoundRobin,
+            ids.join(","),
+        )
+        .await
     }
 
     fn validate(&self, message: &Message) -> Result<()> {
@@ -258,23 +286,37 @@ impl Producer {
                 ),
                 None => (&message.body, 0),
             };
-            let mut result = self
-                .send_prepared(&message, body, sys_flag, false, choice)
-                .await?;
-            result.msg_id = unique_id;
-            Ok(result)
+            self.send_prepared(
+                std::slice::from_ref(&message),
+                &message,
+                body,
+                sys_flag,
+                false,
+                choice,
+                unique_id,
+            )
+            .await
         })
     }
 
+    /// Sends `body` (the message's, or a batch's) with `message`'s header, retrying as the
+    /// choice allows; `messages` are what the send hooks are shown, `msg_id` the id the
+    /// caller gets.
+    #[allow(clippy::too_many_arguments)]
     async fn send_prepared(
         &self,
+        messages: &[Message],
         message: &Message,
         body: &[u8],
         sys_flag: i32,
         batch: bool,
         choice: QueueChoice<'_>,
+        msg_id: String,
     ) -> Result<SendResult> {
         let config = &self.shared.config;
+        let hooks = &config.send_hooks;
+        // With request hooks (or ACL) the request must be a typed command they can see.
+        let typed = !self.shared.client.request_hooks().is_empty();
         let attempts = match choice {
             QueueChoice::RoundRobin => config.retry_times + 1,
             _ => 1,
@@ -304,16 +346,32 @@ impl Producer {
                 )));
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let error = match self
+            let hook_context = SendHookContext {
+                group: &config.group,
+                messages,
+                queue,
+                broker_addr: addr,
+                batch,
+            };
+            for hook in hooks.iter() {
+                guarded("send", || hook.before_send(&hook_context));
+            }
+            let mut outcome = self
                 .send_once(
                     addr,
                     queue,
-                    self.encode_send(queue, message, body, sys_flag, batch)?,
+                    self.encode_send(queue, message, body, sys_flag, batch, typed)?,
                     batch,
                     left.max(MIN_ATTEMPT_TIME),
                 )
-                .await
-            {
+                .await;
+            if let Ok(result) = &mut outcome {
+                result.msg_id.clone_from(&msg_id);
+            }
+            for hook in hooks.iter() {
+                guarded("send", || hook.after_send(&hook_context, outcome.as_ref()));
+            }
+            let error = match outcome {
                 Ok(result) => return Ok(result),
                 Err(e) if is_retriable(&e) => e,
                 Err(e) => return Err(e),
@@ -354,8 +412,8 @@ impl Producer {
         Ok(pick)
     }
 
-    /// The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) frame of `message` for `queue`, written
-    /// straight from the message's fields.
+    /// The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) request of `message` for `queue`: a frame
+    /// written straight from the message's fields, or (`typed`) the same request as a command.
     fn encode_send(
         &self,
         queue: &MessageQueue,
@@ -363,7 +421,8 @@ impl Producer {
         body: &[u8],
         sys_flag: i32,
         batch: bool,
-    ) -> Result<RequestFrame> {
+        typed: bool,
+    ) -> Result<SendRequest> {
         let config = &self.shared.config;
         // Like Java's producer: for a retry topic the reconsume bookkeeping travels in the
         // header, where the broker reads it to route the message to the dead-letter queue.
@@ -402,7 +461,16 @@ impl Producer {
         } else {
             request_code::SEND_MESSAGE_V2
         };
-        Ok(RequestFrame::json(code, body, |ext| header.write_v2(ext))?)
+        if typed {
+            let header = SendMessageRequestHeaderV2(SendMessageRequestHeader::from(&header));
+            return Ok(SendRequest::Command(
+                RemotingCommand::request_with_header(code, &header)
+                    .with_body(Bytes::copy_from_slice(body)),
+            ));
+        }
+        Ok(SendRequest::Frame(RequestFrame::json(code, body, |ext| {
+            header.write_v2(ext)
+        })?))
     }
 
     /// Sends `frame` (the encoded send of a message to `queue`) to `addr`.
@@ -410,12 +478,19 @@ impl Producer {
         &self,
         addr: &str,
         queue: &MessageQueue,
-        frame: RequestFrame,
+        request: SendRequest,
         batch: bool,
         timeout: Duration,
     ) -> Result<SendResult> {
-        let conn = self.shared.client.connection(addr).await?;
-        let response = call_encoded(&conn, addr, frame, timeout).await?;
+        let response = match request {
+            SendRequest::Frame(frame) => {
+                let conn = self.shared.client.connection(addr).await?;
+                call_encoded(&conn, addr, frame, timeout).await?
+            }
+            SendRequest::Command(command) => {
+                self.shared.client.request(addr, command, timeout).await?
+            }
+        };
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
             response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,

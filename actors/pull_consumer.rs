@@ -40,6 +40,7 @@ pub struct PullConsumerBuilder {
     topics: Vec<String>,
     listener: Option<Box<dyn MessageQueueListener>>,
     reset_listener: Option<ResetListener>,
+    client_config: Option<ClientConfig>,
 }
 
 client_and_group_methods!(PullConsumerBuilder, config.consumer_group);
@@ -110,7 +111,8 @@ impl PullConsumerBuilder {
 
     async fn start_here(self) -> Result<PullConsumer> {
         self.config.validate()?;
-        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let (client, own_client) =
+            resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let topics: BTreeMap<String, String> = self
             .topics
             .into_iter()
@@ -141,10 +143,19 @@ impl PullConsumerBuilder {
 pub(crate) fn resolve_client(
     client: Option<Client>,
     namesrv_addr: Option<String>,
+    config: Option<ClientConfig>,
 ) -> Result<(Client, bool)> {
-    match (client, namesrv_addr) {
+    let config = match (namesrv_addr, config) {
+        (Some(addr), Some(mut config)) => {
+            config.namesrv_addr = addr;
+            Some(config)
+        }
+        (Some(addr), None) => Some(ClientConfig::new(addr)),
+        (None, config) => config.filter(|c| !c.namesrv_addr.is_empty()),
+    };
+    match (client, config) {
         (Some(client), _) => Ok((client, false)),
-        (None, Some(addr)) => Ok((Client::start(ClientConfig::new(addr))?, true)),
+        (None, Some(config)) => Ok((Client::start(config)?, true)),
         (None, None) => Err(Error::Config {
             option: "namesrv_addr",
             value: "none".into(),
@@ -232,6 +243,7 @@ impl PullConsumer {
             topics: Vec::new(),
             listener: None,
             reset_listener: None,
+            client_config: None,
         }
     }
 

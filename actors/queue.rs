@@ -401,6 +401,10 @@ impl QueueActor {
             QueueNote::ConsumeTimedOut(count) => {
                 tracing::warn!(%queue, count, "consumption timed out; sending back")
             }
+            QueueNote::AccessDenied(error) => {
+                self.shared.note_access_denied(&queue.topic, error);
+            }
+            QueueNote::AccessGranted => self.shared.clear_access_denied(Some(&queue.topic)),
             QueueNote::PullFailed { error, reason } => {
                 tracing::debug!(%queue, %error, ?reason, "pull failed")
             }

@@ -243,13 +243,21 @@ impl Rebalancer {
         }
         self.update_thresholds();
         self.shared.stats.metrics.rebalanced(self.queues.len());
-        if plan.needs_heartbeat {
+        // While a broker refuses this consumer's credentials or permissions, asking again
+        // soon cannot help: the periodic heartbeat and pass go on, and the retry waits.
+        let denied = self.shared.access_denied();
+        if plan.needs_heartbeat && !denied {
             let heartbeat = self.heartbeat.send(SendHeartbeat);
             ctx.spawn(heartbeat.into_actor(self).map(|_, _, _| ()));
         }
         if plan.incomplete && !self.retry_scheduled {
             self.retry_scheduled = true;
-            ctx.run_later(self.shared.config.rebalance_retry_interval, |act, ctx| {
+            let retry = if denied {
+                crate::consumer::flow::ACCESS_DENIED_DELAY
+            } else {
+                self.shared.config.rebalance_retry_interval
+            };
+            ctx.run_later(retry, |act, ctx| {
                 act.retry_scheduled = false;
                 act.trigger(ctx)
             });
@@ -297,6 +305,11 @@ async fn plan(
                 plan.seen.insert(topic);
                 // A provisional share is looked at again soon.
                 plan.incomplete |= provisional;
+            }
+            Err(e) if e.is_access_denied() => {
+                tracing::debug!(%topic, error = %e, "rebalance refused for the topic");
+                plan.incomplete = true;
+                shared.note_access_denied(&topic, e.to_string());
             }
             Err(e) => {
                 tracing::debug!(%topic, error = %e, "rebalance skipped a topic");

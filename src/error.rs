@@ -194,15 +194,63 @@ pub enum Error {
     /// The actor that should handle the call is gone (the runtime is shutting down).
     #[error("the runtime is shutting down: {0}")]
     Shutdown(String),
+    /// The broker refused the request for authentication (no, unknown or wrong credentials)
+    /// or permission (the account may not publish to or subscribe to a topic or group): see
+    /// [`is_access_denial`]. Retrying does not help, so nothing retries it on its own.
+    #[error("{peer} refused {request}: access denied ({code}): {remark}")]
+    AccessDenied {
+        /// The address that answered.
+        peer: String,
+        /// The request that was refused.
+        request: RequestCode,
+        /// The response code (NO_PERMISSION, or SYSTEM_ERROR from a Java ACL 1.0 broker).
+        code: ResponseCode,
+        /// The broker's reason: which access key, resource and permission, as far as the
+        /// broker tells.
+        remark: String,
+    },
+}
+
+/// Whether a broker's answer (`code`, `remark`) refuses a request for authentication or
+/// permission, as brokers with ACL answer:
+///
+/// - NO_PERMISSION (16), as ACL 2.0 (Java 5), rocketmq-rust (`Authentication credentials are
+///   invalid`, `Permission was denied`) and the embedded broker (`accessKey=ak has no SUB
+///   permission on topic:T`) answer — except the broker's own topic and broker permissions
+///   (`the topic[T] sending message is forbidden`, a broker or topic made read-only), which
+///   a producer rightly retries on another broker;
+/// - SYSTEM_ERROR (1) with an `AclException` remark, as Java's ACL 1.0 answers.
+///
+/// ```
+/// use rocketmq_actor::error::is_access_denial;
+/// assert!(is_access_denial(16, "accessKey=ak has no PUB permission on topic:T"));
+/// assert!(is_access_denial(16, "Authentication credentials are invalid"));
+/// assert!(!is_access_denial(16, "the topic[T] sending message is forbidden"));
+/// assert!(is_access_denial(1, "org.apache.rocketmq.acl.common.AclException: No acl config for ak, ..."));
+/// assert!(!is_access_denial(1, "store error"));
+/// ```
+pub fn is_access_denial(code: i32, remark: &str) -> bool {
+    use crate::protocol::codes::response_code;
+    match code {
+        response_code::NO_PERMISSION => !remark.contains("is forbidden"),
+        response_code::SYSTEM_ERROR => remark.contains("AclException"),
+        _ => false,
+    }
 }
 
 impl Error {
-    /// The broker's response code, for [`Error::Broker`].
+    /// The broker's response code, for [`Error::Broker`] and [`Error::AccessDenied`].
     pub fn response_code(&self) -> Option<i32> {
         match self {
-            Error::Broker { code, .. } => Some(code.0),
+            Error::Broker { code, .. } | Error::AccessDenied { code, .. } => Some(code.0),
             _ => None,
         }
+    }
+
+    /// Whether a broker refused the request for authentication or permission
+    /// ([`Error::AccessDenied`]).
+    pub fn is_access_denied(&self) -> bool {
+        matches!(self, Error::AccessDenied { .. })
     }
 
     /// Whether the failure is of the transport (timeout, closed or refused connection), so the

@@ -46,6 +46,7 @@
 //! | test double | `EmbeddedCluster` ([`embedded`], feature `embedded`) |
 //! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
 //! | observability | [`metrics`] (names, labels, the Prometheus exporter); tracing spans `consumer{group, client}` and `queue{topic, broker, id}` around every log line of a push consumer; [`PushConsumer::lag`] |
+//! | hooks and ACL | [`hooks`]: [`RpcHook`](hooks::RpcHook) (every request), [`ConsumeHook`](hooks::ConsumeHook) (every listener call), [`SendHook`](hooks::SendHook) (every send); [`acl`]: [`Credentials`](acl::Credentials) on [`ClientConfig::credentials`] sign every request; the embedded broker's ACL mode ([`embedded::AclConfig`]) |
 //! | helpers | [`filter`] (tag expressions, Java hash codes), [`route`] (a topic's route and queue sets), [`identity`] (client ip and instance name), [`util`] |
 //!
 //! # Features
@@ -71,6 +72,9 @@ pub mod metrics;
 pub mod protocol;
 pub mod route;
 pub mod rpc;
+
+pub mod acl;
+pub mod hooks;
 
 /// One connection's request table and reconnect backoff, without the socket.
 pub(crate) mod remoting;
@@ -111,6 +115,7 @@ mod sim;
 #[cfg(feature = "embedded")]
 pub mod embedded {
     pub use crate::actors::broker::{broker_name, EmbeddedCluster, EmbeddedConfig};
+    pub use crate::broker::acl::{AclAccount, AclConfig, AclConfigError, AddressPattern};
     pub use crate::broker::store::TopicConfig;
     pub use crate::broker::{BrokerConfig, Fault};
 }

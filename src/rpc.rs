@@ -330,11 +330,20 @@ impl PullResult {
 
 /// The error for a response whose code is not a success for `request`.
 pub(crate) fn broker_error(peer: &str, request: i32, response: RemotingCommand) -> Error {
+    let remark = response.remark.unwrap_or_default();
+    if crate::error::is_access_denial(response.code, &remark) {
+        return Error::AccessDenied {
+            peer: peer.to_owned(),
+            request: RequestCode(request),
+            code: ResponseCode(response.code),
+            remark,
+        };
+    }
     Error::Broker {
         peer: peer.to_owned(),
         request: RequestCode(request),
         code: ResponseCode(response.code),
-        remark: response.remark.unwrap_or_default(),
+        remark,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod name_server;
 pub mod persistence;
 pub mod session;
 
+use crate::broker::acl::AclConfig;
 use crate::broker::schedule::DelayLevels;
 use crate::broker::store::TopicConfig;
 use crate::broker::{Action, BrokerConfig, BrokerCore, Fault};
@@ -75,6 +76,10 @@ pub struct EmbeddedConfig {
     /// Bytes waiting for all clients together above which clients holding more than their fair
     /// share (4 MiB, what a healthy client may always have waiting) are disconnected.
     pub max_total_outbound_bytes: usize,
+    /// ACL mode (the accounts of a Java broker's `plain_acl.yml`, see [`AclConfig`]): the
+    /// brokers check every request's signature and permissions and refuse with NO_PERMISSION.
+    /// The name server stays unchecked, as Java's. `None`: no checks.
+    pub acl: Option<AclConfig>,
 }
 
 impl Default for EmbeddedConfig {
@@ -94,6 +99,7 @@ impl Default for EmbeddedConfig {
             tick_interval: Duration::from_millis(10),
             max_outbound_bytes: session::DEFAULT_MAX_OUTBOUND_BYTES,
             max_total_outbound_bytes: session::DEFAULT_MAX_TOTAL_OUTBOUND_BYTES,
+            acl: None,
         }
     }
 }
@@ -127,6 +133,7 @@ impl EmbeddedConfig {
             lock_expiry_ms: duration_ms(self.lock_expiry),
             delay_levels: levels,
             retry_max_times: self.max_reconsume_times,
+            acl: self.acl.clone(),
             ..BrokerConfig::default()
         }
     }
@@ -474,6 +481,20 @@ impl EmbeddedCluster {
             Box::new(move |core, token, now| core.request_consume_directly(token, &g, &c, &m, now)),
         )
         .await
+    }
+
+    /// Replaces the ACL of every broker (`None`: no checks from now on), as a Java broker
+    /// reloads a changed `plain_acl.yml`: requests from then on are checked against it.
+    pub async fn set_acl(&self, acl: Option<AclConfig>) -> Result<()> {
+        for b in &self.brokers {
+            let acl = acl.clone();
+            self.with_core(&b.name, move |core, _| {
+                core.set_acl(acl);
+                ((), Vec::new())
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// Injects a fault for a request code on one broker (`None` clears it).

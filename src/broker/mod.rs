@@ -20,6 +20,7 @@
 //! assert_eq!((command.opaque, command.ext("offset")), (7, Some("0")));
 //! ```
 
+pub mod acl;
 pub mod clients;
 pub mod locks;
 pub mod nameserver;
@@ -129,6 +130,9 @@ pub struct BrokerConfig {
     pub pull_limits: PullLimits,
     /// Largest accepted message body (4 MiB).
     pub max_message_size: usize,
+    /// ACL mode: every request is checked against these accounts and answered NO_PERMISSION
+    /// when refused. `None`: no checks.
+    pub acl: Option<acl::AclConfig>,
 }
 
 impl Default for BrokerConfig {
@@ -146,6 +150,7 @@ impl Default for BrokerConfig {
             client_call_timeout_ms: 10_000,
             pull_limits: PullLimits::default(),
             max_message_size: 4 * 1024 * 1024,
+            acl: None,
         }
     }
 }
@@ -386,6 +391,11 @@ impl BrokerCore {
         };
     }
 
+    /// Replaces the ACL (`None`: no checks).
+    pub fn set_acl(&mut self, acl: Option<acl::AclConfig>) {
+        self.config.acl = acl;
+    }
+
     /// Clears every injected fault.
     pub fn clear_faults(&mut self) {
         self.faults.clear();
@@ -460,6 +470,21 @@ impl BrokerCore {
         if request.is_response() {
             self.on_client_response(conn, request, &mut out);
             return out;
+        }
+        if let Some(acl) = &self.config.acl {
+            if let Err(remark) = acl.check(self.peer(conn).ip(), &request) {
+                if !request.is_oneway() {
+                    out.push(Action::Send {
+                        conn,
+                        command: RemotingCommand::response_to(
+                            &request,
+                            response_code::NO_PERMISSION,
+                            Some(remark),
+                        ),
+                    });
+                }
+                return out;
+            }
         }
         match self.faults.get(&request.code).cloned() {
             Some(Fault::Fail { code, remark }) => {

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::embedded::{AclConfig, EmbeddedCluster, EmbeddedConfig};
 
 use super::consume::{consume, ConsumeArgs, ConsumeMode, StartAt};
 use super::produce::{produce, ProduceArgs};
 use super::signal::ShutdownSignal;
-use super::{positive_duration, positive_u64, CliResult, Connect, Outcome};
+use super::{positive_duration, positive_u64, CliResult, Connect, Failure, Outcome};
 
 /// `broker`'s arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -40,6 +40,11 @@ pub struct BrokerArgs {
     /// (e.g. `5s`); clients must reconnect.
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub drop_connections_every: Option<Duration>,
+    /// Serve in ACL mode with the accounts of this file (a Java broker's plain_acl.yml):
+    /// every broker request must be signed by a listed account with the permissions it
+    /// needs, or it is refused with NO_PERMISSION. The name server stays open.
+    #[arg(long, value_name = "FILE")]
+    pub acl: Option<PathBuf>,
 }
 
 /// `demo`'s arguments.
@@ -77,12 +82,25 @@ fn topic_and_queues(spec: &str) -> Result<(String, Option<i32>), String> {
 /// then. Prints the name server's address once it serves.
 pub async fn broker(args: BrokerArgs) -> CliResult {
     let mut stop = ShutdownSignal::install();
+    let acl = match &args.acl {
+        Some(path) => {
+            let acl = AclConfig::from_file(path).map_err(|e| Failure(e.to_string()))?;
+            eprintln!(
+                "ACL mode: {} account(s) from {}",
+                acl.accounts.len(),
+                path.display()
+            );
+            Some(acl)
+        }
+        None => None,
+    };
     let cluster = EmbeddedCluster::start(EmbeddedConfig {
         listen: args.listen,
         brokers: usize::from(args.brokers),
         queues: args.queues,
         data_dir: args.data_dir,
         lock_expiry: args.lock_expiry,
+        acl,
         ..EmbeddedConfig::default()
     })
     .await?;
@@ -123,6 +141,8 @@ pub async fn demo(args: DemoArgs) -> CliResult {
     let connect = Connect {
         namesrv: cluster.namesrv_addr(),
         request_timeout: Duration::from_secs(3),
+        access_key: None,
+        secret_key: None,
     };
     eprintln!(
         "embedded cluster: name server {}, brokers {:?}",

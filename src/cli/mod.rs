@@ -16,6 +16,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketmq_actor::acl::Credentials;
 use rocketmq_actor::route::{NameServerList, TopicRoute};
 use rocketmq_actor::{Client, ClientConfig, Error};
 
@@ -41,7 +42,12 @@ impl std::fmt::Display for Failure {
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
-        Failure(error.to_string())
+        match &error {
+            Error::AccessDenied { .. } => Failure(format!(
+                "{error} (check --access-key/--secret-key or ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY, and the account's permissions)"
+            )),
+            _ => Failure(error.to_string()),
+        }
     }
 }
 
@@ -76,6 +82,25 @@ pub struct Connect {
     /// A name server that does not answer within it ends the command with exit status 1.
     #[arg(long, value_parser = positive_duration, value_name = "DURATION", default_value = "3s")]
     pub request_timeout: Duration,
+    /// Access key of an account of a cluster with ACL: every request is signed with it and
+    /// `--secret-key`.
+    #[arg(
+        long,
+        env = "ROCKETMQ_ACCESS_KEY",
+        requires = "secret_key",
+        value_name = "KEY"
+    )]
+    pub access_key: Option<String>,
+    /// Secret key of that account (better given by the environment than on the command line,
+    /// where other users of the host can read it). Never printed.
+    #[arg(
+        long,
+        env = "ROCKETMQ_SECRET_KEY",
+        hide_env_values = true,
+        requires = "access_key",
+        value_name = "SECRET"
+    )]
+    pub secret_key: Option<String>,
 }
 
 impl Connect {
@@ -83,6 +108,9 @@ impl Connect {
     pub fn client(&self) -> CliResult<Client> {
         let mut config = ClientConfig::new(&self.namesrv);
         config.request_timeout = self.request_timeout;
+        if let (Some(access_key), Some(secret_key)) = (&self.access_key, &self.secret_key) {
+            config.credentials = Some(Credentials::new(access_key, secret_key));
+        }
         Ok(Client::start(config)?)
     }
 

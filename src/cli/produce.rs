@@ -138,12 +138,19 @@ fn body_of(index: u64, size: usize) -> Vec<u8> {
 struct Sent {
     ok: u64,
     failed: u64,
+    /// The first refusal for authentication or permission: reported once, at the end, and
+    /// no more messages are sent after it (each would be refused alike).
+    denied: Option<rocketmq_actor::Error>,
 }
 
 impl Sent {
     fn tally<T>(&mut self, result: rocketmq_actor::Result<T>) {
         match result {
             Ok(_) => self.ok += 1,
+            Err(e) if e.is_access_denied() => {
+                self.failed += 1;
+                self.denied.get_or_insert(e);
+            }
             Err(e) => {
                 self.failed += 1;
                 if self.failed <= 10 {
@@ -200,6 +207,9 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
         "seconds": rounded(seconds),
         "msgs_per_sec": (sent.ok as f64 / seconds).round(),
     }))?;
+    if let Some(denied) = sent.denied {
+        return Err(denied.into());
+    }
     if sent.failed > 0 {
         return Err(Failure(format!(
             "{} of {} sends failed",
@@ -231,7 +241,10 @@ async fn send_all(
                 outcome = Outcome::Interrupted;
                 exhausted = true;
             }
-            Some(result) = in_flight.next(), if !in_flight.is_empty() => sent.tally(result),
+            Some(result) = in_flight.next(), if !in_flight.is_empty() => {
+                sent.tally(result);
+                exhausted |= sent.denied.is_some();
+            }
             next = messages.next(), if !exhausted && in_flight.len() < inflight => match next {
                 Some(Ok(message)) => in_flight.push(producer.send(message)),
                 Some(Err(e)) => {
@@ -269,7 +282,11 @@ async fn send_keyed(
                 let name = format!("k{key}");
                 while index < count && !stopped.load(Ordering::Relaxed) {
                     let message = args.message(body_of(index, args.size));
-                    results.push(producer.send_with_key(message, &name).await);
+                    let result = producer.send_with_key(message, &name).await;
+                    if matches!(&result, Err(e) if e.is_access_denied()) {
+                        stopped.store(true, Ordering::Relaxed);
+                    }
+                    results.push(result);
                     index += keys;
                 }
                 results

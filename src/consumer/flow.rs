@@ -34,6 +34,9 @@ pub const BROKER_FLOW_CONTROL_DELAY: Duration = Duration::from_millis(20);
 /// subscription (SUBSCRIPTION_NOT_EXIST / NOT_LATEST, e.g. just after it restarted): the queue
 /// asks for a heartbeat at once, which goes ahead of this pull on the same connection.
 pub const NOT_REGISTERED_DELAY: Duration = Duration::from_millis(500);
+/// How long a queue (or a group member) waits after a broker refused it for authentication
+/// or permission: retrying sooner cannot help, the account or its grants must change first.
+pub const ACCESS_DENIED_DELAY: Duration = Duration::from_secs(30);
 /// Re-pull delay while the consumer is paused (Java `PULL_TIME_DELAY_MILLS_WHEN_SUSPEND`).
 pub const PAUSED_DELAY: Duration = Duration::from_millis(1000);
 /// How long the broker may hold a pull (`suspendTimeoutMillis`, Java
@@ -122,6 +125,8 @@ impl PullGate {
 pub enum DelayReason {
     /// The consumer is not running.
     NotRunning,
+    /// The broker refused the pull for authentication or permission.
+    AccessDenied,
     /// The broker does not know this consumer's subscription yet (a heartbeat was asked for).
     NotRegistered,
     /// The consumer is paused.

@@ -23,7 +23,8 @@ use std::time::Duration;
 use crate::consumer::config::PushConsumerConfig;
 use crate::consumer::flow::{
     decide_pull, on_pull_result, pull_error_delay, pull_request_flags, DelayReason, NextPull,
-    OffsetUpdate, PullDecision, PullGate, PullResult, QueueThresholds, PAUSED_DELAY,
+    OffsetUpdate, PullDecision, PullGate, PullResult, QueueThresholds, ACCESS_DENIED_DELAY,
+    PAUSED_DELAY,
 };
 use crate::consumer::key_order::KeyOrderedQueue;
 use crate::consumer::lock::{needs_broker_lock, LockState};
@@ -165,6 +166,10 @@ pub(crate) struct PullOrder {
 /// Something worth a log line; the core decides, the executor writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum QueueNote {
+    /// A broker refused a pull for authentication or permission (retried in 30 s).
+    AccessDenied(String),
+    /// A pull went through after a refusal.
+    AccessGranted,
     /// The broker answered offsets below the request.
     Suspicious {
         /// Requested offset.
@@ -337,6 +342,8 @@ pub(crate) struct QueueCore {
     next_pull_id: u64,
     pull_scheduled: bool,
     last_activity_ms: i64,
+    /// The last pull was refused for authentication or permission.
+    access_denied: bool,
     finished: bool,
 }
 
@@ -360,6 +367,7 @@ impl QueueCore {
             next_pull_id: 0,
             pull_scheduled: false,
             last_activity_ms: now_ms,
+            access_denied: false,
             finished: false,
         }
     }
@@ -552,6 +560,12 @@ impl QueueCore {
         }
         let response = match answer {
             Ok(response) => response,
+            Err(e) if e.is_access_denied() => {
+                self.access_denied = true;
+                out.push(QueueAction::note(QueueNote::AccessDenied(e.to_string())));
+                self.schedule_pull(ACCESS_DENIED_DELAY, out);
+                return;
+            }
             Err(e) => {
                 let (delay, reason) = pull_error_delay(cfg, e.response_code());
                 let topic_gone = e.response_code() == Some(response_code::TOPIC_NOT_EXIST);
@@ -572,6 +586,9 @@ impl QueueCore {
                 return;
             }
         };
+        if std::mem::take(&mut self.access_denied) {
+            out.push(QueueAction::note(QueueNote::AccessGranted));
+        }
         self.pull_from_broker_id = response.suggest_broker_id;
         if env.paused && !response.messages.is_empty() {
             // Suspended while this pull was held by the broker: fetch them again after resume.

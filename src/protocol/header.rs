@@ -812,6 +812,29 @@ pub struct SendMessageRequestHeaderFields<'a> {
     pub bname: &'a str,
 }
 
+impl From<&SendMessageRequestHeaderFields<'_>> for SendMessageRequestHeader {
+    /// The owned header whose [`SendMessageRequestHeader::write_v2`] writes exactly what
+    /// [`SendMessageRequestHeaderFields::write_v2`] writes.
+    fn from(fields: &SendMessageRequestHeaderFields<'_>) -> Self {
+        SendMessageRequestHeader {
+            producer_group: fields.producer_group.to_owned(),
+            topic: fields.topic.to_owned(),
+            default_topic: fields.default_topic.to_owned(),
+            default_topic_queue_nums: fields.default_topic_queue_nums,
+            queue_id: fields.queue_id,
+            sys_flag: fields.sys_flag,
+            born_timestamp: fields.born_timestamp,
+            flag: fields.flag,
+            properties: Some(fields.properties.to_owned()),
+            reconsume_times: Some(fields.reconsume_times),
+            unit_mode: Some(fields.unit_mode),
+            max_reconsume_times: fields.max_reconsume_times,
+            batch: Some(fields.batch),
+            bname: Some(fields.bname.to_owned()),
+        }
+    }
+}
+
 impl SendMessageRequestHeaderFields<'_> {
     /// Writes the V2 one-letter keys, in the ascending order JSON headers use.
     pub fn write_v2(&self, ext: &mut super::command::ExtWriter<'_>) {
@@ -994,6 +1017,7 @@ pub(crate) mod tests {
                 batch: Some(true),
                 bname: Some("broker-a".into()),
             };
+            assert_eq!(SendMessageRequestHeader::from(&fields), owned);
             for opaque in [0, 1, -1, i32::MAX, i32::MIN, 123_456] {
                 let mut frame =
                     RequestFrame::json(320, b"payload", |ext| fields.write_v2(ext)).unwrap();

@@ -74,9 +74,13 @@ async fn broker_conn(client: &Client, cluster: &EmbeddedCluster) -> Addr<Connect
 }
 
 async fn rpc(conn: &Addr<Connection>, command: RemotingCommand) -> RemotingCommand {
-    within("a response", call(conn, command, PATIENCE))
-        .await
-        .unwrap()
+    let no_hooks = crate::hooks::RequestHooks::default();
+    within(
+        "a response",
+        call(conn, "broker", &no_hooks, command, PATIENCE),
+    )
+    .await
+    .unwrap()
 }
 
 /// A pull with its subscription in the request (no heartbeat needed) that is answered at once.
