@@ -23,7 +23,9 @@
 //! 4. **lite**: a lite pull consumer's `stream()` (pull batch 32, auto-commit); **liteb** (not
 //!    run by default) its `batches()`;
 //! 5. **sched**: a pull schedule service whose task pulls 32 with long polling, counts and moves
-//!    its offset on, with no delay between runs.
+//!    its offset on, with no delay between runs;
+//! 6. **pushh** (not run by default): the push phase with a no-op `RpcHook` on its client and a
+//!    no-op `ConsumeHook` on the consumer — what installed hooks cost (`--phases push,pushh`).
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
 //! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
@@ -83,6 +85,13 @@ struct Args {
     #[arg(long, default_value = "push,pull,lite,sched", value_delimiter = ',')]
     phases: Vec<String>,
 }
+
+/// A hook that does nothing: installed, it measures what running hooks costs.
+struct NoopHook;
+
+impl rocketmq_actor::hooks::RpcHook for NoopHook {}
+
+impl rocketmq_actor::hooks::ConsumeHook for NoopHook {}
 
 /// Messages per raw pull (the push consumer's default `pull_batch_size`).
 const RAW_PULL_BATCH: i32 = 32;
@@ -484,6 +493,7 @@ async fn push_phase(
     namesrv: &str,
     topic: &str,
     expected: usize,
+    noop_hooks: bool,
 ) -> Result<(Phase, Duration), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let tally = Arc::new(Mutex::new(Tally {
@@ -494,10 +504,20 @@ async fn push_phase(
         done: Some(done_tx),
     }));
     let listener_tally = tally.clone();
-    let group = format!("consume_bench_{}", std::process::id());
+    let group = format!(
+        "consume_bench_{}{}",
+        std::process::id(),
+        if noop_hooks { "_hooks" } else { "" }
+    );
     let before = CpuSample::now();
     let started = Instant::now();
-    let consumer = PushConsumer::builder()
+    let mut builder = PushConsumer::builder();
+    if noop_hooks {
+        builder = builder
+            .client_config(ClientConfig::new(namesrv).with_rpc_hook(Arc::new(NoopHook)))
+            .consume_hook(Arc::new(NoopHook));
+    }
+    let consumer = builder
         .namesrv_addr(namesrv)
         .group(group)
         .subscribe(topic, "*")
@@ -525,7 +545,12 @@ async fn push_phase(
     };
     let wall = last.map_or_else(|| started.elapsed(), |last| last - started);
     // Measured before shutdown: the final offset persist is not part of consuming.
-    let phase = Phase::measure("push", count, wall, before);
+    let phase = Phase::measure(
+        if noop_hooks { "pushh" } else { "push" },
+        count,
+        wall,
+        before,
+    );
     consumer.shutdown().await;
     if finished.is_err() {
         return Err(format!(
@@ -566,17 +591,18 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
     for name in &args.phases {
         let phase = match name.as_str() {
             "push" => {
-                let (phase, first) = push_phase(namesrv, topic, sent).await?;
+                let (phase, first) = push_phase(namesrv, topic, sent, false).await?;
                 first_push_message = Some(first);
                 phase
             }
+            "pushh" => push_phase(namesrv, topic, sent, true).await?.0,
             "pull" => pull_phase(namesrv, topic).await?,
             "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
             "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, pull, lite, liteb, sched)"
                 ))
             }
         };

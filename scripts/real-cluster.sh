@@ -10,6 +10,10 @@
 # RMQ_BASE_PORT (the name server's port, default 9876; broker-a listens on +1035, broker-b on
 # +1045, each also on its port -2 and +1; health endpoints on +8204..+8206). `stop` only stops
 # the cluster of its RMQ_CLUSTER_DIR.
+#
+# RMQ_ACL_FILE=path/to/plain_acl.yml turns authentication and authorization on in both brokers
+# (rocketmq-rust's `authenticationEnabled`/`authorizationEnabled` with that file as `aclFile`;
+# the name server stays open): for tests/interop_acl.rs, with scripts/interop_plain_acl.yml.
 set -euo pipefail
 
 VERSION=1.0.0
@@ -38,6 +42,16 @@ wait_until() {
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The [broker] keys of ACL mode when RMQ_ACL_FILE is set (else nothing).
+acl_settings() {
+  [ -n "${RMQ_ACL_FILE:-}" ] || return 0
+  local file
+  file=$(cd "$(dirname "$RMQ_ACL_FILE")" && pwd)/$(basename "$RMQ_ACL_FILE")
+  mkdir -p "$DIR/$1/auth"
+  printf 'authenticationEnabled = true\nauthorizationEnabled = true\nauthConfigPath = "%s"\naclFile = "%s"\n' \
+    "$DIR/$1/auth" "$file"
+}
 
 start() {
   export PATH="$CARGO_BIN:$PATH"
@@ -76,6 +90,7 @@ brokerIp1 = "127.0.0.1"
 listenPort = $port
 storePathRootDir = "$DIR/$name/broker"
 autoCreateTopicEnable = true
+$(acl_settings "$name")
 [broker.topicQueueConfig]
 defaultTopicQueueNums = 8
 [broker.brokerServerConfig]

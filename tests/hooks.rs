@@ -271,9 +271,12 @@ async fn a_consume_hook_sees_orderly_calls() {
     cluster.shutdown().await;
 }
 
-/// Records each send attempt: (before|after, topic, broker address, msg id or error).
+/// One send attempt as a send hook saw it: (after?, topic, broker address, msg id or error).
+type Attempt = (bool, String, String, Result<String, String>);
+
+/// Records each send attempt.
 #[derive(Default)]
-struct Sends(Mutex<Vec<(bool, String, String, Result<String, String>)>>);
+struct Sends(Mutex<Vec<Attempt>>);
 
 impl SendHook for Sends {
     fn before_send(&self, ctx: &SendHookContext<'_>) {
@@ -315,7 +318,7 @@ async fn a_send_hook_sees_each_send_attempt_and_its_result() {
     let seen = lock(&sends.0).clone();
     assert_eq!(seen.len(), 6, "{seen:?}");
     for (i, id) in ids.iter().enumerate() {
-        assert_eq!(seen[2 * i].0, false);
+        assert!(!seen[2 * i].0);
         assert_eq!(
             seen[2 * i + 1],
             (true, TOPIC.to_owned(), broker.clone(), Ok(id.clone()))
