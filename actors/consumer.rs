@@ -465,6 +465,7 @@ pub struct PushConsumerBuilder {
     client: Option<Client>,
     listener: Option<SendListener>,
     event_recipients: Vec<Recipient<ConsumerEvent>>,
+    client_config: Option<ClientConfig>,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -602,17 +603,11 @@ impl PushConsumerBuilder {
                 allowed: "a listener (listener, listener_fn or listener_actor)".into(),
             });
         };
-        let (client, own_client) = match (self.client, self.namesrv_addr) {
-            (Some(client), _) => (client, false),
-            (None, Some(addr)) => (Client::start(ClientConfig::new(addr))?, true),
-            (None, None) => {
-                return Err(Error::Config {
-                    option: "namesrv_addr",
-                    value: "none".into(),
-                    allowed: "a name-server address or a client".into(),
-                })
-            }
-        };
+        let (client, own_client) = crate::actors::pull_consumer::resolve_client(
+            self.client,
+            self.namesrv_addr,
+            self.client_config,
+        )?;
         let group: Arc<str> = config.consumer_group.as_str().into();
         let now = now_ms();
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
@@ -775,6 +770,7 @@ impl PushConsumer {
             client: None,
             listener: None,
             event_recipients: Vec::new(),
+            client_config: None,
         }
     }
 

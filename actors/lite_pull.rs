@@ -58,6 +58,7 @@ pub struct LitePullConsumerBuilder {
     subscriptions: BTreeMap<String, String>,
     assigned: Option<Vec<MessageQueue>>,
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
+    client_config: Option<crate::ClientConfig>,
 }
 
 client_and_group_methods!(LitePullConsumerBuilder, config.base.consumer_group);
@@ -107,7 +108,8 @@ impl LitePullConsumerBuilder {
                 allowed: "either subscriptions or assigned queues".into(),
             });
         }
-        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let (client, own_client) =
+            resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let mut expressions = self.subscriptions.clone();
         if let Some(queues) = &self.assigned {
             for queue in queues {
@@ -205,6 +207,7 @@ impl LitePullConsumer {
             subscriptions: BTreeMap::new(),
             assigned: None,
             topic_listeners: Vec::new(),
+            client_config: None,
         }
     }
 

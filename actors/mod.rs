@@ -28,6 +28,15 @@ macro_rules! client_and_group_methods {
                 self
             }
 
+            /// Creates this consumer's own client instance from `config` — name servers,
+            /// timeouts, TLS… — instead of from the name servers alone (a
+            /// [`namesrv_addr`](Self::namesrv_addr) given too replaces the config's). Ignored
+            /// when a shared [`client`](Self::client) is given.
+            pub fn client_config(mut self, config: $crate::ClientConfig) -> Self {
+                self.client_config = Some(config);
+                self
+            }
+
             /// The consumer group.
             pub fn group(mut self, group: impl Into<String>) -> Self {
                 self.$($group).+ = group.into();

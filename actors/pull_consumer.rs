@@ -40,6 +40,7 @@ pub struct PullConsumerBuilder {
     topics: Vec<String>,
     listener: Option<Box<dyn MessageQueueListener>>,
     reset_listener: Option<ResetListener>,
+    client_config: Option<ClientConfig>,
 }
 
 client_and_group_methods!(PullConsumerBuilder, config.consumer_group);
@@ -110,7 +111,8 @@ impl PullConsumerBuilder {
 
     async fn start_here(self) -> Result<PullConsumer> {
         self.config.validate()?;
-        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let (client, own_client) =
+            resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let topics: BTreeMap<String, String> = self
             .topics
             .into_iter()
@@ -137,15 +139,24 @@ impl PullConsumerBuilder {
     }
 }
 
-/// The client of a consumer: the given one, or a new one on the given name servers.
+/// The client of a consumer: the given one, or a new one from the given client configuration
+/// (its name servers replaced by `namesrv_addr` when that is given too) or on the given name
+/// servers.
 pub(crate) fn resolve_client(
     client: Option<Client>,
     namesrv_addr: Option<String>,
+    client_config: Option<ClientConfig>,
 ) -> Result<(Client, bool)> {
-    match (client, namesrv_addr) {
-        (Some(client), _) => Ok((client, false)),
-        (None, Some(addr)) => Ok((Client::start(ClientConfig::new(addr))?, true)),
-        (None, None) => Err(Error::Config {
+    match (client, namesrv_addr, client_config) {
+        (Some(client), _, _) => Ok((client, false)),
+        (None, addr, Some(mut config)) => {
+            if let Some(addr) = addr {
+                config.namesrv_addr = addr;
+            }
+            Ok((Client::start(config)?, true))
+        }
+        (None, Some(addr), None) => Ok((Client::start(ClientConfig::new(addr))?, true)),
+        (None, None, None) => Err(Error::Config {
             option: "namesrv_addr",
             value: "none".into(),
             allowed: "a name-server address or a client".into(),
@@ -232,6 +243,7 @@ impl PullConsumer {
             topics: Vec::new(),
             listener: None,
             reset_listener: None,
+            client_config: None,
         }
     }
 

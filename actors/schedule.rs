@@ -113,6 +113,7 @@ pub struct PullScheduleServiceBuilder {
     client: Option<Client>,
     callbacks: BTreeMap<String, Box<dyn PullTaskCallback>>,
     max_concurrent_tasks: usize,
+    client_config: Option<crate::ClientConfig>,
 }
 
 client_and_group_methods!(PullScheduleServiceBuilder, config.consumer_group);
@@ -172,7 +173,8 @@ impl PullScheduleServiceBuilder {
                 allowed: "at least 1".into(),
             });
         }
-        let (client, own_client) = resolve_client(self.client, self.namesrv_addr)?;
+        let (client, own_client) =
+            resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let topics = self
             .callbacks
             .keys()
@@ -253,6 +255,7 @@ impl PullScheduleService {
             client: None,
             callbacks: BTreeMap::new(),
             max_concurrent_tasks: 20,
+            client_config: None,
         }
     }
 

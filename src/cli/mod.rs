@@ -13,10 +13,12 @@ pub mod signal;
 pub mod watch;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rocketmq_actor::route::{NameServerList, TopicRoute};
+use rocketmq_actor::tls::{PemIdentity, TlsConfig};
 use rocketmq_actor::{Client, ClientConfig, Error};
 
 /// How a command that ran ended (its exit status: 0 or 130).
@@ -76,6 +78,27 @@ pub struct Connect {
     /// A name server that does not answer within it ends the command with exit status 1.
     #[arg(long, value_parser = positive_duration, value_name = "DURATION", default_value = "3s")]
     pub request_timeout: Duration,
+    /// Connect to the name servers and brokers over TLS, trusting the webpki (Mozilla) roots
+    /// unless `--tls-ca` or `--tls-insecure` says otherwise.
+    #[arg(long)]
+    pub tls: bool,
+    /// Trust the CA certificates of this PEM file (implies `--tls`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Accept any server certificate without checking it, as the Java client does by default:
+    /// encrypted, but not protected from whoever can intercept the connection (implies `--tls`).
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub tls_insecure: bool,
+    /// Expect this name in the servers' certificates instead of their IP address (implies
+    /// `--tls`).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Present this certificate (PEM chain) to servers that require one (implies `--tls`).
+    #[arg(long, value_name = "FILE", requires = "tls_client_key")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-client-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
 }
 
 impl Connect {
@@ -83,7 +106,47 @@ impl Connect {
     pub fn client(&self) -> CliResult<Client> {
         let mut config = ClientConfig::new(&self.namesrv);
         config.request_timeout = self.request_timeout;
+        config.tls = self.tls_config()?;
         Ok(Client::start(config)?)
+    }
+
+    /// A plaintext connection (no address given): the arguments of a command run against an
+    /// embedded cluster of this process.
+    pub fn plain(namesrv: String, request_timeout: Duration) -> Self {
+        Connect {
+            namesrv,
+            request_timeout,
+            tls: false,
+            tls_ca: None,
+            tls_insecure: false,
+            tls_server_name: None,
+            tls_client_cert: None,
+            tls_client_key: None,
+        }
+    }
+
+    /// The TLS setup the `--tls*` flags describe; `None` without any of them.
+    pub fn tls_config(&self) -> CliResult<Option<TlsConfig>> {
+        let wanted = self.tls
+            || self.tls_ca.is_some()
+            || self.tls_insecure
+            || self.tls_server_name.is_some()
+            || self.tls_client_cert.is_some();
+        if !wanted {
+            return Ok(None);
+        }
+        let mut tls = match (&self.tls_ca, self.tls_insecure) {
+            (Some(ca), _) => TlsConfig::ca_file(ca),
+            (None, true) => TlsConfig::accept_any_certificate(),
+            (None, false) => TlsConfig::webpki_roots(),
+        };
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.server_name(name);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_client_cert, &self.tls_client_key) {
+            tls = tls.client_identity(PemIdentity::from_files(cert, key)?);
+        }
+        Ok(Some(tls))
     }
 
     /// Asks the name servers for `topic`'s route: any answer, "no such topic" included, shows
@@ -100,6 +163,14 @@ impl Connect {
     /// An error of a request to the name servers, worded for the operator.
     pub fn unreachable(&self, error: Error) -> Failure {
         match error {
+            // A TLS failure or a hang-up is not silence: say what the server did.
+            Error::NameServerUnavailable(detail)
+                if detail.contains("TLS handshake") || detail.contains("before answering") =>
+            {
+                let prefix = format!("{}: ", self.namesrv);
+                let detail = detail.strip_prefix(&prefix).unwrap_or(&detail);
+                Failure(format!("cannot use name server {}: {detail}", self.namesrv))
+            }
             Error::NameServerUnavailable(detail) => Failure(format!(
                 "name server {} did not answer within {} ({detail})",
                 self.namesrv,
