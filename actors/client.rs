@@ -77,6 +77,9 @@ pub struct ClientConfig {
     /// `AccessKey` and `Signature` (after the [`rpc_hooks`](Self::rpc_hooks) ran, so what they
     /// add is signed). `None`: requests go unsigned.
     pub credentials: Option<Credentials>,
+    /// TLS to the name servers and/or brokers; `None`: plaintext everywhere (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl ClientConfig {
@@ -91,6 +94,8 @@ impl ClientConfig {
             connection: ConnectionConfig::default(),
             rpc_hooks: Hooks::new(),
             credentials: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -213,6 +218,9 @@ pub(crate) struct ClientInstance {
     /// Callers waiting for a route fetch already under way, by topic: one name-server request
     /// serves them all, however many sends or queues ask at once.
     route_waiters: HashMap<String, Vec<oneshot::Sender<Result<Arc<TopicRoute>>>>>,
+    /// The TLS setup of [`ClientConfig::tls`], built once at start (files read, PEM parsed).
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsConnector>,
 }
 
 impl ClientInstance {
@@ -220,7 +228,16 @@ impl ClientInstance {
         if let Some(conn) = self.shared.cached_connection(addr) {
             return conn;
         }
-        let conn = Connection::with_config(addr, self.config.connection.clone()).start_supervised();
+        #[allow(unused_mut)]
+        let mut conn = Connection::with_config(addr, self.config.connection.clone());
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let name_server = self.namesrv.addrs().iter().any(|a| a == addr);
+            if tls.covers(name_server) {
+                conn = conn.with_tls(tls.clone());
+            }
+        }
+        let conn = conn.start_supervised();
         if let Some(myself) = &self.myself {
             // Registration is a control message on a fresh actor: it cannot be refused. Weak:
             // the instance owns its connections, not the reverse.
@@ -565,9 +582,15 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Starts a client instance (on the current actix arbiter, or on the crate's background
     /// runtime thread when called outside an actix system). Fails on an invalid name-server
-    /// list or client IP.
+    /// list or client IP, or a TLS setup that cannot be used (an unreadable CA file…).
     pub fn start(config: ClientConfig) -> Result<Client> {
         let namesrv = NameServerList::parse(&config.namesrv_addr)?;
+        #[cfg(feature = "tls")]
+        let tls = config
+            .tls
+            .as_ref()
+            .map(crate::tls::TlsConfig::connector)
+            .transpose()?;
         let client_ip: IpAddr = config.client_ip.parse().map_err(|_| Error::Config {
             option: "client_ip",
             value: config.client_ip.clone(),
@@ -597,6 +620,8 @@ impl Client {
             namesrv,
             refreshing: HashSet::new(),
             route_waiters: HashMap::new(),
+            #[cfg(feature = "tls")]
+            tls,
         };
         Ok(Client {
             addr: runtime::start_supervised(instance)?,

@@ -13,7 +13,7 @@ use actix::prelude::*;
 use actix::WeakRecipient;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_util::codec::{BytesCodec, FramedRead};
@@ -27,6 +27,44 @@ use crate::remoting::{Backoff, RequestTable};
 
 /// Initial capacity of a connection's read buffer.
 const READ_BUFFER_CAPACITY: usize = 512 * 1024;
+
+/// The read side of an established transport: a TCP stream's, or a TLS stream's over it.
+type TransportRead = Box<dyn AsyncRead + Unpin>;
+/// The write side of an established transport.
+type TransportWrite = Box<dyn AsyncWrite + Unpin>;
+
+/// Why a connect attempt failed, kept so that every waiting caller gets its own error.
+enum ConnectFailure {
+    /// The TCP connect failed or timed out.
+    Tcp(std::io::Error),
+    /// The TLS handshake failed; the reason is already worded for the operator.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Tls(String),
+}
+
+impl ConnectFailure {
+    fn to_error(&self, peer: &str) -> Error {
+        match self {
+            ConnectFailure::Tcp(reason) => Error::Connect {
+                addr: peer.to_owned(),
+                source: std::io::Error::new(reason.kind(), reason.to_string()),
+            },
+            ConnectFailure::Tls(reason) => Error::Tls {
+                addr: peer.to_owned(),
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Tcp(reason) => write!(f, "{reason}"),
+            ConnectFailure::Tls(reason) => write!(f, "TLS handshake failed: {reason}"),
+        }
+    }
+}
 
 /// Tuning of the client's TCP connections (one per name server or broker address).
 #[derive(Debug, Clone)]
@@ -170,8 +208,11 @@ enum State {
     Connecting { queued: Vec<(Option<i32>, Bytes)> },
     /// Established.
     Connected {
-        writer: FramedWrite<Bytes, OwnedWriteHalf, BytesCodec>,
+        writer: FramedWrite<Bytes, TransportWrite, BytesCodec>,
         reader: SpawnHandle,
+        /// Whether a frame arrived on this socket yet: a peer that closes before answering
+        /// anything may be a server that requires TLS.
+        answered: bool,
     },
 }
 
@@ -210,6 +251,9 @@ pub struct Connection {
     metrics: ConnectionMetrics,
     /// A connection was up before (the next one is a reconnect).
     ever_connected: bool,
+    /// TLS over the TCP connection, when the client's configuration asks for it here.
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsConnector>,
 }
 
 impl Connection {
@@ -238,7 +282,16 @@ impl Connection {
             subscribers: Vec::new(),
             closed: false,
             restarts: 0,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
+    }
+
+    /// Runs a TLS handshake over every TCP connection before the first frame.
+    #[cfg(feature = "tls")]
+    pub(crate) fn with_tls(mut self, tls: crate::tls::TlsConnector) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Starts the connection under a supervisor: when it fails it is restarted in place (same
@@ -278,18 +331,33 @@ impl Connection {
     fn connect(&mut self, delay: Duration, ctx: &mut Context<Self>) {
         let peer = self.peer.clone();
         let connect_timeout = self.config.connect_timeout;
+        #[cfg(feature = "tls")]
+        let tls = self.tls.clone();
         let attempt = async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            match tokio::time::timeout(connect_timeout, TcpStream::connect(&peer)).await {
-                Ok(Ok(stream)) => Ok(stream),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connect timed out after {connect_timeout:?}"),
-                )),
+            let stream =
+                match tokio::time::timeout(connect_timeout, TcpStream::connect(&peer)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => return Err(ConnectFailure::Tcp(e)),
+                    Err(_) => {
+                        return Err(ConnectFailure::Tcp(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("connect timed out after {connect_timeout:?}"),
+                        )))
+                    }
+                };
+            let _ = stream.set_nodelay(true);
+            #[cfg(feature = "tls")]
+            if let Some(tls) = tls {
+                return tls_handshake(&tls, &peer, stream, connect_timeout).await;
             }
+            let (read_half, write_half) = stream.into_split();
+            Ok((
+                Box::new(read_half) as TransportRead,
+                Box::new(write_half) as TransportWrite,
+            ))
         };
         ctx.spawn(
             attempt
@@ -298,7 +366,11 @@ impl Connection {
         );
     }
 
-    fn on_connect_result(&mut self, result: std::io::Result<TcpStream>, ctx: &mut Context<Self>) {
+    fn on_connect_result(
+        &mut self,
+        result: std::result::Result<(TransportRead, TransportWrite), ConnectFailure>,
+        ctx: &mut Context<Self>,
+    ) {
         let queued = match std::mem::replace(&mut self.state, State::Idle { retry_at: None }) {
             State::Connecting { queued } => queued,
             other => {
@@ -308,9 +380,7 @@ impl Connection {
             }
         };
         match result {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                let (read_half, write_half) = stream.into_split();
+            Ok((read_half, write_half)) => {
                 self.generation += 1;
                 let generation = self.generation;
                 let frames =
@@ -343,7 +413,11 @@ impl Connection {
                         writer.write(frame);
                     }
                 }
-                self.state = State::Connected { writer, reader };
+                self.state = State::Connected {
+                    writer,
+                    reader,
+                    answered: false,
+                };
                 self.connected_at = Some(Instant::now());
                 self.backoff.on_connected();
                 tracing::debug!(peer = %self.peer, "connected");
@@ -358,33 +432,86 @@ impl Connection {
                     retry_at: Some(Instant::now() + wait),
                 };
                 // Each waiting caller gets its own copy of the cause.
-                self.fail_pending(|peer| Error::Connect {
-                    addr: peer.to_owned(),
-                    source: std::io::Error::new(reason.kind(), reason.to_string()),
-                });
+                self.fail_pending(|peer| reason.to_error(peer));
             }
         }
     }
 
     /// Tears the socket down and fails every pending request.
     fn on_disconnect(&mut self, reason: String, ctx: &mut Context<Self>) {
-        if let State::Connected { writer, reader } = &mut self.state {
+        self.tear_down(reason, false, ctx);
+    }
+
+    /// [`Self::on_disconnect`] for a socket the peer closed or reset: if it did so before a
+    /// single frame arrived, the callers learn why that may be ([`Error::HungUp`]).
+    fn on_peer_closed(&mut self, reason: String, ctx: &mut Context<Self>) {
+        self.tear_down(reason, true, ctx);
+    }
+
+    fn tear_down(&mut self, reason: String, by_peer: bool, ctx: &mut Context<Self>) {
+        let answered = if let State::Connected {
+            writer,
+            reader,
+            answered,
+        } = &mut self.state
+        {
             writer.close();
             ctx.cancel_future(writer.handle());
             ctx.cancel_future(*reader);
+            *answered
         } else {
             return;
-        }
+        };
         tracing::info!(peer = %self.peer, %reason, pending = self.pending.len(), "connection closed");
         self.connected_at = None;
         self.state = State::Idle {
             retry_at: Some(Instant::now() + self.backoff.on_failure()),
         };
-        self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
+        let hung_up = self.hung_up_reason(by_peer && !answered, &reason);
+        self.fail_pending(|peer| match &hung_up {
+            Some(reason) => Error::HungUp {
+                addr: peer.to_owned(),
+                reason: reason.clone(),
+            },
+            None => Error::ConnectionClosed(peer.to_owned()),
+        });
         self.notify(ConnectionEvent::Disconnected {
             peer: self.peer.clone(),
             reason,
         });
+    }
+
+    /// Why a connection that closed before a single frame arrived was likely closed: a peer
+    /// that hangs up on a plaintext connection at once is what a server requiring TLS does; on
+    /// a TLS connection the read error says it (a refused client certificate arrives as an
+    /// alert after the handshake). `None` once the peer answered something, or when the close
+    /// was not the peer's doing.
+    fn hung_up_reason(&self, before_any_answer: bool, reason: &str) -> Option<String> {
+        if !before_any_answer {
+            None
+        } else if self.uses_tls() && reason.contains("alert") {
+            Some(format!(
+                "{reason} (a server that requires a client certificate sends this when none or \
+                 an untrusted one is presented)"
+            ))
+        } else if self.uses_tls() {
+            Some(reason.to_owned())
+        } else {
+            Some(format!(
+                "{reason}; a server that requires TLS does this to plaintext clients (connect with TLS)"
+            ))
+        }
+    }
+
+    fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        {
+            self.tls.is_some()
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            false
+        }
     }
 
     fn fail_pending(&mut self, error: impl Fn(&str) -> Error) {
@@ -526,6 +653,10 @@ impl StreamHandler<Incoming> for Connection {
         if incoming.generation != self.generation {
             return; // a frame from a socket already replaced
         }
+        if let (State::Connected { answered, .. }, Some(Ok(_))) = (&mut self.state, &incoming.item)
+        {
+            *answered = true;
+        }
         match incoming.item {
             Some(Ok(command)) if command.is_response() => match self.pending.take(command.opaque) {
                 Some(pending) => {
@@ -546,9 +677,12 @@ impl StreamHandler<Incoming> for Connection {
                     _ => "malformed frame",
                 };
                 tracing::warn!(peer = %self.peer, error = %e, "{what}, closing connection");
-                self.on_disconnect(format!("{what}: {e}"), ctx);
+                match &e {
+                    ProtocolError::Io(_) => self.on_peer_closed(format!("{what}: {e}"), ctx),
+                    _ => self.on_disconnect(format!("{what}: {e}"), ctx),
+                }
             }
-            None => self.on_disconnect("closed by peer".into(), ctx),
+            None => self.on_peer_closed("closed by peer".into(), ctx),
         }
     }
 
@@ -739,6 +873,32 @@ impl Handler<IsConnected> for Connection {
 
     fn handle(&mut self, _msg: IsConnected, _ctx: &mut Self::Context) -> bool {
         matches!(self.state, State::Connected { .. })
+    }
+}
+
+/// The TLS handshake over a connected TCP stream, bounded by `timeout`; a failure is worded for
+/// the operator (see `tls::describe_handshake_failure`).
+#[cfg(feature = "tls")]
+async fn tls_handshake(
+    tls: &crate::tls::TlsConnector,
+    peer: &str,
+    stream: TcpStream,
+    timeout: Duration,
+) -> std::result::Result<(TransportRead, TransportWrite), ConnectFailure> {
+    let name = tls.server_name_for(peer).map_err(ConnectFailure::Tls)?;
+    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+    match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
+        Ok(Ok(stream)) => {
+            let (read_half, write_half) = tokio::io::split(stream);
+            Ok((Box::new(read_half), Box::new(write_half)))
+        }
+        Ok(Err(e)) => Err(ConnectFailure::Tls(crate::tls::describe_handshake_failure(
+            &e,
+        ))),
+        Err(_) => Err(ConnectFailure::Tls(format!(
+            "no handshake within {timeout:?} (the peer accepted the connection but did not \
+             answer the ClientHello)"
+        ))),
     }
 }
 

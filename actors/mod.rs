@@ -35,7 +35,7 @@ macro_rules! client_and_group_methods {
             }
 
             /// The configuration of the client instance created for this consumer (RPC
-            /// hooks, credentials, timeouts); a `namesrv_addr` given to the builder replaces
+            /// hooks, credentials, TLS, timeouts); a `namesrv_addr` given to the builder replaces
             /// its name servers. Not used with [`client`](Self::client): that client has its
             /// own.
             pub fn client_config(mut self, config: $crate::ClientConfig) -> Self {

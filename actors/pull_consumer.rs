@@ -139,7 +139,9 @@ impl PullConsumerBuilder {
     }
 }
 
-/// The client of a consumer: the given one, or a new one on the given name servers.
+/// The client of a consumer: the given one, or a new one from the given client configuration
+/// (its name servers replaced by `namesrv_addr` when that is given too) or on the given name
+/// servers.
 pub(crate) fn resolve_client(
     client: Option<Client>,
     namesrv_addr: Option<String>,

@@ -4,7 +4,13 @@
 //! ```text
 //! cargo run --release --example consume_bench [-- --count 200000 --size 128]
 //! cargo run --release --example consume_bench -- --namesrv 127.0.0.1:19876
+//! cargo run --release --example consume_bench -- --namesrv 127.0.0.1:19876 --tls --tls-ca ca.pem
 //! ```
+//!
+//! With `--tls` every client connects over TLS: to the embedded cluster (which then serves TLS
+//! with a generated certificate), or to the external one trusting `--tls-ca` (any certificate
+//! without it). Against `rocketmq-actor broker --tls --tls-cert-out ca.pem` (permissive: TLS and
+//! plaintext on the same port) runs with and without `--tls` compare the two on one broker.
 //!
 //! Without `--namesrv` an embedded cluster runs on a thread of its own in this process; with it,
 //! the bench uses that name server (an embedded broker in another process — `rocketmq-actor
@@ -33,7 +39,7 @@
 //! from `start()` to the first message.
 
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -46,6 +52,7 @@ use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code
 use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
 use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
+use rocketmq_actor::tls::{ServerTlsConfig, TlsConfig, TlsMode};
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
@@ -84,6 +91,22 @@ struct Args {
     /// The consumer phases to run after `raw` (comma-separated; for profiling one kind).
     #[arg(long, default_value = "push,pull,lite,sched", value_delimiter = ',')]
     phases: Vec<String>,
+    /// Connect over TLS.
+    #[arg(long)]
+    tls: bool,
+    /// With `--tls` and `--namesrv`: trust this CA (PEM) instead of any certificate.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    tls_ca: Option<std::path::PathBuf>,
+}
+
+/// The TLS setup of every client of the run (`None`: plaintext), set once in `main`.
+static TLS: OnceLock<Option<TlsConfig>> = OnceLock::new();
+
+/// A client configuration for `namesrv`, over TLS when the run uses it.
+fn client_config(namesrv: &str) -> ClientConfig {
+    let mut config = ClientConfig::new(namesrv);
+    config.tls = TLS.get().cloned().flatten();
+    config
 }
 
 /// A hook that does nothing: installed, it measures what running hooks costs.
@@ -189,12 +212,16 @@ fn body(index: usize, size: usize) -> Vec<u8> {
 
 /// Starts an embedded cluster on a thread of its own (its own actix system), as a broker
 /// process would be, and returns its handle once it listens.
-fn start_broker_thread(brokers: usize) -> Result<(EmbeddedCluster, actix::System), String> {
+fn start_broker_thread(
+    brokers: usize,
+    tls: bool,
+) -> Result<(EmbeddedCluster, actix::System), String> {
     let (tx, rx) = std_mpsc::channel();
     std::thread::spawn(move || {
         let system = actix::System::new();
         let cluster = system.block_on(EmbeddedCluster::start(EmbeddedConfig {
             brokers,
+            tls: tls.then(|| ServerTlsConfig::generated(TlsMode::Permissive)),
             ..EmbeddedConfig::ephemeral()
         }));
         match cluster {
@@ -214,7 +241,7 @@ fn start_broker_thread(brokers: usize) -> Result<(EmbeddedCluster, actix::System
 
 /// Produces `count` messages in batch sends; returns how many were acknowledged.
 async fn produce(namesrv: &str, topic: &str, args: &Args) -> Result<usize, String> {
-    let client = Client::start(ClientConfig::new(namesrv)).map_err(|e| e.to_string())?;
+    let client = Client::start(client_config(namesrv)).map_err(|e| e.to_string())?;
     let producer = Producer::new(client.clone(), ProducerConfig::default());
     let batch = args.send_batch.max(1);
     let mut in_flight = FuturesUnordered::new();
@@ -309,7 +336,7 @@ async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, St
 async fn raw_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
     let before = CpuSample::now();
     let started = Instant::now();
-    let client = Client::start(ClientConfig::new(namesrv)).map_err(|e| e.to_string())?;
+    let client = Client::start(client_config(namesrv)).map_err(|e| e.to_string())?;
     let route = client
         .refresh_route(topic)
         .await
@@ -333,7 +360,7 @@ async fn pull_phase(namesrv: &str, topic: &str) -> Result<Phase, String> {
     let before = CpuSample::now();
     let started = Instant::now();
     let consumer = PullConsumer::builder()
-        .namesrv_addr(namesrv)
+        .client_config(client_config(namesrv))
         .group(format!("consume_bench_pull_{}", std::process::id()))
         .start()
         .await
@@ -382,7 +409,7 @@ async fn lite_phase(
     let before = CpuSample::now();
     let started = Instant::now();
     let consumer = LitePullConsumer::builder()
-        .namesrv_addr(namesrv)
+        .client_config(client_config(namesrv))
         .group(format!(
             "consume_bench_lite{}_{}",
             if batches { "b" } else { "" },
@@ -435,7 +462,7 @@ async fn schedule_phase(namesrv: &str, topic: &str, expected: usize) -> Result<P
     let before = CpuSample::now();
     let started = Instant::now();
     let service = PullScheduleService::builder()
-        .namesrv_addr(namesrv)
+        .client_config(client_config(namesrv))
         .group(format!("consume_bench_schedule_{}", std::process::id()))
         .register_pull_task_fn(topic, move |queue, mut ctx| {
             let tally = task_tally.clone();
@@ -513,12 +540,14 @@ async fn push_phase(
     let started = Instant::now();
     let mut builder = PushConsumer::builder();
     if noop_hooks {
-        builder = builder
-            .client_config(ClientConfig::new(namesrv).with_rpc_hook(Arc::new(NoopHook)))
-            .consume_hook(Arc::new(NoopHook));
+        builder = builder.consume_hook(Arc::new(NoopHook));
+    }
+    let mut config = client_config(namesrv);
+    if noop_hooks {
+        config = config.with_rpc_hook(Arc::new(NoopHook));
     }
     let consumer = builder
-        .namesrv_addr(namesrv)
+        .client_config(config)
         .group(group)
         .subscribe(topic, "*")
         .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
@@ -648,6 +677,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
     };
     let mut summary = serde_json::json!({
         "broker": if embedded { "embedded, in process" } else { "external" },
+        "tls": args.tls,
         "count": sent,
         "size": args.size,
         "raw": phase_json(&raw),
@@ -699,12 +729,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (namesrv, embedded) = match args.namesrv.clone() {
         Some(addr) => (addr, None),
         None => {
-            let (cluster, broker_system) = start_broker_thread(args.brokers)?;
+            let (cluster, broker_system) = start_broker_thread(args.brokers, args.tls)?;
             (cluster.namesrv_addr(), Some((cluster, broker_system)))
         }
     };
+    let tls = match (&embedded, args.tls, &args.tls_ca) {
+        (_, false, _) => None,
+        (Some((cluster, _)), true, _) => cluster.tls_ca_pem().map(TlsConfig::ca_pem),
+        (None, true, Some(ca)) => Some(TlsConfig::ca_file(ca)),
+        (None, true, None) => Some(TlsConfig::accept_any_certificate()),
+    };
+    let _ = TLS.set(tls);
     println!(
-        "consume_bench: {} on {} ({} CPUs)",
+        "consume_bench{}: {} on {} ({} CPUs)",
+        if args.tls { " over TLS" } else { "" },
         if embedded.is_some() {
             format!(
                 "embedded cluster of {} brokers at {namesrv}, on its own thread",

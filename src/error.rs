@@ -194,6 +194,25 @@ pub enum Error {
     /// The actor that should handle the call is gone (the runtime is shutting down).
     #[error("the runtime is shutting down: {0}")]
     Shutdown(String),
+    /// The TLS handshake with a peer failed (untrusted certificate, wrong name, a peer that
+    /// does not speak TLS…). Like a refused connect, it is retried after the reconnect backoff.
+    #[error("TLS handshake with {addr} failed: {reason}")]
+    Tls {
+        /// The address.
+        addr: String,
+        /// What went wrong and what to do about it.
+        reason: String,
+    },
+    /// The peer closed a fresh connection before answering anything: what a server that
+    /// requires TLS does to a plaintext client (and one that refuses a client certificate
+    /// does after the handshake).
+    #[error("{addr} closed the connection before answering anything: {reason}")]
+    HungUp {
+        /// The address.
+        addr: String,
+        /// The likely cause.
+        reason: String,
+    },
     /// The broker refused the request for authentication (no, unknown or wrong credentials)
     /// or permission (the account may not publish to or subscribe to a topic or group): see
     /// [`is_access_denial`]. Retrying does not help, so nothing retries it on its own.
@@ -258,7 +277,11 @@ impl Error {
     pub fn is_transport(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::ConnectionClosed(_) | Error::Connect { .. }
+            Error::Timeout { .. }
+                | Error::ConnectionClosed(_)
+                | Error::Connect { .. }
+                | Error::Tls { .. }
+                | Error::HungUp { .. }
         )
     }
 }

@@ -43,6 +43,7 @@
 //! | base layer | [`Client`] / [`ClientConfig`]: one per process, shared by every producer and consumer, with a typed method per RPC ([`rpc`]: [`PullRequest`](rpc::PullRequest), [`PullResult`](rpc::PullResult)) |
 //! | messages | [`Message`], [`MessageExt`], [`MessageQueue`] ([`message`]: properties, ids, the stored-record format) |
 //! | errors | [`Error`] ([`error`]) |
+//! | TLS | [`tls`] (feature `tls`): [`TlsConfig`](tls::TlsConfig) as [`ClientConfig::tls`]; the embedded broker's `EmbeddedConfig::tls` |
 //! | test double | `EmbeddedCluster` ([`embedded`], feature `embedded`) |
 //! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
 //! | observability | [`metrics`] (names, labels, the Prometheus exporter); tracing spans `consumer{group, client}` and `queue{topic, broker, id}` around every log line of a push consumer; [`PushConsumer::lag`] |
@@ -56,7 +57,8 @@
 //! | `embedded` | yes | the embedded name server + brokers ([`embedded`]) |
 //! | `toml` | yes | [`PushConsumerConfig::from_toml_str`] |
 //! | `prometheus` | yes | [`metrics::PrometheusExporter`]: the [`metrics`] figures as Prometheus text at `/metrics` |
-//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber); implies `prometheus` |
+//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber); implies `prometheus` and `tls` |
+//! | `tls` | yes | TLS connections ([`tls`]: rustls with `ring`, webpki roots, a generated test CA); with `embedded`, a broker serving TLS |
 //!
 //! A library user who only consumes: `rocketmq-actor = { version = "0.1", default-features = false }`.
 //!
@@ -72,6 +74,8 @@ pub mod metrics;
 pub mod protocol;
 pub mod route;
 pub mod rpc;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub mod acl;
 pub mod hooks;

@@ -34,7 +34,7 @@ use broker_actor::{
     AttachListener, BrokerActor, CallClient, ClientCallStart, DropConnections, StopBroker,
     StopServing, WithCore,
 };
-use listener::{ListenerActor, StopListener};
+use listener::{ListenerActor, ListenerTls, StopListener};
 use name_server::{NameServerActor, StopNameServer};
 use persistence::DataDir;
 use session::SessionRoutes;
@@ -80,6 +80,10 @@ pub struct EmbeddedConfig {
     /// brokers check every request's signature and permissions and refuse with NO_PERMISSION.
     /// The name server stays unchecked, as Java's. `None`: no checks.
     pub acl: Option<AclConfig>,
+    /// Serve TLS on every port (name server and brokers), permissive or enforcing, with a
+    /// given or a generated certificate (feature `tls`); `None`: plaintext only.
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::ServerTlsConfig>,
 }
 
 impl Default for EmbeddedConfig {
@@ -100,6 +104,8 @@ impl Default for EmbeddedConfig {
             max_outbound_bytes: session::DEFAULT_MAX_OUTBOUND_BYTES,
             max_total_outbound_bytes: session::DEFAULT_MAX_TOTAL_OUTBOUND_BYTES,
             acl: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -169,6 +175,11 @@ pub struct EmbeddedCluster {
     name_server: Addr<NameServerActor>,
     namesrv_listener: Option<Addr<ListenerActor>>,
     brokers: Vec<BrokerHandle>,
+    /// TLS on every port, kept for the listeners of restarted brokers.
+    tls: Option<ListenerTls>,
+    /// The CA of a generated certificate (PEM), for clients to trust.
+    #[cfg(feature = "tls")]
+    tls_ca_pem: Option<String>,
 }
 
 fn bind_error(addr: SocketAddr, e: std::io::Error) -> Error {
@@ -187,6 +198,26 @@ impl EmbeddedCluster {
 
     async fn start_here(config: EmbeddedConfig) -> Result<EmbeddedCluster> {
         let brokers_wanted = config.brokers.max(1);
+        #[cfg(feature = "tls")]
+        let (tls, tls_ca_pem) = match &config.tls {
+            Some(tls) => {
+                let ip = config.listen.ip();
+                let extra = if ip.is_unspecified() || ip.is_loopback() {
+                    Vec::new()
+                } else {
+                    vec![ip.to_string()]
+                };
+                let (server, ca_pem) = tls.build(&extra)?;
+                let listener_tls = ListenerTls {
+                    mode: tls.mode,
+                    acceptor: tokio_rustls::TlsAcceptor::from(server),
+                };
+                (Some(listener_tls), ca_pem)
+            }
+            None => (None, None),
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls: Option<ListenerTls> = None;
         let name_server = NameServerActor::default().start();
         let ns_listener = TcpListener::bind(config.listen)
             .await
@@ -232,7 +263,7 @@ impl EmbeddedCluster {
                 max_outbound_bytes: config.max_outbound_bytes,
                 budget: budget.clone(),
             };
-            let listener_actor = ListenerActor::start_on(listener, routes);
+            let listener_actor = ListenerActor::start_on(listener, routes, tls.clone());
             actor.send(AttachListener(listener_actor)).await?;
             brokers.push(BrokerHandle {
                 name: broker_name(index),
@@ -250,6 +281,7 @@ impl EmbeddedCluster {
                     max_outbound_bytes: config.max_outbound_bytes,
                     budget: budget.clone(),
                 },
+                tls.clone(),
             ));
         }
         Ok(EmbeddedCluster {
@@ -259,7 +291,18 @@ impl EmbeddedCluster {
             name_server,
             namesrv_listener,
             brokers,
+            tls,
+            #[cfg(feature = "tls")]
+            tls_ca_pem,
         })
+    }
+
+    /// The CA certificate (PEM) that signed the certificate this cluster generated for TLS:
+    /// what a client trusts (`TlsConfig::ca_pem`). `None` without TLS or with a certificate
+    /// given in the configuration.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(&self) -> Option<&str> {
+        self.tls_ca_pem.as_deref()
     }
 
     /// `host:port` of the name server (what clients put in `namesrv_addr`).
@@ -557,7 +600,7 @@ impl EmbeddedCluster {
             max_outbound_bytes: self.max_outbound_bytes,
             budget: self.budget.clone(),
         };
-        let listener_actor = ListenerActor::start_on(listener, routes);
+        let listener_actor = ListenerActor::start_on(listener, routes, self.tls.clone());
         handle
             .actor
             .send(AttachListener(listener_actor))

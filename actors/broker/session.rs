@@ -23,8 +23,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{BytesCodec, FramedRead, FramedWrite};
 
@@ -121,8 +120,8 @@ pub struct SessionActor {
 
 /// Writes frames in arrival order, flushing once per burst rather than once per frame, so a
 /// pipelining producer gets its responses in few syscalls.
-async fn write_frames(
-    write_half: OwnedWriteHalf,
+async fn write_frames<W: AsyncWrite + Unpin>(
+    write_half: W,
     mut frames: mpsc::UnboundedReceiver<Bytes>,
     backlog: Rc<Cell<usize>>,
     budget: OutboundBudget,
@@ -143,15 +142,18 @@ async fn write_frames(
 }
 
 impl SessionActor {
-    /// Starts a session on an accepted stream.
-    pub fn start_on(
+    /// Starts a session on the two halves of an accepted stream (TCP, or TLS over TCP).
+    pub fn start_on<R, W>(
         conn: ConnId,
-        stream: TcpStream,
+        (read, write): (R, W),
         peer: SocketAddr,
         routes: SessionRoutes,
-    ) -> Addr<Self> {
+    ) -> Addr<Self>
+    where
+        R: AsyncRead + Unpin + 'static,
+        W: AsyncWrite + Unpin + 'static,
+    {
         SessionActor::create(move |ctx| {
-            let (read, write) = stream.into_split();
             let (outbound, frames) = mpsc::unbounded_channel();
             let (abort_writer, aborted) = oneshot::channel::<()>();
             let backlog = Rc::new(Cell::new(0));

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rocketmq_actor::embedded::{AclConfig, EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::tls::{PemIdentity, ServerTlsConfig, TlsMode};
 
 use super::consume::{consume, ConsumeArgs, ConsumeMode, StartAt};
 use super::produce::{produce, ProduceArgs};
@@ -45,6 +46,30 @@ pub struct BrokerArgs {
     /// needs, or it is refused with NO_PERMISSION. The name server stays open.
     #[arg(long, value_name = "FILE")]
     pub acl: Option<PathBuf>,
+    /// Serve TLS on every port (name server and brokers); plaintext clients too unless
+    /// `--tls-mode enforcing`. Without `--tls-cert` a CA and a certificate for the loopback
+    /// names are generated; the CA's PEM goes to `--tls-cert-out` for clients to trust.
+    #[arg(long)]
+    pub tls: bool,
+    /// `permissive` (TLS and plaintext on the same port, as a Java broker by default) or
+    /// `enforcing` (TLS only). Implies `--tls`.
+    #[arg(long, value_name = "MODE")]
+    pub tls_mode: Option<TlsMode>,
+    /// The certificate chain (PEM) to serve instead of a generated one (implies `--tls`).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Where to write the generated CA certificate (PEM) that clients trust (`--tls-ca`);
+    /// default: `tls-ca.pem` in `--data-dir`, else a file in the temporary directory, removed
+    /// at exit. The path is printed on stderr.
+    #[arg(long, value_name = "FILE", conflicts_with = "tls_cert")]
+    pub tls_cert_out: Option<PathBuf>,
+    /// Require clients to present a certificate signed by a CA of this PEM file (mutual TLS;
+    /// implies `--tls`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// `demo`'s arguments.
@@ -94,13 +119,15 @@ pub async fn broker(args: BrokerArgs) -> CliResult {
         }
         None => None,
     };
+    let tls = broker_tls(&args)?;
     let cluster = EmbeddedCluster::start(EmbeddedConfig {
         listen: args.listen,
         brokers: usize::from(args.brokers),
         queues: args.queues,
-        data_dir: args.data_dir,
+        data_dir: args.data_dir.clone(),
         lock_expiry: args.lock_expiry,
         acl,
+        tls,
         ..EmbeddedConfig::default()
     })
     .await?;
@@ -109,6 +136,11 @@ pub async fn broker(args: BrokerArgs) -> CliResult {
             .create_topic(topic, queues.unwrap_or(args.queues))
             .await?;
     }
+    // Written before the address is printed: whoever waits for the address can trust the CA.
+    let written_ca = match cluster.tls_ca_pem() {
+        Some(pem) => Some(write_ca(&args, &cluster.namesrv_addr(), pem)?),
+        None => None,
+    };
     println!("{}", cluster.namesrv_addr());
     std::io::stdout().flush()?;
     match args.drop_connections_every {
@@ -127,7 +159,69 @@ pub async fn broker(args: BrokerArgs) -> CliResult {
         None => stop.recv().await,
     }
     cluster.shutdown().await;
+    if let Some(WrittenCa {
+        path,
+        temporary: true,
+    }) = written_ca
+    {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(Outcome::Done)
+}
+
+/// The TLS setup of `broker`'s `--tls*` flags; `None` without any of them.
+fn broker_tls(args: &BrokerArgs) -> CliResult<Option<ServerTlsConfig>> {
+    let wanted = args.tls
+        || args.tls_mode.is_some()
+        || args.tls_cert.is_some()
+        || args.tls_cert_out.is_some()
+        || args.tls_client_ca.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let mode = args.tls_mode.unwrap_or_default();
+    let mut tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            ServerTlsConfig::with_identity(mode, PemIdentity::from_files(cert, key)?)
+        }
+        _ => ServerTlsConfig::generated(mode),
+    };
+    if let Some(path) = &args.tls_client_ca {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read --tls-client-ca {}: {e}", path.display()))?;
+        tls.client_ca_pem = Some(pem);
+    }
+    Ok(Some(tls))
+}
+
+/// Where the generated CA certificate was written, and whether it is ours to remove.
+struct WrittenCa {
+    path: PathBuf,
+    temporary: bool,
+}
+
+/// Writes the generated CA certificate where `--tls-cert-out` (or the default) says, and tells
+/// the operator on stderr.
+fn write_ca(args: &BrokerArgs, namesrv: &str, pem: &str) -> CliResult<WrittenCa> {
+    let (path, temporary) = match (&args.tls_cert_out, &args.data_dir) {
+        (Some(path), _) => (path.clone(), false),
+        (None, Some(dir)) => (dir.join("tls-ca.pem"), false),
+        (None, None) => {
+            let port = namesrv.rsplit(':').next().unwrap_or("0");
+            let name = format!("rocketmq-actor-broker-{port}-{}-ca.pem", std::process::id());
+            (std::env::temp_dir().join(name), true)
+        }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(&path, pem).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!(
+        "TLS: generated a certificate for 127.0.0.1, ::1 and localhost; clients trust it with --tls-ca {}",
+        path.display()
+    );
+    Ok(WrittenCa { path, temporary })
 }
 
 /// Starts an embedded cluster, produces `--count` messages and consumes them with a push
@@ -138,12 +232,7 @@ pub async fn demo(args: DemoArgs) -> CliResult {
         ..EmbeddedConfig::ephemeral()
     })
     .await?;
-    let connect = Connect {
-        namesrv: cluster.namesrv_addr(),
-        request_timeout: Duration::from_secs(3),
-        access_key: None,
-        secret_key: None,
-    };
+    let connect = Connect::plain(cluster.namesrv_addr(), Duration::from_secs(3));
     eprintln!(
         "embedded cluster: name server {}, brokers {:?}",
         connect.namesrv,

@@ -13,11 +13,13 @@ pub mod signal;
 pub mod watch;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rocketmq_actor::acl::Credentials;
 use rocketmq_actor::route::{NameServerList, TopicRoute};
+use rocketmq_actor::tls::{PemIdentity, TlsConfig};
 use rocketmq_actor::{Client, ClientConfig, Error};
 
 /// How a command that ran ended (its exit status: 0 or 130).
@@ -101,6 +103,27 @@ pub struct Connect {
         value_name = "SECRET"
     )]
     pub secret_key: Option<String>,
+    /// Connect to the name servers and brokers over TLS, trusting the webpki (Mozilla) roots
+    /// unless `--tls-ca` or `--tls-insecure` says otherwise.
+    #[arg(long)]
+    pub tls: bool,
+    /// Trust the CA certificates of this PEM file (implies `--tls`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Accept any server certificate without checking it, as the Java client does by default:
+    /// encrypted, but not protected from whoever can intercept the connection (implies `--tls`).
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub tls_insecure: bool,
+    /// Expect this name in the servers' certificates instead of their IP address (implies
+    /// `--tls`).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Present this certificate (PEM chain) to servers that require one (implies `--tls`).
+    #[arg(long, value_name = "FILE", requires = "tls_client_key")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-client-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
 }
 
 impl Connect {
@@ -111,7 +134,49 @@ impl Connect {
         if let (Some(access_key), Some(secret_key)) = (&self.access_key, &self.secret_key) {
             config.credentials = Some(Credentials::new(access_key, secret_key));
         }
+        config.tls = self.tls_config()?;
         Ok(Client::start(config)?)
+    }
+
+    /// A plaintext connection (no address given): the arguments of a command run against an
+    /// embedded cluster of this process.
+    pub fn plain(namesrv: String, request_timeout: Duration) -> Self {
+        Connect {
+            namesrv,
+            request_timeout,
+            tls: false,
+            tls_ca: None,
+            tls_insecure: false,
+            tls_server_name: None,
+            tls_client_cert: None,
+            tls_client_key: None,
+            access_key: None,
+            secret_key: None,
+        }
+    }
+
+    /// The TLS setup the `--tls*` flags describe; `None` without any of them.
+    pub fn tls_config(&self) -> CliResult<Option<TlsConfig>> {
+        let wanted = self.tls
+            || self.tls_ca.is_some()
+            || self.tls_insecure
+            || self.tls_server_name.is_some()
+            || self.tls_client_cert.is_some();
+        if !wanted {
+            return Ok(None);
+        }
+        let mut tls = match (&self.tls_ca, self.tls_insecure) {
+            (Some(ca), _) => TlsConfig::ca_file(ca),
+            (None, true) => TlsConfig::accept_any_certificate(),
+            (None, false) => TlsConfig::webpki_roots(),
+        };
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.server_name(name);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_client_cert, &self.tls_client_key) {
+            tls = tls.client_identity(PemIdentity::from_files(cert, key)?);
+        }
+        Ok(Some(tls))
     }
 
     /// Asks the name servers for `topic`'s route: any answer, "no such topic" included, shows
@@ -128,6 +193,14 @@ impl Connect {
     /// An error of a request to the name servers, worded for the operator.
     pub fn unreachable(&self, error: Error) -> Failure {
         match error {
+            // A TLS failure or a hang-up is not silence: say what the server did.
+            Error::NameServerUnavailable(detail)
+                if detail.contains("TLS handshake") || detail.contains("before answering") =>
+            {
+                let prefix = format!("{}: ", self.namesrv);
+                let detail = detail.strip_prefix(&prefix).unwrap_or(&detail);
+                Failure(format!("cannot use name server {}: {detail}", self.namesrv))
+            }
             Error::NameServerUnavailable(detail) => Failure(format!(
                 "name server {} did not answer within {} ({detail})",
                 self.namesrv,
