@@ -480,12 +480,10 @@ async fn run_concurrent(
     untimed_if_at_once: bool,
     hooks: Option<Rc<ConsumeHooks>>,
 ) -> ConsumeOutcome {
-    // With hooks: the queue as the call starts (a closure listener borrows the context) and
-    // the call's own clock.
+    // With hooks: before the call, and the call's own clock.
     let hooked = hooks.map(|hooks| {
-        let queue = context.queue.clone();
-        hooks.before(&hooks.context(&queue, &messages, false));
-        (hooks, queue, Instant::now())
+        hooks.before(&hooks.context(&context.queue, &messages, false));
+        (hooks, Instant::now())
     });
     context.batch = Some(messages.clone());
     let mut call = CountPolls {
@@ -502,7 +500,19 @@ async fn run_concurrent(
     } else {
         started.elapsed()
     };
-    if let Some((hooks, queue, call_started)) = &hooked {
+    if let Some((hooks, call_started)) = &hooked {
+        // A closure listener that panicked kept the context it was lent (an empty topic):
+        // name the queue from the messages then.
+        let named;
+        let queue = if context.queue.topic.is_empty() {
+            named = messages.first().map_or_else(
+                || context.queue.clone(),
+                |m| MessageQueue::new(m.topic(), &m.broker_name, m.queue_id),
+            );
+            &named
+        } else {
+            &context.queue
+        };
         let mut ctx = hooks.context(queue, &messages, false);
         ctx.status = result
             .as_ref()
@@ -657,18 +667,16 @@ impl ConsumeDispatcher {
                 };
             };
             let permit = permits.acquire_owned().await;
-            let hooked = hooks.map(|hooks| {
-                let queue = context.queue.clone();
-                hooks.before(&hooks.context(&queue, &messages, true));
-                (hooks, queue)
-            });
+            if let Some(hooks) = &hooks {
+                hooks.before(&hooks.context(&context.queue, &messages, true));
+            }
             let started = Instant::now();
             let result = AssertUnwindSafe(listener.consume(&messages, &mut context))
                 .catch_unwind()
                 .await;
             drop(permit);
-            if let Some((hooks, queue)) = &hooked {
-                let mut ctx = hooks.context(queue, &messages, true);
+            if let Some(hooks) = &hooks {
+                let mut ctx = hooks.context(&context.queue, &messages, true);
                 ctx.status = result
                     .as_ref()
                     .ok()

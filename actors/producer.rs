@@ -311,7 +311,7 @@ impl Producer {
         sys_flag: i32,
         batch: bool,
         choice: QueueChoice<'_>,
-        msg_id: String,
+        mut msg_id: String,
     ) -> Result<SendResult> {
         let config = &self.shared.config;
         let hooks = &config.send_hooks;
@@ -366,7 +366,8 @@ impl Producer {
                 )
                 .await;
             if let Ok(result) = &mut outcome {
-                result.msg_id.clone_from(&msg_id);
+                // A success ends the loop: the id moves into the result, no copy per send.
+                result.msg_id = std::mem::take(&mut msg_id);
             }
             for hook in hooks.iter() {
                 guarded("send", || hook.after_send(&hook_context, outcome.as_ref()));
