@@ -140,6 +140,8 @@ pub(crate) struct ClientShared {
     routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
     /// Run around every request (the RPC hooks, then the ACL signature).
     hooks: RequestHooks,
+    /// The configured name-server list, as given (a namespace may be derived from it).
+    namesrv_addr: String,
 }
 
 impl ClientShared {
@@ -610,6 +612,7 @@ impl Client {
             connections: RwLock::new(HashMap::new()),
             routes: RwLock::new(HashMap::new()),
             hooks: RequestHooks::new(config.rpc_hooks.clone(), config.credentials.clone()),
+            namesrv_addr: config.namesrv_addr.clone(),
         });
         let instance = ClientInstance {
             config,
@@ -646,6 +649,11 @@ impl Client {
 
     pub(crate) fn actor(&self) -> &Addr<ClientInstance> {
         &self.addr
+    }
+
+    /// The name-server list this client was started with, as configured.
+    pub fn namesrv_addr(&self) -> &str {
+        &self.shared.namesrv_addr
     }
 
     /// The route of `topic`, from the cache when present (no mailbox round trip).

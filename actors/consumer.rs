@@ -46,6 +46,7 @@ use crate::error::{Error, Result};
 use crate::hooks::{ConsumeHook, Hooks};
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::metrics::ConsumerMetrics;
+use crate::namespace::Namespace;
 use crate::protocol::body::{
     encode_json, CMResult, ConsumeMessageDirectlyResult, ConsumeStatus as WireConsumeStatus,
     ConsumerRunningInfo, ProcessQueueInfo, ResetOffsetBody,
@@ -140,17 +141,61 @@ impl Message for ConsumerEvent {
 pub(crate) struct EventSink {
     recipients: Vec<Recipient<ConsumerEvent>>,
     streams: tokio::sync::broadcast::Sender<ConsumerEvent>,
+    /// The actors name queues and topics as on the wire; events name them as the application
+    /// does.
+    namespace: Namespace,
 }
 
 impl EventSink {
-    fn new(recipients: Vec<Recipient<ConsumerEvent>>) -> Self {
+    fn new(recipients: Vec<Recipient<ConsumerEvent>>, namespace: Namespace) -> Self {
         EventSink {
             recipients,
             streams: tokio::sync::broadcast::channel(256).0,
+            namespace,
+        }
+    }
+
+    /// `event` with its queues and topics as the application names them.
+    fn for_application(&self, event: ConsumerEvent) -> ConsumerEvent {
+        let ns = &self.namespace;
+        if ns.is_none() {
+            return event;
+        }
+        let topic = |topic: String| ns.unwrap(&topic).into_owned();
+        let queue = |queue: MessageQueue| ns.unwrap_queue(&queue).into_owned();
+        match event {
+            ConsumerEvent::QueuesAssigned(queues) => {
+                ConsumerEvent::QueuesAssigned(ns.unwrap_queues(queues))
+            }
+            ConsumerEvent::QueuesRevoked(queues) => {
+                ConsumerEvent::QueuesRevoked(ns.unwrap_queues(queues))
+            }
+            ConsumerEvent::QueueRestarted {
+                queue: q,
+                restarts,
+                after,
+            } => ConsumerEvent::QueueRestarted {
+                queue: queue(q),
+                restarts,
+                after,
+            },
+            ConsumerEvent::QueueGaveUp { queue: q, failures } => ConsumerEvent::QueueGaveUp {
+                queue: queue(q),
+                failures,
+            },
+            ConsumerEvent::Problem { topic: t, cause } => ConsumerEvent::Problem {
+                topic: topic(t),
+                cause,
+            },
+            ConsumerEvent::ProblemCleared { topic: t } => {
+                ConsumerEvent::ProblemCleared { topic: topic(t) }
+            }
+            other => other,
         }
     }
 
     pub(crate) fn emit(&self, event: ConsumerEvent) {
+        let event = self.for_application(event);
         for recipient in &self.recipients {
             // Events are rare: a full mailbox of the application's actor drops one rather than
             // holding up the consumer.
@@ -330,6 +375,9 @@ pub(crate) struct ConsumerShared {
     /// first refusal: kept (and logged once) until a heartbeat or a pull goes through, so
     /// other passes that succeed do not clear them, and retries back off.
     pub(crate) access_problems: RefCell<BTreeMap<String, String>>,
+    /// The namespace: `group`, `config` and `subscriptions` are its wire names; queues,
+    /// topics and messages handed to the application are unwrapped with it.
+    pub(crate) namespace: Namespace,
 }
 
 impl ConsumerShared {
@@ -456,6 +504,8 @@ impl ConsumerShared {
         delay_level: i32,
     ) -> bool {
         let max_reconsume = self.config.max_reconsume_times_for_wire();
+        // The listener saw the topic unwrapped; the broker needs the wire one back.
+        let message = &*self.namespace.wire_message(message);
         let attempt = self.client.send_message_back(
             &self.group,
             queue,
@@ -538,6 +588,7 @@ impl SendListener {
 }
 
 client_and_group_methods!(PushConsumerBuilder, config.consumer_group);
+namespace_method!(PushConsumerBuilder, config.namespace);
 
 impl PushConsumerBuilder {
     /// Replaces the whole configuration (subscriptions given to the builder before are kept).
@@ -652,6 +703,7 @@ impl PushConsumerBuilder {
     async fn start_here(self) -> Result<PushConsumer> {
         let config = self.config;
         config.validate()?;
+        let configured_namespace = config.namespace.clone();
         if config.subscriptions.is_empty() {
             return Err(Error::Config {
                 option: "subscriptions",
@@ -674,6 +726,21 @@ impl PushConsumerBuilder {
             self.namesrv_addr,
             self.client_config,
         )?;
+        // From here on the configuration is the wire one: group and topics in the namespace.
+        let namespace = Namespace::resolve(configured_namespace.as_deref(), client.namesrv_addr());
+        let wire = namespace.and_then(|ns| {
+            let wire = config.on_the_wire(&ns);
+            wire.validate().map(|()| (ns, wire))
+        });
+        let (namespace, config) = match wire {
+            Ok(wire) => wire,
+            Err(e) => {
+                if own_client {
+                    client.shutdown().await;
+                }
+                return Err(e);
+            }
+        };
         let group: Arc<str> = config.consumer_group.as_str().into();
         let now = now_ms();
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
@@ -739,10 +806,11 @@ impl PushConsumerBuilder {
             consume_timestamp_ms,
             heartbeat: std::cell::OnceCell::new(),
             route_refreshes: RefCell::new(BTreeMap::new()),
-            events: EventSink::new(self.event_recipients),
+            events: EventSink::new(self.event_recipients, namespace.clone()),
             problems: RefCell::new(BTreeMap::new()),
             queue_restarts: Cell::new(0),
             access_problems: RefCell::new(BTreeMap::new()),
+            namespace: namespace.clone(),
         });
 
         for topic in shared.subscribed_topics() {
@@ -819,6 +887,7 @@ impl PushConsumerBuilder {
             client_id: client.client_id().to_owned(),
             events: shared.events.streams.clone(),
             shut_down: false,
+            namespace,
         })
     }
 }
@@ -836,6 +905,8 @@ pub struct PushConsumer {
     events: tokio::sync::broadcast::Sender<ConsumerEvent>,
     /// `shutdown` was called: dropping the handle has nothing left to do.
     shut_down: bool,
+    /// Unwraps the queues of [`PushConsumer::lag`].
+    namespace: Namespace,
 }
 
 impl Drop for PushConsumer {
@@ -925,6 +996,7 @@ impl PushConsumer {
         };
         let client = self.root.send(GetClient).await.ok();
         let owned = rebalancer.send(OwnedQueues).await.unwrap_or_default();
+        let namespace = &self.namespace;
         let lags = owned.into_iter().map(|(queue, actor)| {
             let client = client.clone();
             async move {
@@ -939,7 +1011,7 @@ impl PushConsumer {
                     _ => None,
                 };
                 QueueLag {
-                    queue,
+                    queue: namespace.unwrap_queue(&queue).into_owned(),
                     broker_offset,
                     committed_offset,
                     lag,
@@ -1104,12 +1176,15 @@ impl Handler<GetOwned> for ConsumerRoot {
 
     fn handle(&mut self, _msg: GetOwned, _ctx: &mut Self::Context) -> Self::Result {
         let rebalancer = self.rebalancer.clone();
+        let namespace = self.shared.namespace.clone();
         Box::pin(async move {
             match rebalancer {
                 Some(r) => r
                     .send(OwnedQueues)
                     .await
-                    .map(|owned| owned.into_iter().map(|(mq, _)| mq).collect())
+                    .map(|owned| {
+                        namespace.unwrap_queues(owned.into_iter().map(|(mq, _)| mq).collect())
+                    })
                     .unwrap_or_default(),
                 None => Vec::new(),
             }
@@ -1130,14 +1205,18 @@ impl Handler<GetStatus> for ConsumerRoot {
                 }
             }
             .into_actor(self)
-            .map(|owned, act, _ctx| ConsumerStatus {
-                owned_queues: owned.into_iter().map(|(mq, _)| mq).collect(),
-                problems: {
-                    let mut problems = act.shared.problems.borrow().clone();
-                    problems.extend(act.shared.access_problems.borrow().clone());
-                    problems
-                },
-                queue_restarts: act.shared.queue_restarts.get(),
+            .map(|owned, act, _ctx| {
+                let ns = &act.shared.namespace;
+                let mut problems = act.shared.problems.borrow().clone();
+                problems.extend(act.shared.access_problems.borrow().clone());
+                ConsumerStatus {
+                    owned_queues: ns.unwrap_queues(owned.into_iter().map(|(mq, _)| mq).collect()),
+                    problems: problems
+                        .into_iter()
+                        .map(|(topic, cause)| (ns.unwrap(&topic).into_owned(), cause))
+                        .collect(),
+                    queue_restarts: act.shared.queue_restarts.get(),
+                }
             }),
         )
     }
@@ -1362,10 +1441,17 @@ impl ConsumerRoot {
     ) -> impl ActorFuture<Self, Output = Option<RemotingCommand>> {
         let listener = self.listener.clone();
         let config = self.shared.config.clone();
+        let namespace = self.shared.namespace.clone();
         let broker = command.ext("brokerName").unwrap_or_default().to_owned();
         async move {
             let messages = match decode_messages(command.body.clone().unwrap_or_default()) {
-                Ok(messages) if !messages.is_empty() => messages,
+                Ok(mut messages) if !messages.is_empty() => {
+                    let group = config.consumer_group.as_str();
+                    for message in &mut messages {
+                        namespace.unwrap_received(message, Some(group));
+                    }
+                    messages
+                }
                 Ok(_) => {
                     return Some(RemotingCommand::response(
                         response_code::SYSTEM_ERROR,

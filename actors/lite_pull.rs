@@ -31,7 +31,7 @@ use crate::actors::member::{
 use crate::actors::offset_store::{
     LoadOffset, OffsetStore, PersistAll, PersistAndRemove, ReadOffset, StoreOffset,
 };
-use crate::actors::pull_consumer::resolve_client;
+use crate::actors::pull_consumer::{resolve_client, resolve_namespace};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::lite_core::{
@@ -41,6 +41,7 @@ use crate::consumer::offset::StoredOffset;
 use crate::consumer::pull_config::LitePullConsumerConfig;
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
+use crate::namespace::Namespace;
 use crate::rpc::{PullRequest, Subscription};
 
 /// Wait before retrying a queue whose start offset could not be read.
@@ -62,6 +63,7 @@ pub struct LitePullConsumerBuilder {
 }
 
 client_and_group_methods!(LitePullConsumerBuilder, config.base.consumer_group);
+namespace_method!(LitePullConsumerBuilder, config.base.namespace);
 
 impl LitePullConsumerBuilder {
     /// Changes configuration values in place.
@@ -110,8 +112,25 @@ impl LitePullConsumerBuilder {
         }
         let (client, own_client) =
             resolve_client(self.client, self.namesrv_addr, self.client_config)?;
-        let mut expressions = self.subscriptions.clone();
-        if let Some(queues) = &self.assigned {
+        let namespace =
+            resolve_namespace(self.config.base.namespace.as_deref(), &client, own_client).await?;
+        // Below the handle everything is named as on the wire.
+        let wire_config = LitePullConsumerConfig {
+            base: self.config.base.on_the_wire(&namespace),
+            ..self.config.clone()
+        };
+        let assigned = self.assigned.map(|queues| namespace.wrap_queues(&queues));
+        let topic_listeners = self
+            .topic_listeners
+            .into_iter()
+            .map(|(topic, listener)| (namespace.wrap(&topic).into_owned(), listener))
+            .collect();
+        let mut expressions: BTreeMap<String, String> = self
+            .subscriptions
+            .iter()
+            .map(|(topic, expr)| (namespace.wrap(topic).into_owned(), expr.clone()))
+            .collect();
+        if let Some(queues) = &assigned {
             for queue in queues {
                 expressions
                     .entry(queue.topic.clone())
@@ -125,22 +144,23 @@ impl LitePullConsumerBuilder {
             .collect();
         let root = LiteRoot {
             client: client.clone(),
-            config: self.config.clone(),
-            core: LiteCore::new(self.config.clone(), subscriptions),
+            config: wire_config.clone(),
+            core: LiteCore::new(wire_config.clone(), subscriptions),
             offsets: None,
             loops: BTreeMap::new(),
             waiters: VecDeque::new(),
             last_commit: Instant::now(),
-            topic_listeners: self.topic_listeners,
+            topic_listeners,
             topic_queues: BTreeMap::new(),
             pending: Vec::new(),
             actions: Vec::new(),
+            namespace: namespace.clone(),
         }
         .start();
         let (member, offsets) = Member::start(MemberSpec {
             client: client.clone(),
             own_client,
-            config: self.config.base.clone(),
+            config: wire_config.base.clone(),
             topics: expressions,
             consume_from_where: self.config.consume_from_where,
             listener: (!assign_mode)
@@ -151,7 +171,7 @@ impl LitePullConsumerBuilder {
         })
         .await?;
         root.send(SetOffsets(offsets.clone())).await?;
-        if let Some(queues) = self.assigned {
+        if let Some(queues) = assigned {
             root.send(Assign(queues)).await?;
         }
         Ok(LitePullConsumer {
@@ -161,6 +181,7 @@ impl LitePullConsumerBuilder {
                 root,
                 member,
                 offsets,
+                namespace,
             }),
         })
     }
@@ -195,6 +216,15 @@ struct LiteInner {
     root: Addr<LiteRoot>,
     member: Addr<Member>,
     offsets: Addr<OffsetStore>,
+    /// Queues from the application are wrapped with it; queues and messages to it unwrapped.
+    namespace: Namespace,
+}
+
+impl LiteInner {
+    /// An application's queue as it is named on the wire.
+    fn wire<'a>(&self, queue: &'a MessageQueue) -> std::borrow::Cow<'a, MessageQueue> {
+        self.namespace.wrap_queue(queue)
+    }
 }
 
 impl LitePullConsumer {
@@ -231,6 +261,16 @@ impl LitePullConsumer {
     }
 
     async fn take(&self, timeout: Duration, tracked: bool) -> Taken {
+        let mut taken = self.take_wire(timeout, tracked).await;
+        // The application gets the topics as it names them.
+        for message in &mut taken.messages {
+            self.inner.namespace.unwrap_received(message, None);
+        }
+        taken
+    }
+
+    /// A batch as the root holds it (topics as on the wire).
+    async fn take_wire(&self, timeout: Duration, tracked: bool) -> Taken {
         // The answer always comes through this channel, guarded from here on: a batch that
         // reaches it after the caller gave up goes back to the buffer (see `PendingPoll`).
         let (reply, rx) = oneshot::channel();
@@ -295,11 +335,13 @@ impl LitePullConsumer {
 
     /// The queues pulled now.
     pub async fn assignment(&self) -> Vec<MessageQueue> {
-        self.inner.root.send(Assignment).await.unwrap_or_default()
+        let assigned = self.inner.root.send(Assignment).await.unwrap_or_default();
+        self.inner.namespace.unwrap_queues(assigned)
     }
 
     /// Pulls exactly `queues` from now on (assign mode).
     pub async fn assign(&self, queues: Vec<MessageQueue>) -> Result<()> {
+        let queues = self.inner.namespace.wrap_queues(&queues);
         self.inner.root.send(Assign(queues)).await?;
         Ok(())
     }
@@ -307,8 +349,9 @@ impl LitePullConsumer {
     /// The next poll returns `queue`'s messages from `offset` (which must lie within the
     /// queue's stored range); what was buffered for it is dropped.
     pub async fn seek(&self, queue: &MessageQueue, offset: i64) -> Result<()> {
-        let min = self.inner.client.min_offset(queue).await?;
-        let max = self.inner.client.max_offset(queue).await?;
+        let wire = self.inner.wire(queue);
+        let min = self.inner.client.min_offset(&wire).await?;
+        let max = self.inner.client.max_offset(&wire).await?;
         if offset < min || offset > max {
             return Err(Error::Config {
                 option: "seek offset",
@@ -316,18 +359,38 @@ impl LitePullConsumer {
                 allowed: format!("{min}..={max} for {queue}"),
             });
         }
-        self.inner.root.send(Seek(queue.clone(), offset)).await?
+        self.inner
+            .root
+            .send(Seek(wire.into_owned(), offset))
+            .await?
+            .map_err(|e| match e {
+                // Named as the application named it.
+                Error::Config { option, .. } if option == "seek queue" => Error::Config {
+                    option,
+                    value: queue.to_string(),
+                    allowed: "a queue assigned to this consumer".into(),
+                },
+                other => other,
+            })
     }
 
     /// Seeks to the queue's first stored message.
     pub async fn seek_to_begin(&self, queue: &MessageQueue) -> Result<()> {
-        let min = self.inner.client.min_offset(queue).await?;
+        let min = self
+            .inner
+            .client
+            .min_offset(&self.inner.wire(queue))
+            .await?;
         self.seek(queue, min).await
     }
 
     /// Seeks past the queue's last message (only new ones come).
     pub async fn seek_to_end(&self, queue: &MessageQueue) -> Result<()> {
-        let max = self.inner.client.max_offset(queue).await?;
+        let max = self
+            .inner
+            .client
+            .max_offset(&self.inner.wire(queue))
+            .await?;
         self.seek(queue, max).await
     }
 
@@ -337,22 +400,21 @@ impl LitePullConsumer {
         queue: &MessageQueue,
         timestamp_ms: i64,
     ) -> Result<i64> {
-        self.inner.client.search_offset(queue, timestamp_ms).await
+        let queue = self.inner.wire(queue);
+        self.inner.client.search_offset(&queue, timestamp_ms).await
     }
 
     /// Stops pulling `queues`; nothing of theirs is returned until resumed (buffered messages
     /// are dropped and pulled again after the resume).
     pub async fn pause(&self, queues: &[MessageQueue]) {
-        let _ = self.inner.root.send(SetPaused(queues.to_vec(), true)).await;
+        let queues = self.inner.namespace.wrap_queues(queues);
+        let _ = self.inner.root.send(SetPaused(queues, true)).await;
     }
 
     /// Resumes `queues` after [`LitePullConsumer::pause`].
     pub async fn resume(&self, queues: &[MessageQueue]) {
-        let _ = self
-            .inner
-            .root
-            .send(SetPaused(queues.to_vec(), false))
-            .await;
+        let queues = self.inner.namespace.wrap_queues(queues);
+        let _ = self.inner.root.send(SetPaused(queues, false)).await;
     }
 
     /// Commits the offsets of everything polled so far and persists them now.
@@ -367,7 +429,7 @@ impl LitePullConsumer {
             self.inner
                 .offsets
                 .send(StoreOffset {
-                    queue: queue.clone(),
+                    queue: self.inner.wire(queue).into_owned(),
                     offset: *offset,
                 })
                 .await?;
@@ -377,6 +439,7 @@ impl LitePullConsumer {
 
     /// The committed offset of `queue` (this client's, else the store's); `None` when none.
     pub async fn committed(&self, queue: &MessageQueue) -> Result<Option<i64>> {
+        let queue = &*self.inner.wire(queue);
         if let Some(offset) = self.inner.offsets.send(ReadOffset(queue.clone())).await? {
             return Ok(Some(offset));
         }
@@ -550,6 +613,8 @@ pub(crate) struct LiteRoot {
     pending: Vec<QueueChange>,
     /// Reused for every core call.
     actions: Vec<LiteAction>,
+    /// Topic listeners get topics and queues unwrapped with it.
+    namespace: Namespace,
 }
 
 impl Actor for LiteRoot {
@@ -588,9 +653,11 @@ impl LiteRoot {
             .map(|found, act, _ctx| {
                 for (topic, queues) in found {
                     if act.topic_queues.get(&topic) != Some(&queues) {
+                        let user_topic = act.namespace.unwrap(&topic);
+                        let user_queues = act.namespace.unwrap_queues(queues.clone());
                         for (t, listener) in &act.topic_listeners {
                             if *t == topic {
-                                listener(&topic, &queues);
+                                listener(&user_topic, &user_queues);
                             }
                         }
                         act.topic_queues.insert(topic, queues);

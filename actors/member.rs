@@ -27,6 +27,7 @@ use crate::consumer::pull_config::PullConsumerConfig;
 use crate::consumer::rebalance::{topic_share, ShareError};
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
+use crate::namespace::Namespace;
 use crate::protocol::body::{
     self, ConsumeType, ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody,
 };
@@ -112,6 +113,30 @@ impl MessageQueueListener for RecipientQueueListener {
         if let Err(e) = self.0.send(change).await {
             tracing::warn!(%topic, error = %e, "queue listener actor unavailable");
         }
+    }
+}
+
+/// The application's listener under a namespace: the member names topics and queues as on
+/// the wire, the application as it knows them.
+pub(crate) struct UnwrappingQueueListener {
+    pub namespace: Namespace,
+    pub inner: Box<dyn MessageQueueListener>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl MessageQueueListener for UnwrappingQueueListener {
+    async fn message_queue_changed(
+        &self,
+        topic: &str,
+        all: &[MessageQueue],
+        divided: &[MessageQueue],
+    ) {
+        let ns = &self.namespace;
+        let all = ns.unwrap_queues(all.to_vec());
+        let divided = ns.unwrap_queues(divided.to_vec());
+        self.inner
+            .message_queue_changed(&ns.unwrap(topic), &all, &divided)
+            .await;
     }
 }
 

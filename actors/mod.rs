@@ -56,6 +56,22 @@ macro_rules! client_and_group_methods {
     };
 }
 
+/// The `namespace` builder method of every consumer kind. `$namespace` is the path of the
+/// namespace field in the builder.
+macro_rules! namespace_method {
+    ($builder:ty, $($namespace:ident).+) => {
+        impl $builder {
+            /// The namespace (Java `setNamespace`): the group and topics given to this builder
+            /// are `namespace%name` on the wire, and the topics and queues handed back come
+            /// without it (see [`crate::namespace`]). Blank: none.
+            pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+                self.$($namespace).+ = Some(namespace.into());
+                self
+            }
+        }
+    };
+}
+
 /// Actors of the embedded broker.
 #[cfg(feature = "embedded")]
 pub(crate) mod broker;

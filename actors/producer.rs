@@ -22,6 +22,7 @@ use crate::hooks::{guarded, Hooks, SendHook, SendHookContext};
 use crate::message::{
     self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator,
 };
+use crate::namespace::Namespace;
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{
@@ -62,6 +63,12 @@ pub struct ProducerConfig {
     pub default_topic_queue_nums: i32,
     /// Hooks run before and after each send attempt, in order (see [`SendHook`]).
     pub send_hooks: Hooks<dyn SendHook>,
+    /// The namespace (Java `ClientConfig.namespace`): message topics, queue topics and the
+    /// producer group are prefixed with `namespace%` on the wire, and the queue of a
+    /// [`SendResult`] comes back without it (see [`crate::namespace`]). `None` or blank: the
+    /// one of an `MQ_INST_…` name-server address, else none. Checked by
+    /// [`ProducerConfig::validate`]; a producer with an invalid one fails every send.
+    pub namespace: Option<String>,
 }
 
 impl ProducerConfig {
@@ -69,6 +76,14 @@ impl ProducerConfig {
     pub fn with_send_hook(mut self, hook: Arc<dyn SendHook>) -> Self {
         self.send_hooks.push(hook);
         self
+    }
+
+    /// Checks the options a producer cannot work without (the namespace's characters).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(namespace) = &self.namespace {
+            crate::namespace::validate(namespace)?;
+        }
+        Ok(())
     }
 }
 
@@ -82,6 +97,7 @@ impl Default for ProducerConfig {
             max_message_size: 4 * 1024 * 1024,
             default_topic_queue_nums: 8,
             send_hooks: Hooks::new(),
+            namespace: None,
         }
     }
 }
@@ -123,7 +139,7 @@ enum SendRequest {
 
 enum QueueChoice<'a> {
     RoundRobin,
-    Exact(&'a MessageQueue),
+    Exact(std::borrow::Cow<'a, MessageQueue>),
     Hash(u32),
 }
 
@@ -133,6 +149,10 @@ struct ProducerShared {
     config: ProducerConfig,
     next_queue: AtomicUsize,
     ids: UniqueIdGenerator,
+    /// Topics are wrapped with it on the way out, the queue of a result unwrapped.
+    namespace: Namespace,
+    /// The configured namespace when it is invalid: every send fails with its error.
+    invalid_namespace: Option<String>,
 }
 
 /// Sends messages. Cheap to clone; clones share routes and the id generator.
@@ -154,16 +174,44 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// A producer sending through `client`.
+    /// A producer sending through `client`. With a namespace that does not validate
+    /// ([`ProducerConfig::validate`]), every send fails with the configuration error.
     pub fn new(client: Client, config: ProducerConfig) -> Self {
         let ids = UniqueIdGenerator::from_system(client.client_ip());
+        let mut config = config;
+        let (namespace, invalid_namespace) =
+            match Namespace::resolve(config.namespace.as_deref(), client.namesrv_addr()) {
+                Ok(namespace) => (namespace, None),
+                Err(_) => (Namespace::none(), config.namespace.clone()),
+            };
+        // The group on the wire, as Java's `start()` wraps it.
+        if let std::borrow::Cow::Owned(group) = namespace.wrap(&config.group) {
+            config.group = group;
+        }
         Producer {
             shared: Arc::new(ProducerShared {
                 client,
                 config,
                 next_queue: AtomicUsize::new(0),
                 ids,
+                namespace,
+                invalid_namespace,
             }),
+        }
+    }
+
+    /// The error of an invalid configured namespace, if it is one.
+    fn check_namespace(&self) -> Result<()> {
+        match &self.shared.invalid_namespace {
+            Some(namespace) => crate::namespace::validate(namespace),
+            None => Ok(()),
+        }
+    }
+
+    /// `topic` as it goes on the wire.
+    fn wire_topic(&self, topic: &mut String) {
+        if let std::borrow::Cow::Owned(wrapped) = self.shared.namespace.wrap(topic) {
+            *topic = wrapped;
         }
     }
 
@@ -181,6 +229,7 @@ impl Producer {
         message: Message,
         queue: &'a MessageQueue,
     ) -> impl Future<Output = Result<SendResult>> + 'a {
+        let queue = self.shared.namespace.wrap_queue(queue);
         self.send_with_choice(message, QueueChoice::Exact(queue))
     }
 
@@ -200,10 +249,11 @@ impl Producer {
 
     /// Sends several messages of one topic as one batch to one queue.
     pub async fn send_batch(&self, messages: Vec<Message>) -> Result<SendResult> {
+        self.check_namespace()?;
         let Some(first) = messages.first() else {
             return Err(invalid_message("a batch needs at least one message"));
         };
-        let topic = first.topic.clone();
+        let mut topic = first.topic.clone();
         if messages.iter().any(|m| m.topic != topic) {
             return Err(invalid_message(
                 "every message of a batch must have the same topic",
@@ -223,6 +273,7 @@ impl Producer {
                 self.shared.config.max_message_size
             )));
         }
+        self.wire_topic(&mut topic);
         let template = Message::new(topic, Bytes::new());
         self.send_prepared(
             &messages,
@@ -267,9 +318,13 @@ impl Producer {
         mut message: Message,
         choice: QueueChoice<'a>,
     ) -> impl Future<Output = Result<SendResult>> + 'a {
-        if let Err(e) = self.validate(&message) {
+        if let Err(e) = self
+            .check_namespace()
+            .and_then(|()| self.validate(&message))
+        {
             return Either::Left(std::future::ready(Err(e)));
         }
+        self.wire_topic(&mut message.topic);
         let unique_id = self.ensure_unique_id(&mut message);
         let compressed = if message.body.len() > self.shared.config.compress_over {
             // Java's producer compresses with zlib at level 5.
@@ -329,7 +384,7 @@ impl Producer {
             let route = self.publish_route(&message.topic, attempt > 0).await?;
             // Borrowed from the route (or the caller): a send copies no queue or address.
             let queue: &MessageQueue = match &choice {
-                QueueChoice::Exact(queue) => queue,
+                QueueChoice::Exact(queue) => queue.as_ref(),
                 QueueChoice::Hash(hash) => {
                     let queues = &route.produce_queues;
                     if queues.is_empty() {
@@ -511,7 +566,11 @@ impl Producer {
             status,
             msg_id: String::new(),
             offset_msg_id: header.msg_id,
-            queue: MessageQueue::new(&queue.topic, &queue.broker_name, header.queue_id),
+            queue: MessageQueue::new(
+                self.shared.namespace.unwrap(&queue.topic),
+                &queue.broker_name,
+                header.queue_id,
+            ),
             queue_offset: header.queue_offset,
         })
     }

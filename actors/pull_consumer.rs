@@ -16,7 +16,7 @@ use actix::prelude::*;
 use crate::actors::client::{Client, ClientConfig};
 use crate::actors::member::{
     Divided, FnQueueListener, HeartbeatNow, Leave, Member, MemberSpec, MessageQueueListener,
-    QueueChange, Rebalance, RecipientQueueListener, ResetListener,
+    QueueChange, Rebalance, RecipientQueueListener, ResetListener, UnwrappingQueueListener,
 };
 use crate::actors::offset_store::{
     CacheOffset, LoadOffset, OffsetStore, PersistAll, ReadOffset, StoreOffset,
@@ -30,6 +30,7 @@ use crate::consumer::retry::build_retry_message;
 use crate::consumer::retry::SEND_BACK_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
+use crate::namespace::Namespace;
 use crate::rpc::{PullRequest, PullResult, Subscription};
 
 /// Builds a [`PullConsumer`].
@@ -44,6 +45,7 @@ pub struct PullConsumerBuilder {
 }
 
 client_and_group_methods!(PullConsumerBuilder, config.consumer_group);
+namespace_method!(PullConsumerBuilder, config.namespace);
 
 impl PullConsumerBuilder {
     /// Replaces the configuration (the group given before is kept if the new one has none).
@@ -113,20 +115,39 @@ impl PullConsumerBuilder {
         self.config.validate()?;
         let (client, own_client) =
             resolve_client(self.client, self.namesrv_addr, self.client_config)?;
+        let namespace =
+            resolve_namespace(self.config.namespace.as_deref(), &client, own_client).await?;
         let topics: BTreeMap<String, String> = self
             .topics
-            .into_iter()
-            .map(|t| (t, "*".to_owned()))
+            .iter()
+            .map(|t| (namespace.wrap(t).into_owned(), "*".to_owned()))
             .collect();
+        // The member works with wire names; the application's listeners get them unwrapped.
+        let listener = match (self.listener, namespace.is_none()) {
+            (Some(inner), false) => Some(Box::new(UnwrappingQueueListener {
+                namespace: namespace.clone(),
+                inner,
+            }) as Box<dyn MessageQueueListener>),
+            (listener, _) => listener,
+        };
+        let reset_listener = match (self.reset_listener, namespace.is_none()) {
+            (Some(inner), false) => {
+                let namespace = namespace.clone();
+                Some(Box::new(move |queue: &MessageQueue, offset: i64| {
+                    inner(&namespace.unwrap_queue(queue), offset)
+                }) as ResetListener)
+            }
+            (listener, _) => listener,
+        };
         let (member, offsets) = Member::start(MemberSpec {
             client: client.clone(),
             own_client,
-            config: self.config.clone(),
+            config: self.config.on_the_wire(&namespace),
             topics,
             consume_from_where: ConsumeFromWhere::LastOffset,
-            listener: self.listener,
+            listener,
             reset_target: None,
-            reset_listener: self.reset_listener,
+            reset_listener,
             rebalance: true,
         })
         .await?;
@@ -135,6 +156,7 @@ impl PullConsumerBuilder {
             self.config,
             member,
             offsets,
+            namespace,
         ))
     }
 }
@@ -163,6 +185,24 @@ pub(crate) fn resolve_client(
             value: "none".into(),
             allowed: "a name-server address or a client".into(),
         }),
+    }
+}
+
+/// The namespace of a consumer on `client` configured with `configured` (see
+/// [`Namespace::resolve`]); a client of the consumer's own is shut down when it is invalid.
+pub(crate) async fn resolve_namespace(
+    configured: Option<&str>,
+    client: &Client,
+    own_client: bool,
+) -> Result<Namespace> {
+    match Namespace::resolve(configured, client.namesrv_addr()) {
+        Ok(namespace) => Ok(namespace),
+        Err(e) => {
+            if own_client {
+                client.shutdown().await;
+            }
+            Err(e)
+        }
     }
 }
 
@@ -195,7 +235,9 @@ pub struct PullConsumer {
 
 struct PullConsumerInner {
     client: Client,
+    /// The group on the wire (in the namespace).
     group: Arc<str>,
+    /// The configuration as the application gave it.
     config: PullConsumerConfig,
     member: Addr<Member>,
     offsets: Addr<OffsetStore>,
@@ -204,6 +246,8 @@ struct PullConsumerInner {
     stopped: CancellationToken,
     /// Per queue, children of `stopped`: a queue's held long polls end when it is revoked.
     queue_stops: Mutex<HashMap<MessageQueue, CancellationToken>>,
+    /// Queues from the application are wrapped with it; queues and messages to it unwrapped.
+    namespace: Namespace,
 }
 
 impl PullConsumerInner {
@@ -219,10 +263,23 @@ impl PullConsumerInner {
         if self.stopped.is_cancelled() {
             return Err(Error::Shutdown(format!(
                 "the pull consumer of group {} was shut down",
-                self.group
+                self.config.consumer_group
             )));
         }
         Ok(())
+    }
+
+    /// An application's queue as it is named on the wire.
+    fn wire<'a>(&self, queue: &'a MessageQueue) -> std::borrow::Cow<'a, MessageQueue> {
+        self.namespace.wrap_queue(queue)
+    }
+
+    /// A pull result with its messages' topics as the application names them.
+    fn for_application(&self, mut result: PullResult) -> PullResult {
+        for message in &mut result.messages {
+            self.namespace.unwrap_received(message, None);
+        }
+        result
     }
 }
 
@@ -254,6 +311,7 @@ impl PullConsumer {
         config: PullConsumerConfig,
         member: Addr<Member>,
         offsets: Addr<OffsetStore>,
+        namespace: Namespace,
     ) -> Self {
         let retry_producer = Producer::new(
             client.clone(),
@@ -264,7 +322,7 @@ impl PullConsumer {
         );
         PullConsumer {
             inner: Arc::new(PullConsumerInner {
-                group: config.consumer_group.as_str().into(),
+                group: namespace.wrap(&config.consumer_group).as_ref().into(),
                 client,
                 config,
                 member,
@@ -272,6 +330,7 @@ impl PullConsumer {
                 retry_producer,
                 stopped: CancellationToken::new(),
                 queue_stops: Mutex::new(HashMap::new()),
+                namespace,
             }),
         }
     }
@@ -295,9 +354,9 @@ impl PullConsumer {
         self.inner.stopped.cancel();
     }
 
-    /// The consumer group.
+    /// The consumer group (as configured: without the namespace).
     pub fn group(&self) -> &str {
-        &self.inner.group
+        &self.inner.config.consumer_group
     }
 
     /// The client id brokers know this consumer by.
@@ -319,23 +378,27 @@ impl PullConsumer {
     /// heartbeated at once, so they count this consumer as a live member of its group (and push
     /// it offset resets) even for a topic it does not subscribe to.
     pub async fn fetch_subscribe_message_queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
+        let namespace = &self.inner.namespace;
         let queues = self
             .inner
             .client
-            .fetch_subscribe_message_queues(topic)
+            .fetch_subscribe_message_queues(&namespace.wrap(topic))
             .await?;
         // Awaited: a commit right after must find the group known to the broker.
         let _ = self.inner.member.send(HeartbeatNow).await;
-        Ok(queues)
+        Ok(namespace.unwrap_queues(queues))
     }
 
     /// The queues of `topic` this member owns now (all of them when broadcasting).
     pub async fn message_queues_divided(&self, topic: &str) -> Vec<MessageQueue> {
-        self.inner
+        let namespace = &self.inner.namespace;
+        let divided = self
+            .inner
             .member
-            .send(Divided(topic.to_owned()))
+            .send(Divided(namespace.wrap(topic).into_owned()))
             .await
-            .unwrap_or_default()
+            .unwrap_or_default();
+        namespace.unwrap_queues(divided)
     }
 
     /// Re-divides the subscribed topics now (it also happens every `rebalance_interval`).
@@ -350,7 +413,8 @@ impl PullConsumer {
         offset: i64,
         max: i32,
     ) -> PullRequest {
-        let mut request = PullRequest::new(self.inner.group.clone(), queue.clone(), offset)
+        let queue = self.inner.wire(queue).into_owned();
+        let mut request = PullRequest::new(self.inner.group.clone(), queue, offset)
             .subscription(Subscription::new(expression, 0))
             .max_messages(max);
         request.timeout = self.inner.config.consumer_pull_timeout;
@@ -368,7 +432,8 @@ impl PullConsumer {
     ) -> Result<PullResult> {
         self.inner.check_running()?;
         let request = self.request(queue, expression, offset, max);
-        self.inner.client.pull(&request).await
+        let result = self.inner.client.pull(&request).await?;
+        Ok(self.inner.for_application(result))
     }
 
     /// Like [`PullConsumer::pull`], but the broker holds the request up to
@@ -387,10 +452,12 @@ impl PullConsumer {
         let mut request = self.request(queue, expression, offset, max);
         request.suspend = Some(self.inner.config.broker_suspend_max_time);
         request.timeout = self.inner.config.consumer_timeout_when_suspend;
-        let stop = self.inner.queue_stop(queue);
+        let stop = self.inner.queue_stop(&request.queue);
         tokio::select! {
             biased;
-            result = self.inner.client.pull(&request) => result,
+            result = self.inner.client.pull(&request) => {
+                result.map(|result| self.inner.for_application(result))
+            }
             // Shutdown or revocation: nothing is consumed, the offset stays where it was (the
             // broker's late answer is dropped with the request).
             () = stop.cancelled() => Ok(PullResult::nothing_new(offset)),
@@ -404,6 +471,7 @@ impl PullConsumer {
         queue: &MessageQueue,
         from_store: bool,
     ) -> Result<Option<i64>> {
+        let queue = &*self.inner.wire(queue);
         if !from_store {
             if let Some(offset) = self.inner.offsets.send(ReadOffset(queue.clone())).await? {
                 return Ok(Some(offset));
@@ -437,7 +505,7 @@ impl PullConsumer {
             .inner
             .offsets
             .send(StoreOffset {
-                queue: queue.clone(),
+                queue: self.inner.wire(queue).into_owned(),
                 offset,
             })
             .await;
@@ -459,28 +527,32 @@ impl PullConsumer {
 
     /// The offset of the first message stored at or after `timestamp_ms`.
     pub async fn search_offset(&self, queue: &MessageQueue, timestamp_ms: i64) -> Result<i64> {
-        self.inner.client.search_offset(queue, timestamp_ms).await
+        let queue = self.inner.wire(queue);
+        self.inner.client.search_offset(&queue, timestamp_ms).await
     }
 
     /// The queue's smallest stored offset.
     pub async fn min_offset(&self, queue: &MessageQueue) -> Result<i64> {
-        self.inner.client.min_offset(queue).await
+        self.inner.client.min_offset(&self.inner.wire(queue)).await
     }
 
     /// The queue's end offset (one past its last message).
     pub async fn max_offset(&self, queue: &MessageQueue) -> Result<i64> {
-        self.inner.client.max_offset(queue).await
+        self.inner.client.max_offset(&self.inner.wire(queue)).await
     }
 
     /// The store time of the queue's oldest message.
     pub async fn earliest_msg_store_time(&self, queue: &MessageQueue) -> Result<i64> {
-        self.inner.client.earliest_msg_store_time(queue).await
+        let queue = self.inner.wire(queue);
+        self.inner.client.earliest_msg_store_time(&queue).await
     }
 
     /// Hands `message` back for redelivery through the group's retry topic after
     /// `delay_level` (0 = by its reconsume count): CONSUMER_SEND_MSG_BACK, or, if the broker
     /// refuses, a send to `%RETRY%<group>` (as Java does).
     pub async fn send_message_back(&self, message: &MessageExt, delay_level: i32) -> Result<()> {
+        // The application has the message with its topic unwrapped: back on the wire it goes.
+        let message = &*self.inner.namespace.wire_message(message);
         let queue = MessageQueue::new(message.topic(), &message.broker_name, message.queue_id);
         let max = self.inner.config.max_reconsume_times;
         let back = self

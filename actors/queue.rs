@@ -139,6 +139,9 @@ pub struct QueueActor {
     metrics: QueueMetrics,
     /// The broker's max offset as the last pull answer gave it (for the lag gauge).
     last_max_offset: Option<i64>,
+    /// `queue` as the application names it (outside the consumer's namespace): what listener
+    /// contexts carry.
+    pub(crate) user_queue: MessageQueue,
 }
 
 impl QueueActor {
@@ -155,7 +158,9 @@ impl QueueActor {
             id = queue.queue_id
         );
         let metrics = shared.stats.metrics.queue(&queue);
+        let user_queue = shared.namespace.unwrap_queue(&queue).into_owned();
         QueueActor {
+            user_queue,
             span,
             metrics,
             last_max_offset: None,
@@ -319,7 +324,7 @@ impl QueueActor {
                     let queue = self
                         .spare_queues
                         .pop()
-                        .unwrap_or_else(|| self.queue.clone());
+                        .unwrap_or_else(|| self.user_queue.clone());
                     let call = self.shared.dispatcher.consume_now(
                         batch.clone(),
                         ConsumeContext::new(queue),
@@ -495,8 +500,15 @@ impl QueueActor {
         let sent = shared.puller.send(request);
         ctx.spawn(sent.into_actor(self).map(move |answer, act, ctx| {
             act.shared.stats.record_pull(started.elapsed());
-            let answer = answer.map_err(Error::from).and_then(|r| r);
-            if let Ok(response) = &answer {
+            let mut answer = answer.map_err(Error::from).and_then(|r| r);
+            let retry_group = act.retry_queue.then(|| act.shared.group.clone());
+            if let Ok(response) = &mut answer {
+                // The listener sees each message's topic as the application names it.
+                for message in &mut response.messages {
+                    act.shared
+                        .namespace
+                        .unwrap_received(message, retry_group.as_deref());
+                }
                 if order.epoch == act.core.epoch && !act.core.dropping {
                     act.shared.stats.record_pulled(response.messages.len());
                 }
@@ -504,7 +516,6 @@ impl QueueActor {
             }
             let mut out = Vec::new();
             let env = act.env();
-            let retry_group = act.retry_queue.then(|| act.shared.group.clone());
             act.core.on_pull_answer(
                 &order,
                 answer,
@@ -562,7 +573,7 @@ impl QueueActor {
         self.shared
             .stats
             .record_consumed(batch.len() - failed, failed, elapsed);
-        if context.queue == self.queue && self.spare_queues.len() < MAX_SPARE_QUEUES {
+        if context.queue == self.user_queue && self.spare_queues.len() < MAX_SPARE_QUEUES {
             self.spare_queues.push(context.queue);
         }
         self.core

@@ -111,7 +111,7 @@ impl QueueActor {
         epoch: u64,
         ctx: &mut Context<Self>,
     ) {
-        let context = OrderlyContext::new(self.queue.clone(), &self.shared.config);
+        let context = OrderlyContext::new(self.user_queue.clone(), &self.shared.config);
         let consumed = self
             .shared
             .dispatcher
@@ -154,8 +154,9 @@ impl QueueActor {
         let send = async move {
             let mut sent = Vec::new();
             for letter in letters {
-                let message =
-                    dead_letter_message(&letter.message, letter.reconsume_times, &shared.config);
+                // The listener saw the topic unwrapped; `RETRY_TOPIC` must carry the wire one.
+                let wire = shared.namespace.wire_message(&letter.message);
+                let message = dead_letter_message(&wire, letter.reconsume_times, &shared.config);
                 match shared.retry_producer.send(message).await {
                     Ok(_) => sent.push(letter.message.queue_offset),
                     Err(e) => {

@@ -24,13 +24,14 @@ use crate::actors::client::Client;
 use crate::actors::member::{
     Member, MemberSpec, OffsetsReset, QueueChange, RecipientQueueListener,
 };
-use crate::actors::pull_consumer::{resolve_client, PullConsumer};
+use crate::actors::pull_consumer::{resolve_client, resolve_namespace, PullConsumer};
 use crate::actors::runtime;
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::pull_config::PullConsumerConfig;
 use crate::consumer::rebalance::plan_changes;
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
+use crate::namespace::Namespace;
 
 /// Java's default delay between two runs of a task.
 pub const DEFAULT_PULL_NEXT_DELAY: Duration = Duration::from_millis(200);
@@ -117,6 +118,7 @@ pub struct PullScheduleServiceBuilder {
 }
 
 client_and_group_methods!(PullScheduleServiceBuilder, config.consumer_group);
+namespace_method!(PullScheduleServiceBuilder, config.namespace);
 
 impl PullScheduleServiceBuilder {
     /// Changes configuration values in place (message model, allocation, timeouts…).
@@ -175,15 +177,17 @@ impl PullScheduleServiceBuilder {
         }
         let (client, own_client) =
             resolve_client(self.client, self.namesrv_addr, self.client_config)?;
-        let topics = self
-            .callbacks
-            .keys()
-            .map(|t| (t.clone(), "*".to_owned()))
-            .collect();
+        let namespace =
+            resolve_namespace(self.config.namespace.as_deref(), &client, own_client).await?;
+        // Topics and queues are wire names from here on; callbacks get them unwrapped.
         let callbacks: HashMap<String, Rc<dyn PullTaskCallback>> = self
             .callbacks
             .into_iter()
-            .map(|(topic, callback)| (topic, Rc::from(callback)))
+            .map(|(topic, callback)| (namespace.wrap(&topic).into_owned(), Rc::from(callback)))
+            .collect();
+        let topics = callbacks
+            .keys()
+            .map(|t| (t.clone(), "*".to_owned()))
             .collect();
         let permits = Arc::new(Semaphore::new(self.max_concurrent_tasks));
         // The service needs the consumer and the member needs the service: the service starts
@@ -194,12 +198,13 @@ impl PullScheduleServiceBuilder {
             consumer: None,
             tasks: BTreeMap::new(),
             pending: Vec::new(),
+            namespace: namespace.clone(),
         }
         .start();
         let (member, offsets) = Member::start(MemberSpec {
             client: client.clone(),
             own_client,
-            config: self.config.clone(),
+            config: self.config.on_the_wire(&namespace),
             topics,
             consume_from_where: ConsumeFromWhere::LastOffset,
             listener: Some(Box::new(RecipientQueueListener(
@@ -210,7 +215,7 @@ impl PullScheduleServiceBuilder {
             rebalance: true,
         })
         .await?;
-        let consumer = PullConsumer::from_parts(client, self.config, member, offsets);
+        let consumer = PullConsumer::from_parts(client, self.config, member, offsets, namespace);
         service.send(SetConsumer(consumer.clone())).await?;
         Ok(PullScheduleService { consumer, service })
     }
@@ -285,6 +290,8 @@ pub(crate) struct ScheduleService {
     tasks: BTreeMap<MessageQueue, Addr<PullTask>>,
     /// Changes that arrived before the consumer: applied once it is set.
     pending: Vec<QueueChange>,
+    /// The tasks' queues are wire names; callbacks and `running_tasks` get them unwrapped.
+    namespace: Namespace,
 }
 
 impl Actor for ScheduleService {
@@ -325,6 +332,7 @@ impl ScheduleService {
         if let Some(callback) = self.callbacks.get(&change.topic) {
             for queue in changes.start {
                 let task = PullTask {
+                    user_queue: self.namespace.unwrap_queue(&queue).into_owned(),
                     queue: queue.clone(),
                     callback: callback.clone(),
                     permits: self.permits.clone(),
@@ -390,7 +398,10 @@ impl Handler<RunningTasks> for ScheduleService {
     type Result = MessageResult<RunningTasks>;
 
     fn handle(&mut self, _msg: RunningTasks, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.tasks.keys().cloned().collect())
+        MessageResult(
+            self.namespace
+                .unwrap_queues(self.tasks.keys().cloned().collect()),
+        )
     }
 }
 
@@ -417,6 +428,8 @@ pub(crate) struct PullTask {
     callback: Rc<dyn PullTaskCallback>,
     permits: Arc<Semaphore>,
     context: PullTaskContext,
+    /// `queue` as the application names it: what the callback gets.
+    user_queue: MessageQueue,
 }
 
 #[derive(Message)]
@@ -456,7 +469,7 @@ impl Handler<RunTask> for PullTask {
     fn handle(&mut self, _msg: RunTask, ctx: &mut Self::Context) {
         let callback = self.callback.clone();
         let permits = self.permits.clone();
-        let queue = self.queue.clone();
+        let queue = self.user_queue.clone();
         let mut context = self.context.clone();
         // `wait`: nothing else (a stop) is handled while the callback runs.
         ctx.wait(

@@ -48,6 +48,7 @@
 //! | wire | [`protocol`]: frames, headers, bodies, codes — for admin calls the base layer does not type ([`Client::invoke`]) |
 //! | observability | [`metrics`] (names, labels, the Prometheus exporter); tracing spans `consumer{group, client}` and `queue{topic, broker, id}` around every log line of a push consumer; [`PushConsumer::lag`] |
 //! | hooks and ACL | [`hooks`]: [`RpcHook`](hooks::RpcHook) (every request), [`ConsumeHook`](hooks::ConsumeHook) (every listener call), [`SendHook`](hooks::SendHook) (every send); [`acl`]: [`Credentials`](acl::Credentials) on [`ClientConfig::credentials`] sign every request; the embedded broker's ACL mode ([`embedded::AclConfig`]) |
+//! | namespaces | [`namespace`]: Java 5's `namespace` — wrap and unwrap rules; every config takes a `namespace` |
 //! | helpers | [`filter`] (tag expressions, Java hash codes), [`route`] (a topic's route and queue sets), [`identity`] (client ip and instance name), [`util`] |
 //!
 //! # Features
@@ -71,6 +72,7 @@ pub mod filter;
 pub mod identity;
 pub mod message;
 pub mod metrics;
+pub mod namespace;
 pub mod protocol;
 pub mod route;
 pub mod rpc;

@@ -1417,3 +1417,138 @@ async fn produce_at_a_steady_rate_spreads_the_messages_over_time() {
     assert_exit(&bad, 2, "--rate 0");
     cluster.shutdown().await;
 }
+
+/// `--namespace`: `produce` and `consume` (every mode) name the topic and group without it,
+/// the broker holds them with it, and the admin subcommands take and print unwrapped names.
+#[actix_rt::test]
+async fn namespace_on_produce_consume_and_the_admin_subcommands() {
+    let (cluster, namesrv) = cluster_with_topic("cli_ns%CliNs", 2).await;
+    let ns = ["--namespace", "cli_ns"];
+    let mut produce = vec![
+        "produce",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "CliNs",
+        "--count",
+        "20",
+    ];
+    produce.extend_from_slice(&ns);
+    let output = run(&produce).await;
+    assert_exit(&output, 0, "produce --namespace");
+    let mut stored = 0;
+    for queue_id in 0..2 {
+        stored += cluster
+            .max_offset(common::BROKER, "cli_ns%CliNs", queue_id)
+            .await
+            .expect("broker answers");
+    }
+    assert_eq!(stored, 20, "the broker holds the wrapped topic");
+
+    for mode in ["push", "lite", "schedule"] {
+        let group = format!("cli_ns_{mode}");
+        let mut args = consume_args(
+            &namesrv,
+            "CliNs",
+            &group,
+            &["--exit-at-end", "--mode", mode, "--format", "json"],
+        );
+        args.extend_from_slice(&ns);
+        let output = run(&args).await;
+        assert_exit(&output, 0, mode);
+        let (messages, summary) = messages_and_summary(&output);
+        assert_eq!(summary["count"], 20, "{mode}");
+        assert!(
+            messages.iter().all(|m| m["topic"] == "CliNs"),
+            "{mode}: topics printed unwrapped"
+        );
+        let offset = cluster
+            .committed_offset(
+                common::BROKER,
+                &format!("cli_ns%{group}"),
+                "cli_ns%CliNs",
+                0,
+            )
+            .await
+            .expect("broker answers");
+        assert_eq!(
+            offset,
+            Some(10),
+            "{mode}: committed under the wrapped group"
+        );
+    }
+    // Without the namespace the topic is not there.
+    let output = run(&consume_args(
+        &namesrv,
+        "CliNs",
+        "cli_ns_push",
+        &["--exit-at-end"],
+    ))
+    .await;
+    assert_exit(&output, 1, "the bare topic");
+    assert!(stderr(&output).contains("does not exist"));
+
+    let mut route = vec!["topic-route", "--namesrv", &namesrv, "--topic", "CliNs"];
+    route.extend_from_slice(&ns);
+    let output = run(&route).await;
+    assert_exit(&output, 0, "topic-route --namespace");
+    assert_eq!(stdout_lines(&output)[0]["topic"], "CliNs");
+
+    let mut progress = vec![
+        "consumer-progress",
+        "--namesrv",
+        &namesrv,
+        "--group",
+        "cli_ns_push",
+        "--topic",
+        "CliNs",
+    ];
+    progress.extend_from_slice(&ns);
+    let output = run(&progress).await;
+    assert_exit(&output, 0, "consumer-progress --namespace");
+    let rows = stdout_lines(&output);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["topic"], "CliNs", "{row}");
+        assert_eq!(row["consumer_offset"], 10, "{row}");
+        assert_eq!(row["lag"], 0, "{row}");
+    }
+
+    let mut reset = vec![
+        "reset-offset",
+        "--namesrv",
+        &namesrv,
+        "--group",
+        "cli_ns_push",
+        "--topic",
+        "CliNs",
+        "--to",
+        "first",
+    ];
+    reset.extend_from_slice(&ns);
+    let output = run(&reset).await;
+    assert_exit(&output, 0, "reset-offset --namespace");
+    let offsets: Vec<Value> = stdout_lines(&output)
+        .iter()
+        .map(|row| row["offset"].clone())
+        .collect();
+    assert_eq!(offsets, [0, 0]);
+    let output = run(&progress).await;
+    assert!(stdout_lines(&output)
+        .iter()
+        .all(|row| row["consumer_offset"] == 0 && row["lag"] == 10));
+
+    let output = run(&[
+        "topic-route",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "T",
+        "--namespace",
+        "a%b",
+    ])
+    .await;
+    assert_exit(&output, 2, "an invalid namespace");
+    assert!(stderr(&output).contains("namespace"));
+    cluster.shutdown().await;
+}

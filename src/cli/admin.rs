@@ -1,5 +1,8 @@
 //! The admin subcommands, named after Java's mqadmin: `topic-route`, `consumer-progress`,
 //! `consumer-connections`, `query-msg` and `reset-offset`. Each prints one JSON object per row.
+//!
+//! With `--namespace`, topics and groups are given and printed without the namespace and
+//! asked for with it (the base client's requests carry wire names).
 
 use std::collections::HashMap;
 
@@ -121,10 +124,11 @@ async fn with_client<T>(
 /// `topic-route`: one line per broker of the topic — its addresses by broker id (0: the
 /// master) and its queues (read, write, permission).
 pub async fn topic_route(args: &TopicRouteArgs) -> CliResult {
+    let wire_topic = args.connect.namespace().wrap(&args.topic).into_owned();
     let rows = with_client(&args.connect, async |client| {
         let route = args
             .connect
-            .probe(client, &args.topic)
+            .probe(client, &wire_topic)
             .await?
             .ok_or_else(|| no_topic(&args.topic))?;
         let mut brokers = route.data.broker_datas.clone();
@@ -183,15 +187,17 @@ fn not_online(group: &str) -> Failure {
 /// `consumer-connections`: one line per connected client of the group, with what the group
 /// declared (subscriptions, consume type, message model, where it starts).
 pub async fn consumer_connections(args: &ConsumerConnectionsArgs) -> CliResult {
+    let namespace = args.connect.namespace();
+    let wire_group = namespace.wrap(&args.group).into_owned();
     let connections = with_client(&args.connect, async |client| {
-        connections_of(&args.connect, client, &args.group).await
+        connections_of(&args.connect, client, &wire_group).await
     })
     .await?
     .ok_or_else(|| not_online(&args.group))?;
     let subscriptions: serde_json::Map<String, serde_json::Value> = connections
         .subscription_table
         .iter()
-        .map(|(topic, sub)| (topic.clone(), json!(sub.sub_string)))
+        .map(|(topic, sub)| (namespace.unwrap(topic).into_owned(), json!(sub.sub_string)))
         .collect();
     let mut clients = connections.connection_set.clone();
     clients.sort_by(|a, b| a.client_id.cmp(&b.client_id));
@@ -273,10 +279,12 @@ async fn owners(
 /// `consumer-progress`: one line per queue of the group's topics — the broker's end offset,
 /// the group's committed offset, the lag between them, and the client that owns the queue now.
 pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
+    let namespace = args.connect.namespace();
+    let group = namespace.wrap(&args.group).into_owned();
     let rows = with_client(&args.connect, async |client| {
-        let connections = connections_of(&args.connect, client, &args.group).await?;
+        let connections = connections_of(&args.connect, client, &group).await?;
         let topics: Vec<String> = match (&args.topic, &connections) {
-            (Some(topic), _) => vec![topic.clone()],
+            (Some(topic), _) => vec![namespace.wrap(topic).into_owned()],
             (None, Some(connections)) => connections.subscription_table.keys().cloned().collect(),
             (None, None) => {
                 return Err(Failure(format!(
@@ -286,7 +294,7 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
             }
         };
         let owners = match &connections {
-            Some(connections) => owners(client, &args.group, connections).await,
+            Some(connections) => owners(client, &group, connections).await,
             None => HashMap::new(),
         };
         let mut rows = Vec::new();
@@ -298,9 +306,9 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
                 .ok_or_else(|| no_topic(topic))?;
             for queue in &route.consume_queues {
                 let end = client.max_offset(queue).await?;
-                let committed = client.query_consumer_offset(&args.group, queue).await?;
+                let committed = client.query_consumer_offset(&group, queue).await?;
                 rows.push(json!({
-                    "topic": queue.topic,
+                    "topic": namespace.unwrap(&queue.topic),
                     "broker": queue.broker_name,
                     "queue_id": queue.queue_id,
                     "broker_offset": end,
@@ -320,10 +328,11 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
 /// `query-msg`: the stored message an offset message id points to, as `consume --format json`
 /// prints it.
 pub async fn query_msg(args: &QueryMsgArgs) -> CliResult {
-    let message = with_client(&args.connect, async |client| {
+    let mut message = with_client(&args.connect, async |client| {
         Ok(client.view_message(&args.id).await?)
     })
     .await?;
+    args.connect.namespace().unwrap_received(&mut message, None);
     emit(&message_json(&message))?;
     Ok(Outcome::Done)
 }
@@ -331,13 +340,15 @@ pub async fn query_msg(args: &QueryMsgArgs) -> CliResult {
 /// `reset-offset`: moves the group's offsets of the topic by time (mqadmin resetOffsetByTime)
 /// and prints each queue's new offset.
 pub async fn reset_offset(args: &ResetOffsetArgs) -> CliResult {
+    let namespace = args.connect.namespace();
+    let (group, topic) = (namespace.wrap(&args.group), namespace.wrap(&args.topic));
     let table = with_client(&args.connect, async |client| {
         args.connect
-            .probe(client, &args.topic)
+            .probe(client, &topic)
             .await?
             .ok_or_else(|| no_topic(&args.topic))?;
         Ok(client
-            .reset_offset_by_timestamp(&args.group, &args.topic, args.to, !args.no_force)
+            .reset_offset_by_timestamp(&group, &topic, args.to, !args.no_force)
             .await?)
     })
     .await?;

@@ -317,8 +317,12 @@ async fn run(
     done: oneshot::Receiver<End>,
     stop: &mut ShutdownSignal,
 ) -> CliResult<End> {
+    // The base client's requests name the topic and group as on the wire.
+    let namespace = args.connect.namespace();
+    let wire_topic = namespace.wrap(&args.topic).into_owned();
+    let wire_group = namespace.wrap(&args.group).into_owned();
     let probed = tokio::select! {
-        probed = args.connect.probe(client, &args.topic) => probed?,
+        probed = args.connect.probe(client, &wire_topic) => probed?,
         _ = stop.recv() => return Ok(End::Signal),
     };
     if args.exit_at_end && probed.is_none() {
@@ -332,7 +336,7 @@ async fn run(
     let start = match (&probed, watching) {
         (Some(route), true) => {
             tokio::select! {
-                start = baseline(client, &args.group, &route.consume_queues, args.from) => start,
+                start = baseline(client, &wire_group, &route.consume_queues, args.from) => start,
                 _ = stop.recv() => return Ok(End::Signal),
             }
         }
@@ -340,11 +344,17 @@ async fn run(
     };
     let watcher = watching.then(|| Watcher {
         client,
-        group: &args.group,
-        topic: &args.topic,
+        group: &wire_group,
+        topic: &wire_topic,
         baseline: start,
         counted: || lock(tally).count,
-        consumed: |queue: &MessageQueue| lock(tally).consumed.get(queue).copied(),
+        // Messages come with their topic unwrapped; the watcher's queues are wire names.
+        consumed: |queue: &MessageQueue| {
+            lock(tally)
+                .consumed
+                .get(&namespace.unwrap_queue(queue))
+                .copied()
+        },
         exit_at_end: args.exit_at_end,
         lag: !args.broadcast,
         line,
@@ -408,11 +418,13 @@ async fn start_push(
     let from = args.consume_from_where();
     let timestamp = args.timestamp_ms().map(format_consume_timestamp_utc);
     let broadcast = args.broadcast;
+    let namespace = args.connect.namespace.clone();
     let builder = PushConsumer::builder()
         .client(client.clone())
         .group(&args.group)
         .subscribe(&args.topic, &args.expr)
         .configure(|c| {
+            c.namespace = namespace;
             c.consume_from_where = from;
             c.consume_timestamp = timestamp;
             if broadcast {
@@ -467,11 +479,13 @@ where
     let timestamp = args.timestamp_ms();
     let broadcast = args.broadcast;
     let watching = watcher.is_some();
+    let namespace = args.connect.namespace.clone();
     let consumer = LitePullConsumer::builder()
         .client(client.clone())
         .group(&args.group)
         .subscribe(&args.topic, &args.expr)
         .configure(|c| {
+            c.base.namespace = namespace;
             c.consume_from_where = from;
             c.consume_timestamp_ms = timestamp;
             c.pull_batch_size = 32;
@@ -539,10 +553,12 @@ where
     // Long polls would hold a caught-up queue's first answer (and so its position) for the
     // broker's suspend time: an `--exit-at-end` run pulls without them.
     let long_poll = !args.exit_at_end;
+    let namespace = args.connect.namespace.clone();
     let service = PullScheduleService::builder()
         .client(client.clone())
         .group(&args.group)
         .configure(|c| {
+            c.namespace = namespace;
             if broadcast {
                 c.message_model = MessageModel::Broadcasting;
             }

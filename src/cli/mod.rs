@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketmq_actor::acl::Credentials;
+use rocketmq_actor::namespace::Namespace;
 use rocketmq_actor::route::{NameServerList, TopicRoute};
 use rocketmq_actor::tls::{PemIdentity, TlsConfig};
 use rocketmq_actor::{Client, ClientConfig, Error};
@@ -124,6 +125,11 @@ pub struct Connect {
     /// The private key (PEM) of `--tls-client-cert`.
     #[arg(long, value_name = "FILE", requires = "tls_client_cert")]
     pub tls_client_key: Option<PathBuf>,
+    /// Namespace (Java's `namespace`): the topics and groups given here are `NS%name` on the
+    /// wire (their retry and dead-letter topics `%RETRY%NS%group`, `%DLQ%NS%group`), and every
+    /// topic printed is shown without it.
+    #[arg(long, value_parser = namespace_arg, value_name = "NS")]
+    pub namespace: Option<String>,
 }
 
 impl Connect {
@@ -152,6 +158,7 @@ impl Connect {
             tls_client_key: None,
             access_key: None,
             secret_key: None,
+            namespace: None,
         }
     }
 
@@ -190,6 +197,12 @@ impl Connect {
         }
     }
 
+    /// The namespace of `--namespace` (or of an `MQ_INST_…` name-server address), else none.
+    pub fn namespace(&self) -> Namespace {
+        // `--namespace` was checked by its parser, and a derived one is always valid.
+        Namespace::resolve(self.namespace.as_deref(), &self.namesrv).unwrap_or_default()
+    }
+
     /// An error of a request to the name servers, worded for the operator.
     pub fn unreachable(&self, error: Error) -> Failure {
         match error {
@@ -215,6 +228,13 @@ impl Connect {
 fn namesrv_list(list: &str) -> Result<String, String> {
     NameServerList::parse(list)
         .map(|_| list.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `--namespace`: Java's name characters without `%` (blank: none).
+fn namespace_arg(text: &str) -> Result<String, String> {
+    rocketmq_actor::namespace::validate(text)
+        .map(|()| text.to_owned())
         .map_err(|e| e.to_string())
 }
 

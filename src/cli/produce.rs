@@ -174,15 +174,20 @@ pub async fn produce(args: &ProduceArgs) -> CliResult {
 async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSignal) -> CliResult {
     let started = Instant::now();
     let mut sent = Sent::default();
+    let wire_topic = args.connect.namespace().wrap(&args.topic).into_owned();
     let probed = tokio::select! {
-        probed = args.connect.probe(client, &args.topic) => Some(probed),
+        probed = args.connect.probe(client, &wire_topic) => Some(probed),
         _ = stop.recv() => None,
     };
     let outcome = match probed {
         None => Outcome::Interrupted,
         Some(probed) => {
             probed?;
-            let producer = Producer::new(client.clone(), ProducerConfig::default());
+            let config = ProducerConfig {
+                namespace: args.connect.namespace.clone(),
+                ..ProducerConfig::default()
+            };
+            let producer = Producer::new(client.clone(), config);
             match (&args.file, args.key_space) {
                 (Some(path), _) => {
                     let lines = read_lines(path)?;

@@ -65,10 +65,12 @@
 //! | `offset_store_dir` | `~/.rocketmq_offsets` | a directory |
 //! | `restart_policy` | 10 restarts a minute, backoff `100ms` doubling to `10s` | (not in Java) |
 //! | `handoff_wait` | `1s` | [0, 60 s] (not in Java) |
+//! | `namespace` | none | `[a-zA-Z0-9_\|-]`, blank = none (see [`crate::namespace`]) |
 
 use super::supervision::RestartPolicy;
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
+use crate::namespace::Namespace;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -485,6 +487,13 @@ pub struct PushConsumerConfig {
     /// `1s`, [0, 60 s]; queues of departed members and first assignments never wait).
     #[serde(with = "serde_duration")]
     pub handoff_wait: Duration,
+    /// The namespace (Java `ClientConfig.namespace`): the group and the subscribed topics are
+    /// prefixed with `namespace%` on the wire (so are the group's retry and dead-letter topics,
+    /// `%RETRY%namespace%group`), and stripped from every topic and queue the application sees
+    /// (see [`crate::namespace`]). `None` or blank: the one of an `MQ_INST_…` name-server
+    /// address, else none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 impl Default for PushConsumerConfig {
@@ -529,6 +538,7 @@ impl Default for PushConsumerConfig {
             offset_store_dir: None,
             restart_policy: RestartPolicy::default(),
             handoff_wait: Duration::from_secs(1),
+            namespace: None,
         }
     }
 }
@@ -636,6 +646,25 @@ pub fn validate_topic_name(topic: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `kind` with the topics of its configured queues wrapped in `namespace`.
+pub(crate) fn strategy_on_the_wire(
+    kind: &AllocateStrategyKind,
+    namespace: &Namespace,
+) -> AllocateStrategyKind {
+    match kind {
+        AllocateStrategyKind::ByConfig { queues } => AllocateStrategyKind::ByConfig {
+            queues: namespace.wrap_queues(queues),
+        },
+        AllocateStrategyKind::MachineRoomNearby { inner, separator } => {
+            AllocateStrategyKind::MachineRoomNearby {
+                inner: Box::new(strategy_on_the_wire(inner, namespace)),
+                separator: separator.clone(),
+            }
+        }
+        other => other.clone(),
+    }
 }
 
 fn validate_strategy(kind: &AllocateStrategyKind) -> Result<()> {
@@ -830,7 +859,25 @@ impl PushConsumerConfig {
             self.max_time_consume_continuously,
         )?;
         check_positive("pull_delay_on_error", self.pull_delay_on_error)?;
+        if let Some(namespace) = &self.namespace {
+            crate::namespace::validate(namespace)?;
+        }
         Ok(())
+    }
+
+    /// The configuration as the consumer uses it on the wire under `namespace`: group,
+    /// subscribed topics and the queues of a `by_config` strategy wrapped (Java wraps the
+    /// group at `start()` and each topic at `subscribe`). Unchanged without a namespace.
+    pub(crate) fn on_the_wire(&self, namespace: &Namespace) -> PushConsumerConfig {
+        let mut wire = self.clone();
+        wire.consumer_group = namespace.wrap(&self.consumer_group).into_owned();
+        wire.subscriptions = self
+            .subscriptions
+            .iter()
+            .map(|(topic, expression)| (namespace.wrap(topic).into_owned(), expression.clone()))
+            .collect();
+        wire.allocate_strategy = strategy_on_the_wire(&self.allocate_strategy, namespace);
+        wire
     }
 
     /// Whether queues are shared out among the group (clustering) rather than all taken.
@@ -1417,6 +1464,59 @@ mod tests {
             ..valid()
         };
         assert_eq!(c.consume_timestamp_ms(base).unwrap(), base - 1_800_000);
+    }
+
+    #[test]
+    #[cfg(feature = "toml")]
+    fn the_namespace_is_read_from_toml_validated_and_applied_on_the_wire() {
+        let text = "consumer_group = \"billing\"\nnamespace = \"tenant_a\"\n\n[subscriptions]\nOrders = \"*\"\n";
+        let c = PushConsumerConfig::from_toml_str(text).unwrap();
+        assert_eq!(c.namespace.as_deref(), Some("tenant_a"));
+        assert_eq!(
+            PushConsumerConfig::from_toml_str(&c.to_toml_string().unwrap()).unwrap(),
+            c
+        );
+        let (option, value, _) = config_option(
+            PushConsumerConfig::from_toml_str("consumer_group = \"g\"\nnamespace = \"a%b\"\n")
+                .unwrap_err(),
+        );
+        assert_eq!(option, "namespace");
+        assert!(value.contains("a%b"));
+        // No namespace key: none, and nothing written for it.
+        assert!(!valid().to_toml_string().unwrap().contains("namespace"));
+
+        let ns = Namespace::new("tenant_a").unwrap();
+        let c = PushConsumerConfig {
+            allocate_strategy: AllocateStrategyKind::MachineRoomNearby {
+                inner: Box::new(AllocateStrategyKind::ByConfig {
+                    queues: vec![MessageQueue::new("Orders", "b", 1)],
+                }),
+                separator: "@".into(),
+            },
+            ..c
+        };
+        let wire = c.on_the_wire(&ns);
+        assert_eq!(wire.consumer_group, "tenant_a%billing");
+        assert_eq!(
+            wire.subscriptions.keys().collect::<Vec<_>>(),
+            vec!["tenant_a%Orders"]
+        );
+        let AllocateStrategyKind::MachineRoomNearby { inner, .. } = &wire.allocate_strategy else {
+            panic!("strategy kept");
+        };
+        assert_eq!(
+            **inner,
+            AllocateStrategyKind::ByConfig {
+                queues: vec![MessageQueue::new("tenant_a%Orders", "b", 1)]
+            }
+        );
+        assert_eq!(c.on_the_wire(&Namespace::none()), c);
+        // The wrapped group must still fit the group limit.
+        let long = PushConsumerConfig::new("g".repeat(120)).on_the_wire(&ns);
+        assert_eq!(
+            config_option(long.validate().unwrap_err()).0,
+            "consumer_group"
+        );
     }
 
     proptest! {

@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::consumer::config::{AllocateStrategyKind, ConsumeFromWhere, MessageModel};
+use crate::consumer::config::{
+    strategy_on_the_wire, AllocateStrategyKind, ConsumeFromWhere, MessageModel,
+};
 use crate::error::{Error, Result};
+use crate::namespace::Namespace;
 
 /// Options of [`PullConsumer`](crate::pull::PullConsumer) and
 /// [`PullScheduleService`](crate::pull::PullScheduleService) (Java `DefaultMQPullConsumer`).
@@ -43,6 +46,11 @@ pub struct PullConsumerConfig {
     pub offset_store_dir: Option<PathBuf>,
     /// `maxReconsumeTimes` sent with a send-back (Java 16).
     pub max_reconsume_times: i32,
+    /// The namespace (Java `ClientConfig.namespace`): group and topics are prefixed with
+    /// `namespace%` on the wire and every queue and message the application gets has it
+    /// stripped (see [`crate::namespace`]). `None` or blank: the one of an `MQ_INST_…`
+    /// name-server address, else none.
+    pub namespace: Option<String>,
 }
 
 impl PullConsumerConfig {
@@ -60,6 +68,7 @@ impl PullConsumerConfig {
             heartbeat_broker_interval: Duration::from_secs(30),
             offset_store_dir: None,
             max_reconsume_times: 16,
+            namespace: None,
         }
     }
 
@@ -100,7 +109,19 @@ impl PullConsumerConfig {
                 "-1..=16",
             ));
         }
+        if let Some(namespace) = &self.namespace {
+            crate::namespace::validate(namespace)?;
+        }
         Ok(())
+    }
+
+    /// The configuration as the consumer uses it on the wire under `namespace`: the group and
+    /// the queues of a `by_config` strategy wrapped. Unchanged without a namespace.
+    pub(crate) fn on_the_wire(&self, namespace: &Namespace) -> PullConsumerConfig {
+        let mut wire = self.clone();
+        wire.consumer_group = namespace.wrap(&self.consumer_group).into_owned();
+        wire.allocate_strategy = strategy_on_the_wire(&self.allocate_strategy, namespace);
+        wire
     }
 }
 
