@@ -28,7 +28,7 @@ use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregist
 use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
     ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
-    RecipientListener, RecipientOrderlyListener,
+    OwnedListener, RecipientListener, RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -575,14 +575,21 @@ pub struct PushConsumerBuilder {
 /// where it becomes an [`AnyListener`].
 enum SendListener {
     Concurrent(Box<dyn MessageListener>),
+    /// A concurrent listener the dispatcher can call by value (a closure).
+    ConcurrentOwned(Box<dyn OwnedListener>),
     Orderly(Box<dyn OrderlyListener>),
 }
 
 impl SendListener {
-    fn into_any(self) -> AnyListener {
+    /// The listener, and the same listener again when it can be called by value.
+    fn into_any(self) -> (AnyListener, Option<Rc<dyn OwnedListener>>) {
         match self {
-            SendListener::Concurrent(l) => AnyListener::Concurrent(Rc::from(l)),
-            SendListener::Orderly(l) => AnyListener::Orderly(Rc::from(l)),
+            SendListener::Concurrent(l) => (AnyListener::Concurrent(Rc::from(l)), None),
+            SendListener::ConcurrentOwned(l) => {
+                let owned: Rc<dyn OwnedListener> = Rc::from(l);
+                (AnyListener::Concurrent(owned.clone()), Some(owned))
+            }
+            SendListener::Orderly(l) => (AnyListener::Orderly(Rc::from(l)), None),
         }
     }
 }
@@ -654,12 +661,14 @@ impl PushConsumerBuilder {
 
     /// A closure listener: gets the batch and the context by value, returns the status and the
     /// context.
-    pub fn listener_fn<F, Fut>(self, f: F) -> Self
+    pub fn listener_fn<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
-        self.listener(FnListener(f))
+        self.listener = Some(SendListener::ConcurrentOwned(Box::new(FnListener(f))));
+        self.config.consume_mode = ConsumeMode::Concurrently;
+        self
     }
 
     /// Delivers batches to an actor as [`ConsumeMessages`].
@@ -714,7 +723,7 @@ impl PushConsumerBuilder {
         for topic in config.subscriptions.keys() {
             validate_topic_name(topic)?;
         }
-        let Some(listener) = self.listener.map(SendListener::into_any) else {
+        let Some((listener, owned_listener)) = self.listener.map(SendListener::into_any) else {
             return Err(Error::Config {
                 option: "listener",
                 value: "none".into(),
@@ -775,6 +784,7 @@ impl PushConsumerBuilder {
             listener.clone(),
             config.effective_consume_concurrency() as usize,
         )
+        .with_owned_listener(owned_listener)
         .with_hooks(ConsumeHooks::new(group.clone(), self.consume_hooks));
         let puller = {
             let client = client.clone();

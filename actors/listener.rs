@@ -181,6 +181,28 @@ where
     }
 }
 
+/// A listener that takes the batch and the context by value, as a closure listener does: the
+/// dispatcher hands them over instead of lending them, so a call costs one future allocation
+/// (the closure's) instead of three (the lending wrapper's, the trait's and the task's).
+pub(crate) trait OwnedListener: MessageListener {
+    /// Starts one call with the batch and the context.
+    fn consume_owned(&self, messages: Messages, ctx: ConsumeContext) -> OwnedCall;
+}
+
+/// A call of an [`OwnedListener`] in progress.
+pub(crate) type OwnedCall =
+    std::pin::Pin<Box<dyn Future<Output = (ConsumeStatus, ConsumeContext)> + 'static>>;
+
+impl<F, Fut> OwnedListener for FnListener<F>
+where
+    F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
+    Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
+{
+    fn consume_owned(&self, messages: Messages, ctx: ConsumeContext) -> OwnedCall {
+        Box::pin((self.0)(messages, ctx))
+    }
+}
+
 /// The message an actor receives when it is the listener
 /// ([`PushConsumerBuilder::listener_actor`](crate::PushConsumerBuilder::listener_actor)).
 #[derive(Message, Clone)]
@@ -507,7 +529,7 @@ async fn run_concurrent(
         let queue = if context.queue.topic.is_empty() {
             named = messages.first().map_or_else(
                 || context.queue.clone(),
-                |m| MessageQueue::new(m.topic(), &m.broker_name, m.queue_id),
+                |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
             );
             &named
         } else {
@@ -535,7 +557,7 @@ async fn run_concurrent(
             let queue = if context.queue.topic.is_empty() {
                 messages.first().map_or_else(
                     || context.queue.clone(),
-                    |m| MessageQueue::new(m.topic(), &m.broker_name, m.queue_id),
+                    |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
                 )
             } else {
                 context.queue.clone()
@@ -550,12 +572,91 @@ async fn run_concurrent(
     }
 }
 
+/// [`ConsumeDispatcher::consume_now`] for a listener called by value: its future is polled once
+/// here and only boxed again (with the permit and a panic guard) if it has to wait.
+fn consume_owned_now(
+    listener: &dyn OwnedListener,
+    messages: Messages,
+    context: ConsumeContext,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    run_started: Instant,
+    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+) -> std::result::Result<ConsumeOutcome, PendingConsume> {
+    let queue_id = context.queue.queue_id;
+    let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        listener.consume_owned(messages.clone(), context)
+    }));
+    let mut call = match started {
+        Ok(call) => call,
+        Err(panic) => {
+            *held = Some(permit);
+            return Ok(panicked_call(&messages, queue_id, panic.as_ref()));
+        }
+    };
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled =
+        std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut poll_context)));
+    match polled {
+        Ok(std::task::Poll::Ready((status, context))) => {
+            *held = Some(permit);
+            Ok(ConsumeOutcome {
+                status,
+                context,
+                elapsed: Duration::ZERO,
+            })
+        }
+        Err(panic) => {
+            *held = Some(permit);
+            Ok(panicked_call(&messages, queue_id, panic.as_ref()))
+        }
+        Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
+            // The caller's actor context polls this again before it sleeps, which registers
+            // the real waker (the no-op one above is never woken).
+            let result = AssertUnwindSafe(call).catch_unwind().await;
+            drop(permit);
+            let elapsed = run_started.elapsed();
+            match result {
+                Ok((status, context)) => ConsumeOutcome {
+                    status,
+                    context,
+                    elapsed,
+                },
+                Err(panic) => ConsumeOutcome {
+                    elapsed,
+                    ..panicked_call(&messages, queue_id, panic.as_ref())
+                },
+            }
+        })),
+    }
+}
+
+/// The outcome of a by-value call that panicked (its context went down with it): retried,
+/// with a fresh context naming the queue from the messages.
+fn panicked_call(
+    messages: &Messages,
+    queue_id: i32,
+    panic: &(dyn std::any::Any + Send),
+) -> ConsumeOutcome {
+    let queue = messages.first().map_or_else(
+        || MessageQueue::new("", "", queue_id),
+        |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
+    );
+    tracing::error!(queue = %queue, panic = %panic_text(panic), "listener panicked; the batch will be retried");
+    ConsumeOutcome {
+        status: ConsumeStatus::ReconsumeLater,
+        context: ConsumeContext::new(queue),
+        elapsed: Duration::ZERO,
+    }
+}
+
 /// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
 ///
 /// Queue actors spawn the futures it returns in their own context, so a batch costs no extra
 /// actor hop; the semaphore (first come, first served) is the shared bound.
 pub struct ConsumeDispatcher {
     listener: AnyListener,
+    /// The same listener when it takes its arguments by value (a closure listener).
+    owned: Option<Rc<dyn OwnedListener>>,
     permits: Arc<Semaphore>,
     /// The consume hooks, `None` when there are none.
     hooks: Option<Rc<ConsumeHooks>>,
@@ -567,9 +668,16 @@ impl ConsumeDispatcher {
         let limit = limit.max(1);
         ConsumeDispatcher {
             listener,
+            owned: None,
             permits: Arc::new(Semaphore::new(limit)),
             hooks: None,
         }
+    }
+
+    /// Calls `owned` (the dispatcher's concurrent listener itself) by value where it can.
+    pub(crate) fn with_owned_listener(mut self, owned: Option<Rc<dyn OwnedListener>>) -> Self {
+        self.owned = owned;
+        self
     }
 
     /// Runs `hooks` around every listener call.
@@ -616,20 +724,33 @@ impl ConsumeDispatcher {
     /// A call finished at once is not timed: its `elapsed` is zero and `started` is
     /// `run_started`, for the caller that times a whole run of such calls with two clock reads
     /// instead of two per call. Calls returned pending time themselves.
+    ///
+    /// `held` is a permit the caller keeps between the calls of one run (they follow each
+    /// other without the caller yielding, so nobody else could take it in between): a call
+    /// that finishes at once leaves its permit there for the next, saving the semaphore's
+    /// traffic per call. The caller drops it when the run ends.
     pub(crate) fn consume_now(
         &self,
         messages: Messages,
         context: ConsumeContext,
         run_started: Instant,
+        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
         let AnyListener::Concurrent(listener) = &self.listener else {
             return Err(Box::pin(self.consume_batch(messages, context)));
         };
         // A free permit means nobody waits for one (released permits go to waiters first), so
         // taking it here keeps the first-come-first-served order.
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            return Err(Box::pin(self.consume_batch(messages, context)));
+        let permit = match held.take() {
+            Some(permit) => permit,
+            None => match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => return Err(Box::pin(self.consume_batch(messages, context))),
+            },
         };
+        if let (Some(owned), None) = (&self.owned, &self.hooks) {
+            return consume_owned_now(owned.as_ref(), messages, context, permit, run_started, held);
+        }
         let mut call: PendingConsume = Box::pin(run_concurrent(
             listener.clone(),
             messages,

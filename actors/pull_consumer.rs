@@ -553,7 +553,7 @@ impl PullConsumer {
     pub async fn send_message_back(&self, message: &MessageExt, delay_level: i32) -> Result<()> {
         // The application has the message with its topic unwrapped: back on the wire it goes.
         let message = &*self.inner.namespace.wire_message(message);
-        let queue = MessageQueue::new(message.topic(), &message.broker_name, message.queue_id);
+        let queue = MessageQueue::new(message.topic(), &*message.broker_name, message.queue_id);
         let max = self.inner.config.max_reconsume_times;
         let back = self
             .inner

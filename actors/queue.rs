@@ -142,6 +142,11 @@ pub struct QueueActor {
     /// `queue` as the application names it (outside the consumer's namespace): what listener
     /// contexts carry.
     pub(crate) user_queue: MessageQueue,
+    /// An empty action list with room, reused by the next core call (a pull's worth of
+    /// listener calls would otherwise grow a fresh list several times per pull).
+    action_buffer: Vec<QueueAction>,
+    /// The same for the listener calls of a round that finished at once.
+    finished_buffer: Vec<(Messages, u64, ConsumeOutcome)>,
 }
 
 impl QueueActor {
@@ -176,6 +181,22 @@ impl QueueActor {
             gave_up: false,
             restarts,
             start_delay: Duration::ZERO,
+            action_buffer: Vec::new(),
+            finished_buffer: Vec::new(),
+        }
+    }
+
+    /// An empty action list for a core call (with room, when an earlier one left some).
+    pub(crate) fn take_actions(&mut self) -> Vec<QueueAction> {
+        std::mem::take(&mut self.action_buffer)
+    }
+
+    /// Keeps an emptied action list for the next core call (a bounded one: a burst of
+    /// actions does not pin its memory).
+    fn keep_actions(&mut self, mut actions: Vec<QueueAction>) {
+        actions.clear();
+        if actions.capacity() > self.action_buffer.capacity() && actions.capacity() <= 4096 {
+            self.action_buffer = actions;
         }
     }
 
@@ -188,14 +209,14 @@ impl QueueActor {
     /// What `started` does, once any start delay is over.
     fn begin(&mut self, ctx: &mut Context<Self>) {
         // A queue that needs the broker lock is locked before its first pull, then kept locked.
-        let mut out = Vec::new();
+        let mut out = self.take_actions();
         self.core.start(&self.shared.config, &mut out);
         self.execute(out, ctx);
         if self.needs_lock() {
             self.watch_broker_connection(ctx);
             let every = self.shared.config.lock_interval;
             ctx.run_interval(every, |act, ctx| {
-                let mut out = Vec::new();
+                let mut out = act.take_actions();
                 act.core.on_renew_timer(&mut out);
                 act.execute(out, ctx);
             });
@@ -223,7 +244,7 @@ impl QueueActor {
         ctx: &mut Context<Self>,
         call: impl FnOnce(&mut QueueCore, &PushConsumerConfig, &QueueEnv, i64, &mut Vec<QueueAction>),
     ) {
-        let mut out = Vec::new();
+        let mut out = self.take_actions();
         let env = self.env();
         call(
             &mut self.core,
@@ -257,25 +278,51 @@ impl QueueActor {
         // reads, not two per call); their outcomes go to the core together, and what it
         // decides is carried out in the next round, so a pull's calls cost one buffer.
         loop {
-            let finished = self.execute_round(std::mem::take(&mut actions), ctx);
+            let finished = self.execute_round(&mut actions, ctx);
             if finished.is_empty() {
+                self.finished_buffer = finished.calls;
+                self.keep_actions(actions);
                 return;
             }
-            let (started, finished) = finished.into_parts();
-            let share = started.elapsed() / u32::try_from(finished.len()).unwrap_or(u32::MAX);
+            let (started, mut calls) = finished.into_parts();
+            let share = started.elapsed() / u32::try_from(calls.len()).unwrap_or(u32::MAX);
             let env = self.env();
             let now = now_ms();
-            for (batch, epoch, mut outcome) in finished {
+            for (batch, _, outcome) in &mut calls {
                 outcome.elapsed = share;
-                self.settle_call(batch, epoch, outcome, &env, now, &mut actions);
+                self.record_call(batch, outcome.status, &outcome.context, share);
             }
+            self.core.on_consumed_all(
+                calls
+                    .iter()
+                    .map(|(batch, epoch, outcome)| (&**batch, *epoch, call_outcome(outcome))),
+                &self.shared.config,
+                &env,
+                now,
+                &mut actions,
+            );
+            for (_, _, outcome) in calls.drain(..) {
+                self.recycle_queue(outcome.context.queue);
+            }
+            self.finished_buffer = calls;
         }
     }
 
-    /// Carries out one round of actions; returns the listener calls that finished at once.
-    fn execute_round(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) -> Finished {
-        let mut finished = Finished::default();
-        for action in actions {
+    /// Carries out one round of actions (leaving `actions` empty); returns the listener calls
+    /// that finished at once.
+    fn execute_round(
+        &mut self,
+        actions: &mut Vec<QueueAction>,
+        ctx: &mut Context<Self>,
+    ) -> Finished {
+        let mut finished = Finished {
+            started: None,
+            calls: std::mem::take(&mut self.finished_buffer),
+        };
+        // One listener permit serves every call of the round that finishes at once; it is
+        // released when the round ends.
+        let mut held_permit = None;
+        for action in actions.drain(..) {
             match action {
                 QueueAction::LoadStartOffset(delay) if delay.is_zero() => {
                     self.load_start_offset(ctx)
@@ -294,7 +341,7 @@ impl QueueActor {
                 QueueAction::Lock => self.request_lock(ctx),
                 QueueAction::LockAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
-                        let mut out = Vec::new();
+                        let mut out = act.take_actions();
                         act.core.on_lock_timer(&mut out);
                         act.execute(out, ctx);
                     });
@@ -303,7 +350,7 @@ impl QueueActor {
                 QueueAction::ConsumeOrderly { batch, epoch } => self.run_orderly(batch, epoch, ctx),
                 QueueAction::ConsumeAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
-                        let mut out = Vec::new();
+                        let mut out = act.take_actions();
                         act.core
                             .on_consume_timer(&act.shared.config, now_ms(), &mut out);
                         act.execute(out, ctx);
@@ -329,6 +376,7 @@ impl QueueActor {
                         batch.clone(),
                         ConsumeContext::new(queue),
                         started,
+                        &mut held_permit,
                     );
                     match call {
                         Ok(outcome) => finished.calls.push((batch, epoch, outcome)),
@@ -354,7 +402,7 @@ impl QueueActor {
                     epoch,
                 } => {
                     ctx.run_later(delay, move |act, ctx| {
-                        let mut out = Vec::new();
+                        let mut out = act.take_actions();
                         act.core
                             .on_reconsume_timer(messages, epoch, now_ms(), &mut out);
                         act.execute(out, ctx);
@@ -465,7 +513,7 @@ impl QueueActor {
         self.subscribed = subscription.is_some();
         let Some(subscription) = subscription else {
             // The core saw a subscription a moment ago; answer as a failed pull.
-            let mut out = Vec::new();
+            let mut out = self.take_actions();
             let env = self.env();
             self.core.on_pull_answer(
                 &order,
@@ -514,7 +562,7 @@ impl QueueActor {
                 }
                 act.last_max_offset = Some(response.max_offset);
             }
-            let mut out = Vec::new();
+            let mut out = act.take_actions();
             let env = act.env();
             act.core.on_pull_answer(
                 &order,
@@ -542,7 +590,7 @@ impl QueueActor {
         outcome: ConsumeOutcome,
         ctx: &mut Context<Self>,
     ) {
-        let mut out = Vec::new();
+        let mut out = self.take_actions();
         let env = self.env();
         self.settle_call(batch, epoch, outcome, &env, now_ms(), &mut out);
         self.execute(out, ctx);
@@ -558,26 +606,37 @@ impl QueueActor {
         now: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        let ConsumeOutcome {
-            status,
-            context,
-            elapsed,
-            ..
-        } = outcome;
-        let call = CallOutcome {
-            success: status == ConsumeStatus::Success,
-            ack_index: context.ack_index,
-            delay_level: context.delay_level,
-        };
-        let failed = retry::failed_range(call.success, call.ack_index, batch.len()).len();
+        let call = call_outcome(&outcome);
+        self.record_call(&batch, outcome.status, &outcome.context, outcome.elapsed);
+        self.recycle_queue(outcome.context.queue);
+        self.core
+            .on_consumed(&batch, epoch, call, &self.shared.config, env, now, out);
+    }
+
+    /// Counts a listener call's messages as consumed or failed.
+    fn record_call(
+        &self,
+        batch: &[MessageExt],
+        status: ConsumeStatus,
+        context: &ConsumeContext,
+        elapsed: Duration,
+    ) {
+        let failed = retry::failed_range(
+            status == ConsumeStatus::Success,
+            context.ack_index,
+            batch.len(),
+        )
+        .len();
         self.shared
             .stats
             .record_consumed(batch.len() - failed, failed, elapsed);
-        if context.queue == self.user_queue && self.spare_queues.len() < MAX_SPARE_QUEUES {
-            self.spare_queues.push(context.queue);
+    }
+
+    /// Keeps a queue a listener context gave back for the next call's context.
+    fn recycle_queue(&mut self, queue: MessageQueue) {
+        if self.spare_queues.len() < MAX_SPARE_QUEUES && queue == self.user_queue {
+            self.spare_queues.push(queue);
         }
-        self.core
-            .on_consumed(&batch, epoch, call, &self.shared.config, env, now, out);
     }
 
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).
@@ -690,7 +749,7 @@ impl QueueActor {
     }
 
     fn clean_expired(&mut self, ctx: &mut Context<Self>) {
-        let mut out = Vec::new();
+        let mut out = self.take_actions();
         self.core
             .clean_expired(&self.shared.config, now_ms(), &mut out);
         self.execute(out, ctx);
@@ -782,7 +841,7 @@ impl Handler<DropQueue> for QueueActor {
         }
         let (done, wait) = oneshot::channel();
         self.drain_waiters.push(done);
-        let mut out = Vec::new();
+        let mut out = self.take_actions();
         let in_flight = self.core.drop_queue(&mut out);
         self.execute(out, ctx);
         if in_flight {
@@ -790,7 +849,7 @@ impl Handler<DropQueue> for QueueActor {
                 ctx.run_later(limit, |act, ctx| {
                     if !act.drain_waiters.is_empty() {
                         tracing::warn!(queue = %act.queue, unsettled = act.core.unsettled, "listener calls still running after shutdown_await; dropping anyway");
-                        let mut out = Vec::new();
+                        let mut out = act.take_actions();
                         act.core.force_finish(&mut out);
                         act.execute(out, ctx);
                     }
@@ -813,7 +872,7 @@ impl Handler<ConnectionEvent> for QueueActor {
         if let ConnectionEvent::Disconnected { peer, reason } = event {
             let _span = self.span.clone().entered();
             tracing::debug!(queue = %self.queue, %peer, %reason, "broker connection closed; re-locking");
-            let mut out = Vec::new();
+            let mut out = self.take_actions();
             self.core.on_broker_disconnected(now_ms(), &mut out);
             self.execute(out, ctx);
         }
@@ -846,5 +905,14 @@ impl Handler<ResetQueueOffset> for QueueActor {
             core.reset_offset(offset, cfg, env, now, out)
         });
         Box::pin(async move { set.await? }.into_actor(self))
+    }
+}
+
+/// What the core needs of a listener call's outcome.
+fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
+    CallOutcome {
+        success: outcome.status == ConsumeStatus::Success,
+        ack_index: outcome.context.ack_index,
+        delay_level: outcome.context.delay_level,
     }
 }

@@ -284,11 +284,12 @@ pub(crate) fn decode_pulled(
     if !expression.is_all() {
         messages.retain(|message| expression.matches_tags(message.tags()));
     }
+    let broker: std::sync::Arc<str> = std::sync::Arc::from(queue.broker_name.as_str());
     for message in &mut messages {
         if let Some(delta) = offset_delta {
             message.queue_offset += delta;
         }
-        message.broker_name.clone_from(&queue.broker_name);
+        message.broker_name = broker.clone();
     }
     Ok((messages, unfiltered))
 }

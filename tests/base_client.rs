@@ -56,7 +56,7 @@ async fn the_base_client_pulls_a_queue_and_commits_an_offset() {
     assert_eq!(pulled.next_begin_offset, 10);
     let bodies: Vec<String> = pulled.messages.iter().map(text).collect();
     assert_eq!(bodies, ["m0", "m2", "m4", "m6", "m8"]);
-    assert!(pulled.messages.iter().all(|m| m.broker_name == BROKER));
+    assert!(pulled.messages.iter().all(|m| &*m.broker_name == BROKER));
 
     client
         .update_consumer_offset(group, &queue, pulled.next_begin_offset)

@@ -107,7 +107,7 @@ async fn pull_once(
         let mut messages =
             decode_messages(response.body.clone().unwrap_or_default()).expect("pull body");
         for message in &mut messages {
-            message.broker_name = queue.broker_name.clone();
+            message.broker_name = queue.broker_name.as_str().into();
         }
         messages
     } else {

@@ -258,7 +258,7 @@ fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) -> usize {
     for message in taken {
         t.count += 1;
         t.latencies_ms.record(now_ms - message.born_timestamp);
-        let queue = MessageQueue::new(message.topic(), &message.broker_name, message.queue_id);
+        let queue = MessageQueue::new(message.topic(), &*message.broker_name, message.queue_id);
         let next = message.queue_offset + 1;
         let consumed = t.consumed.entry(queue).or_insert(next);
         *consumed = (*consumed).max(next);
@@ -512,7 +512,7 @@ where
             if record(tally, std::slice::from_ref(&message)) == 0 {
                 // stdout is gone: the message goes back rather than being committed unprinted.
                 let queue =
-                    MessageQueue::new(message.topic(), &message.broker_name, message.queue_id);
+                    MessageQueue::new(message.topic(), &*message.broker_name, message.queue_id);
                 if let Err(e) = consumer.seek(&queue, message.queue_offset).await {
                     tracing::warn!(%queue, error = %e, "cannot put an unprinted message back");
                 }

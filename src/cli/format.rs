@@ -204,7 +204,7 @@ pub fn message_json(message: &MessageExt) -> serde_json::Value {
         .collect();
     json!({
         "topic": message.topic(),
-        "broker": message.broker_name,
+        "broker": &*message.broker_name,
         "queue_id": message.queue_id,
         "queue_offset": message.queue_offset,
         "msg_id": message.msg_id(),

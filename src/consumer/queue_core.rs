@@ -628,15 +628,24 @@ impl QueueCore {
             }
             None => {}
         }
-        if outcome.deliver {
-            self.deliver(response.messages, retry_group, cfg, now_ms, out);
-        }
+        let undispatched = if outcome.deliver {
+            self.deliver(response.messages, retry_group, cfg, now_ms, out)
+        } else {
+            None
+        };
+        // The next pull is decided with the new messages cached (flow control counts them)
+        // but goes out before they are consumed: the broker reads the next batch while the
+        // listener works through this one.
         match outcome.next_pull {
             NextPull::Immediately => self.pull(cfg, env, now_ms, out),
             NextPull::After(delay) => self.schedule_pull(delay, out),
             // OFFSET_ILLEGAL: this runtime keeps the queue and continues from the adopted
             // offset rather than dropping and re-adding it.
             NextPull::Stop => self.pull(cfg, env, now_ms, out),
+        }
+        if let Some(batch) = undispatched {
+            let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
+            self.dispatch(batch, batch_size, now_ms, out);
         }
     }
 
@@ -672,6 +681,8 @@ impl QueueCore {
         }
     }
 
+    /// Caches pulled messages. Orderly modes hand them on at once; a concurrent queue returns
+    /// them for [`QueueCore::dispatch`] once the next pull is decided.
     fn deliver(
         &mut self,
         mut messages: Vec<MessageExt>,
@@ -679,7 +690,7 @@ impl QueueCore {
         cfg: &PushConsumerConfig,
         now_ms: i64,
         out: &mut Vec<QueueAction>,
-    ) {
+    ) -> Option<Arc<Vec<MessageExt>>> {
         if let Some(group) = retry_group {
             for message in &mut messages {
                 retry::restore_original_topic(message, group);
@@ -694,12 +705,12 @@ impl QueueCore {
                     batch: batch.clone(),
                     index,
                 }));
-                let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
-                self.dispatch(batch, batch_size, now_ms, out);
+                Some(batch)
             }
             Mode::Orderly { pq, .. } => {
                 pq.put_messages(messages);
                 self.consume_ordered(cfg, now_ms, out);
+                None
             }
             Mode::KeyOrdered { queue } => {
                 for message in messages {
@@ -707,6 +718,7 @@ impl QueueCore {
                     queue.push(message, key.as_deref());
                 }
                 self.consume_ordered(cfg, now_ms, out);
+                None
             }
         }
     }
@@ -723,6 +735,7 @@ impl QueueCore {
             return;
         };
         pq.mark_offsets_consume_started(messages.iter().map(|m| m.queue_offset), now_ms);
+        out.reserve(messages.len().div_ceil(batch_size.max(1)));
         let mut start = 0;
         while start < messages.len() {
             let end = start.saturating_add(batch_size.max(1)).min(messages.len());
@@ -752,6 +765,52 @@ impl QueueCore {
             self.settle_call(batch, outcome, cfg, env, now_ms, out);
         }
         self.settle(out);
+    }
+
+    /// Several concurrent listener calls ended together (those of one round that finished at
+    /// once): the same as [`QueueCore::on_consumed`] for each in turn, but the offsets of every
+    /// fully successful call leave the cache in one pass, with one commit and one pull check.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_consumed_all<'m>(
+        &mut self,
+        calls: impl IntoIterator<Item = (&'m [MessageExt], u64, CallOutcome)>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let mut ended = 0usize;
+        let mut done: Vec<&'m [MessageExt]> = Vec::new();
+        for (batch, epoch, outcome) in calls {
+            ended += 1;
+            if epoch != self.epoch {
+                continue;
+            }
+            let no_timeouts = match &self.mode {
+                Mode::Concurrent { timed_out, .. } => timed_out.is_empty(),
+                _ => true,
+            };
+            let all_succeeded =
+                failed_range(outcome.success, outcome.ack_index, batch.len()).is_empty();
+            if all_succeeded && no_timeouts {
+                done.push(batch);
+            } else {
+                self.settle_call(batch, outcome, cfg, env, now_ms, out);
+            }
+        }
+        // Every offset leaves before any settle: a drop that ends with the last call reports
+        // the committed offset these calls raised.
+        self.remove_done(
+            done.iter()
+                .flat_map(|batch| batch.iter().map(|m| m.queue_offset)),
+            cfg,
+            env,
+            now_ms,
+            out,
+        );
+        for _ in 0..ended {
+            self.settle(out);
+        }
     }
 
     fn settle_call(

@@ -236,7 +236,7 @@ fn decode_into(
             properties,
             body,
         },
-        broker_name: String::new(),
+        broker_name: crate::message::model::no_broker(),
         queue_id,
         store_size,
         queue_offset,

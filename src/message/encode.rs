@@ -244,7 +244,7 @@ mod tests {
                 properties: Properties::parse(props),
                 body: Bytes::copy_from_slice(body),
             },
-            broker_name: String::new(),
+            broker_name: crate::message::model::no_broker(),
             queue_id: golden::QUEUE_ID,
             store_size: 0,
             queue_offset: golden::QUEUE_OFFSET,
@@ -435,7 +435,7 @@ mod tests {
             prepared_transaction_offset in any::<i64>(),
         ) -> MessageExt {
             MessageExt {
-                message, broker_name: String::new(), queue_id, store_size: 0, queue_offset,
+                message, broker_name: crate::message::model::no_broker(), queue_id, store_size: 0, queue_offset,
                 sys_flag, born_timestamp, born_host, store_timestamp, store_host,
                 commit_log_offset, body_crc: 0, reconsume_times, prepared_transaction_offset,
             }

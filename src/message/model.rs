@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 
 use super::id::offset_msg_id;
 use super::properties::{property, Properties};
@@ -203,8 +204,9 @@ impl Message {
 pub struct MessageExt {
     /// Topic, flag, properties and body.
     pub message: Message,
-    /// Broker the message was pulled from (set by the consumer, not on the wire).
-    pub broker_name: String,
+    /// Broker the message was pulled from (set by the consumer, not on the wire; empty
+    /// otherwise). Shared by every message of a pull, so setting it copies no string.
+    pub broker_name: Arc<str>,
     /// Queue id within the topic.
     pub queue_id: i32,
     /// Size of the stored record in bytes.
@@ -237,7 +239,7 @@ impl Default for MessageExt {
         let unspecified = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
         MessageExt {
             message: Message::default(),
-            broker_name: String::new(),
+            broker_name: no_broker(),
             queue_id: 0,
             store_size: 0,
             queue_offset: 0,
@@ -375,4 +377,13 @@ mod tests {
         let tx = MessageExt::from(msg.with_property(property::TRAN_MSG, "true"));
         assert_eq!(tx.transaction_id(), Some("U1"));
     }
+}
+
+/// The empty broker name of a message no consumer has pulled: one shared allocation per
+/// thread, so decoding a record allocates nothing for it.
+pub(crate) fn no_broker() -> Arc<str> {
+    thread_local! {
+        static EMPTY: Arc<str> = Arc::from("");
+    }
+    EMPTY.with(Arc::clone)
 }

@@ -419,7 +419,7 @@ impl World {
             let queue = taken
                 .messages
                 .first()
-                .map(|m| MessageQueue::new(TOPIC, m.broker_name.clone(), m.queue_id));
+                .map(|m| MessageQueue::new(TOPIC, &*m.broker_name, m.queue_id));
             if let Some(queue) = queue {
                 self.note(|| format!("c{c} {queue} polled {:?}", keys_text(&taken.messages)));
                 self.record_consumed(&queue, &taken.messages);
