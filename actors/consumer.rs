@@ -28,7 +28,7 @@ use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregist
 use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
     ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
-    OwnedListener, RecipientListener, RecipientOrderlyListener,
+    OwnedListener, OwnedOrderlyListener, RecipientListener, RecipientOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -578,18 +578,35 @@ enum SendListener {
     /// A concurrent listener the dispatcher can call by value (a closure).
     ConcurrentOwned(Box<dyn OwnedListener>),
     Orderly(Box<dyn OrderlyListener>),
+    /// An orderly listener the dispatcher can call by value (a closure).
+    OrderlyOwned(Box<dyn OwnedOrderlyListener>),
+}
+
+/// A listener on the runtime thread, and the same listener again when it can be called by value.
+struct RuntimeListener {
+    any: AnyListener,
+    owned: Option<Rc<dyn OwnedListener>>,
+    owned_orderly: Option<Rc<dyn OwnedOrderlyListener>>,
 }
 
 impl SendListener {
-    /// The listener, and the same listener again when it can be called by value.
-    fn into_any(self) -> (AnyListener, Option<Rc<dyn OwnedListener>>) {
-        match self {
-            SendListener::Concurrent(l) => (AnyListener::Concurrent(Rc::from(l)), None),
+    fn into_runtime(self) -> RuntimeListener {
+        let (any, owned, owned_orderly) = match self {
+            SendListener::Concurrent(l) => (AnyListener::Concurrent(Rc::from(l)), None, None),
             SendListener::ConcurrentOwned(l) => {
                 let owned: Rc<dyn OwnedListener> = Rc::from(l);
-                (AnyListener::Concurrent(owned.clone()), Some(owned))
+                (AnyListener::Concurrent(owned.clone()), Some(owned), None)
             }
-            SendListener::Orderly(l) => (AnyListener::Orderly(Rc::from(l)), None),
+            SendListener::Orderly(l) => (AnyListener::Orderly(Rc::from(l)), None, None),
+            SendListener::OrderlyOwned(l) => {
+                let owned: Rc<dyn OwnedOrderlyListener> = Rc::from(l);
+                (AnyListener::Orderly(owned.clone()), None, Some(owned))
+            }
+        };
+        RuntimeListener {
+            any,
+            owned,
+            owned_orderly,
         }
     }
 }
@@ -639,12 +656,14 @@ impl PushConsumerBuilder {
 
     /// An orderly closure listener: gets the batch and the context by value, returns the
     /// status and the context.
-    pub fn orderly_listener_fn<F, Fut>(self, f: F) -> Self
+    pub fn orderly_listener_fn<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
     {
-        self.orderly_listener(FnOrderlyListener(f))
+        self.listener = Some(SendListener::OrderlyOwned(Box::new(FnOrderlyListener(f))));
+        self.config.consume_mode = ConsumeMode::Orderly;
+        self
     }
 
     /// Delivers orderly batches to an actor as [`ConsumeOrderly`].
@@ -723,7 +742,12 @@ impl PushConsumerBuilder {
         for topic in config.subscriptions.keys() {
             validate_topic_name(topic)?;
         }
-        let Some((listener, owned_listener)) = self.listener.map(SendListener::into_any) else {
+        let Some(RuntimeListener {
+            any: listener,
+            owned: owned_listener,
+            owned_orderly: owned_orderly_listener,
+        }) = self.listener.map(SendListener::into_runtime)
+        else {
             return Err(Error::Config {
                 option: "listener",
                 value: "none".into(),
@@ -785,6 +809,7 @@ impl PushConsumerBuilder {
             config.effective_consume_concurrency() as usize,
         )
         .with_owned_listener(owned_listener)
+        .with_owned_orderly_listener(owned_orderly_listener)
         .with_hooks(ConsumeHooks::new(group.clone(), self.consume_hooks));
         let puller = {
             let client = client.clone();

@@ -90,12 +90,29 @@ pub trait MessageListener: Send + 'static {
 /// a slice (`messages.len()`, `messages[0]`, `for m in &messages`).
 #[derive(Clone)]
 pub struct Messages {
-    /// Every message of one pull; the batch is `shared[start..end]`, so the messages of a pull
-    /// are stored once however many listener calls they are split into (and a `Vec`, so the
-    /// decoded pull is shared as it is, without copying it into a slice allocation).
-    shared: Arc<Vec<MessageExt>>,
+    /// Every message of one pull (concurrent) or one orderly batch; the batch is
+    /// `messages[start..end]`, so the messages of a pull are stored once however many listener
+    /// calls they are split into.
+    shared: SharedMessages,
     start: usize,
     end: usize,
+}
+
+/// Where a [`Messages`] batch lives: a decoded pull as it is (a `Vec`, shared without copying
+/// it into a slice allocation), or an orderly batch already in a shared slice.
+#[derive(Clone)]
+enum SharedMessages {
+    Pull(Arc<Vec<MessageExt>>),
+    Slice(Arc<[MessageExt]>),
+}
+
+impl SharedMessages {
+    fn all(&self) -> &[MessageExt] {
+        match self {
+            SharedMessages::Pull(messages) => messages,
+            SharedMessages::Slice(messages) => messages,
+        }
+    }
 }
 
 impl Messages {
@@ -103,12 +120,19 @@ impl Messages {
     pub(crate) fn slice(shared: Arc<Vec<MessageExt>>, range: std::ops::Range<usize>) -> Self {
         let end = range.end.min(shared.len());
         let start = range.start.min(end);
-        Messages { shared, start, end }
+        Messages {
+            shared: SharedMessages::Pull(shared),
+            start,
+            end,
+        }
     }
 
     /// The batch as a shared slice of its own.
     fn to_shared(&self) -> Arc<[MessageExt]> {
-        Arc::from(&**self)
+        match &self.shared {
+            SharedMessages::Slice(all) if self.start == 0 && self.end == all.len() => all.clone(),
+            _ => Arc::from(&**self),
+        }
     }
 }
 
@@ -116,7 +140,10 @@ impl std::ops::Deref for Messages {
     type Target = [MessageExt];
 
     fn deref(&self) -> &[MessageExt] {
-        self.shared.get(self.start..self.end).unwrap_or_default()
+        self.shared
+            .all()
+            .get(self.start..self.end)
+            .unwrap_or_default()
     }
 }
 
@@ -136,10 +163,11 @@ impl<'a> IntoIterator for &'a Messages {
 }
 
 impl From<Arc<[MessageExt]>> for Messages {
+    /// Shares the batch as it is (nothing is copied).
     fn from(batch: Arc<[MessageExt]>) -> Self {
         let end = batch.len();
         Messages {
-            shared: Arc::new(batch.to_vec()),
+            shared: SharedMessages::Slice(batch),
             start: 0,
             end,
         }
@@ -325,6 +353,27 @@ where
         let (status, returned) = (self.0)(batch, ctx.clone()).await;
         *ctx = returned;
         status
+    }
+}
+
+/// An orderly listener that takes the batch and the context by value, as a closure listener
+/// does (see [`OwnedListener`]).
+pub(crate) trait OwnedOrderlyListener: OrderlyListener {
+    /// Starts one call with the batch and the context.
+    fn consume_owned(&self, messages: Messages, ctx: OrderlyContext) -> OwnedOrderlyCall;
+}
+
+/// A call of an [`OwnedOrderlyListener`] in progress.
+pub(crate) type OwnedOrderlyCall =
+    std::pin::Pin<Box<dyn Future<Output = (OrderlyStatus, OrderlyContext)> + 'static>>;
+
+impl<F, Fut> OwnedOrderlyListener for FnOrderlyListener<F>
+where
+    F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
+    Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
+{
+    fn consume_owned(&self, messages: Messages, ctx: OrderlyContext) -> OwnedOrderlyCall {
+        Box::pin((self.0)(messages, ctx))
     }
 }
 
@@ -649,6 +698,33 @@ fn panicked_call(
     }
 }
 
+/// An orderly call not finished at once, for the caller to spawn.
+pub(crate) type PendingOrderly = std::pin::Pin<Box<dyn Future<Output = OrderlyOutcome>>>;
+
+/// The outcome of a by-value orderly call that panicked: a suspend, with a context rebuilt from
+/// the settings it started with (`auto_commit`, `suspend_time`, queue id).
+fn panicked_orderly_call(
+    messages: &Messages,
+    (auto_commit, suspend_time, queue_id): (bool, Duration, i32),
+    panic: &(dyn std::any::Any + Send),
+    started: Instant,
+) -> OrderlyOutcome {
+    let queue = messages.first().map_or_else(
+        || MessageQueue::new("", "", queue_id),
+        |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
+    );
+    tracing::error!(queue = %queue, panic = %panic_text(panic), "orderly listener panicked; suspending the queue");
+    OrderlyOutcome {
+        status: OrderlyStatus::SuspendCurrentQueueAMoment,
+        context: OrderlyContext {
+            queue,
+            auto_commit,
+            suspend_time,
+        },
+        elapsed: started.elapsed(),
+    }
+}
+
 /// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
 ///
 /// Queue actors spawn the futures it returns in their own context, so a batch costs no extra
@@ -657,6 +733,8 @@ pub struct ConsumeDispatcher {
     listener: AnyListener,
     /// The same listener when it takes its arguments by value (a closure listener).
     owned: Option<Rc<dyn OwnedListener>>,
+    /// The same for an orderly closure listener.
+    owned_orderly: Option<Rc<dyn OwnedOrderlyListener>>,
     permits: Arc<Semaphore>,
     /// The consume hooks, `None` when there are none.
     hooks: Option<Rc<ConsumeHooks>>,
@@ -669,6 +747,7 @@ impl ConsumeDispatcher {
         ConsumeDispatcher {
             listener,
             owned: None,
+            owned_orderly: None,
             permits: Arc::new(Semaphore::new(limit)),
             hooks: None,
         }
@@ -677,6 +756,15 @@ impl ConsumeDispatcher {
     /// Calls `owned` (the dispatcher's concurrent listener itself) by value where it can.
     pub(crate) fn with_owned_listener(mut self, owned: Option<Rc<dyn OwnedListener>>) -> Self {
         self.owned = owned;
+        self
+    }
+
+    /// Calls `owned` (the dispatcher's orderly listener itself) by value where it can.
+    pub(crate) fn with_owned_orderly_listener(
+        mut self,
+        owned: Option<Rc<dyn OwnedOrderlyListener>>,
+    ) -> Self {
+        self.owned_orderly = owned;
         self
     }
 
@@ -766,6 +854,68 @@ impl ConsumeDispatcher {
         match call.as_mut().poll(&mut poll_context) {
             std::task::Poll::Ready(outcome) => Ok(outcome),
             std::task::Poll::Pending => Err(call),
+        }
+    }
+
+    /// [`ConsumeDispatcher::consume_orderly`] at once when the listener is called by value, a
+    /// permit is free (or `held`, as in [`ConsumeDispatcher::consume_now`]) and no hooks run:
+    /// the outcome if the call finished on its first poll, otherwise the call to spawn.
+    pub(crate) fn consume_orderly_now(
+        &self,
+        messages: Arc<[MessageExt]>,
+        context: OrderlyContext,
+        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> std::result::Result<OrderlyOutcome, PendingOrderly> {
+        let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
+            return Err(Box::pin(self.consume_orderly(messages, context)));
+        };
+        let permit = match held.take() {
+            Some(permit) => permit,
+            None => match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => return Err(Box::pin(self.consume_orderly(messages, context))),
+            },
+        };
+        let started = Instant::now();
+        let defaults = (context.auto_commit, context.suspend_time, context.queue.queue_id);
+        let batch = Messages::from(messages);
+        let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            listener.consume_owned(batch.clone(), context)
+        }));
+        let mut call = match call {
+            Ok(call) => call,
+            Err(panic) => {
+                *held = Some(permit);
+                return Ok(panicked_orderly_call(&batch, defaults, panic.as_ref(), started));
+            }
+        };
+        let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut poll_context))) {
+            Ok(std::task::Poll::Ready((status, context))) => {
+                *held = Some(permit);
+                Ok(OrderlyOutcome {
+                    status,
+                    context,
+                    elapsed: started.elapsed(),
+                })
+            }
+            Err(panic) => {
+                *held = Some(permit);
+                Ok(panicked_orderly_call(&batch, defaults, panic.as_ref(), started))
+            }
+            Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
+                // Polled again by the caller's actor context, which registers the real waker.
+                let result = AssertUnwindSafe(call).catch_unwind().await;
+                drop(permit);
+                match result {
+                    Ok((status, context)) => OrderlyOutcome {
+                        status,
+                        context,
+                        elapsed: started.elapsed(),
+                    },
+                    Err(panic) => panicked_orderly_call(&batch, defaults, panic.as_ref(), started),
+                }
+            })),
         }
     }
 

@@ -8,6 +8,7 @@
 //! `queue_orderly.rs`.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -16,7 +17,9 @@ use tracing::Instrument;
 
 use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
-use crate::actors::listener::{ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages};
+use crate::actors::listener::{
+    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
+};
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
 use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
@@ -88,9 +91,11 @@ pub struct ResetQueueOffset(pub i64);
 
 /// The listener calls of one round of actions that finished at once, and when the first began.
 #[derive(Default)]
-struct Finished {
+pub(crate) struct Finished {
     started: Option<std::time::Instant>,
     calls: Vec<(Messages, u64, ConsumeOutcome)>,
+    /// Orderly calls that finished at once (each timed by itself).
+    pub(crate) orderly: Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
 }
 
 impl Finished {
@@ -99,12 +104,19 @@ impl Finished {
     }
 
     fn is_empty(&self) -> bool {
-        self.calls.is_empty()
+        self.calls.is_empty() && self.orderly.is_empty()
     }
 
-    fn into_parts(self) -> (std::time::Instant, Vec<(Messages, u64, ConsumeOutcome)>) {
+    #[allow(clippy::type_complexity)]
+    fn into_parts(
+        self,
+    ) -> (
+        std::time::Instant,
+        Vec<(Messages, u64, ConsumeOutcome)>,
+        Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
+    ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
-        (started, self.calls)
+        (started, self.calls, self.orderly)
     }
 }
 
@@ -123,7 +135,7 @@ pub struct QueueActor {
     offset_flush_scheduled: bool,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
     /// owns one in its context; this saves allocating its strings each time).
-    spare_queues: Vec<MessageQueue>,
+    pub(crate) spare_queues: Vec<MessageQueue>,
     /// The queue was dropped (or the actor gave up): a restart by the supervisor, while some
     /// address of it is still held, leaves it idle.
     retired: bool,
@@ -147,7 +159,12 @@ pub struct QueueActor {
     action_buffer: Vec<QueueAction>,
     /// The same for the listener calls of a round that finished at once.
     finished_buffer: Vec<(Messages, u64, ConsumeOutcome)>,
+    /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
+    pub(crate) orderly_calls_left: u32,
 }
+
+/// Orderly calls one turn of a queue actor runs at once before it lets the thread go.
+pub(crate) const ORDERLY_CALLS_PER_TURN: u32 = 64;
 
 impl QueueActor {
     /// An actor for `queue`.
@@ -183,6 +200,7 @@ impl QueueActor {
             start_delay: Duration::ZERO,
             action_buffer: Vec::new(),
             finished_buffer: Vec::new(),
+            orderly_calls_left: ORDERLY_CALLS_PER_TURN,
         }
     }
 
@@ -284,10 +302,17 @@ impl QueueActor {
                 self.keep_actions(actions);
                 return;
             }
-            let (started, mut calls) = finished.into_parts();
-            let share = started.elapsed() / u32::try_from(calls.len()).unwrap_or(u32::MAX);
+            let (started, mut calls, orderly) = finished.into_parts();
             let env = self.env();
             let now = now_ms();
+            for (batch, epoch, outcome) in orderly {
+                self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
+            }
+            if calls.is_empty() {
+                self.finished_buffer = calls;
+                continue;
+            }
+            let share = started.elapsed() / u32::try_from(calls.len()).unwrap_or(u32::MAX);
             for (batch, _, outcome) in &mut calls {
                 outcome.elapsed = share;
                 self.record_call(batch, outcome.status, &outcome.context, share);
@@ -318,6 +343,7 @@ impl QueueActor {
         let mut finished = Finished {
             started: None,
             calls: std::mem::take(&mut self.finished_buffer),
+            orderly: Vec::new(),
         };
         // One listener permit serves every call of the round that finishes at once; it is
         // released when the round ends.
@@ -347,7 +373,9 @@ impl QueueActor {
                     });
                 }
                 QueueAction::RecomputeOffset => self.recompute_offset(ctx),
-                QueueAction::ConsumeOrderly { batch, epoch } => self.run_orderly(batch, epoch, ctx),
+                QueueAction::ConsumeOrderly { batch, epoch } => {
+                    self.run_orderly(batch, epoch, ctx, &mut finished, &mut held_permit)
+                }
                 QueueAction::ConsumeAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
                         let mut out = act.take_actions();
@@ -633,7 +661,7 @@ impl QueueActor {
     }
 
     /// Keeps a queue a listener context gave back for the next call's context.
-    fn recycle_queue(&mut self, queue: MessageQueue) {
+    pub(crate) fn recycle_queue(&mut self, queue: MessageQueue) {
         if self.spare_queues.len() < MAX_SPARE_QUEUES && queue == self.user_queue {
             self.spare_queues.push(queue);
         }

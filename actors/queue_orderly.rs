@@ -11,12 +11,14 @@ use tracing::Instrument;
 
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::offset_store::LoadOffset;
-use crate::actors::queue::QueueActor;
+use crate::actors::consumer::now_ms;
+use crate::actors::listener::OrderlyOutcome;
+use crate::actors::queue::{Finished, QueueActor, ORDERLY_CALLS_PER_TURN};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, DeadLetter};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
-use crate::consumer::queue_core::Mode;
+use crate::consumer::queue_core::{Mode, QueueAction, QueueEnv};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::Result;
 use crate::message::{MessageExt, MessageQueue};
@@ -104,41 +106,82 @@ impl QueueActor {
         snapshot
     }
 
-    /// Runs the orderly listener on `batch` and reports the outcome to the core.
+    /// Runs an orderly batch: at once when the listener finishes on its first poll (the
+    /// outcome goes to `finished`, settled with the round), otherwise as a task of this actor.
+    /// After [`ORDERLY_CALLS_PER_TURN`] calls at once the next waits for the actor's next turn,
+    /// so a queue with a deep cache does not keep the thread from the others.
     pub(crate) fn run_orderly(
         &mut self,
         batch: Arc<[MessageExt]>,
         epoch: u64,
         ctx: &mut Context<Self>,
+        finished: &mut Finished,
+        held_permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
-        let context = OrderlyContext::new(self.user_queue.clone(), &self.shared.config);
-        let consumed = self
-            .shared
-            .dispatcher
-            .consume_orderly(batch.clone(), context)
-            .instrument(self.span.clone());
-        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
-            let ok = matches!(
-                outcome.status,
-                OrderlyStatus::Success | OrderlyStatus::Commit
-            );
-            let failed = if ok { 0 } else { batch.len() };
-            act.shared
-                .stats
-                .record_consumed(batch.len() - failed, failed, outcome.elapsed);
-            act.step(ctx, |core, cfg, env, now, out| {
-                core.on_orderly_consumed(
-                    &batch,
-                    epoch,
-                    outcome.status,
-                    &outcome.context,
-                    cfg,
-                    env,
-                    now,
-                    out,
-                )
+        if self.orderly_calls_left == 0 {
+            ctx.run_later(Duration::ZERO, move |act, ctx| {
+                act.orderly_calls_left = ORDERLY_CALLS_PER_TURN;
+                let mut out = act.take_actions();
+                out.push(QueueAction::ConsumeOrderly { batch, epoch });
+                act.execute(out, ctx);
             });
+            return;
+        }
+        self.orderly_calls_left -= 1;
+        let queue = self
+            .spare_queues
+            .pop()
+            .unwrap_or_else(|| self.user_queue.clone());
+        let context = OrderlyContext::new(queue, &self.shared.config);
+        let pending = match self.shared.dispatcher.consume_orderly_now(
+            batch.clone(),
+            context,
+            held_permit,
+        ) {
+            Ok(outcome) => {
+                finished.orderly.push((batch, epoch, outcome));
+                return;
+            }
+            Err(pending) => pending,
+        };
+        let consumed = pending.instrument(self.span.clone());
+        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
+            let mut out = act.take_actions();
+            let env = act.env();
+            act.settle_orderly(&batch, epoch, outcome, &env, now_ms(), &mut out);
+            act.execute(out, ctx);
         }));
+    }
+
+    /// Records an orderly call's outcome and hands it to the core.
+    pub(crate) fn settle_orderly(
+        &mut self,
+        batch: &[MessageExt],
+        epoch: u64,
+        outcome: OrderlyOutcome,
+        env: &QueueEnv,
+        now: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let ok = matches!(
+            outcome.status,
+            OrderlyStatus::Success | OrderlyStatus::Commit
+        );
+        let failed = if ok { 0 } else { batch.len() };
+        self.shared
+            .stats
+            .record_consumed(batch.len() - failed, failed, outcome.elapsed);
+        self.core.on_orderly_consumed(
+            batch,
+            epoch,
+            outcome.status,
+            &outcome.context,
+            &self.shared.config,
+            env,
+            now,
+            out,
+        );
+        self.recycle_queue(outcome.context.queue);
     }
 
     /// Sends messages to the dead-letter queue and reports which sends succeeded.

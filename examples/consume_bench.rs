@@ -31,7 +31,10 @@
 //! 5. **sched**: a pull schedule service whose task pulls 32 with long polling, counts and moves
 //!    its offset on, with no delay between runs;
 //! 6. **pushh** (not run by default): the push phase with a no-op `RpcHook` on its client and a
-//!    no-op `ConsumeHook` on the consumer — what installed hooks cost (`--phases push,pushh`).
+//!    no-op `ConsumeHook` on the consumer — what installed hooks cost (`--phases push,pushh`);
+//! 7. **push32** (not run by default): the push phase with `consume_message_batch_max_size = 32`;
+//! 8. **orderly** / **keyord** (not run by default): an orderly listener, queue-ordered (broker
+//!    locks, one call per queue at a time) and key-ordered, that only counts.
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
 //! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
@@ -39,6 +42,7 @@
 //! from `start()` to the first message.
 
 use std::sync::mpsc as std_mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,6 +50,7 @@ use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rocketmq_actor::consumer::ConsumeFromWhere;
 use rocketmq_actor::consumer::ConsumeStatus;
+use rocketmq_actor::consumer::OrderlyStatus;
 use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
@@ -507,12 +512,64 @@ async fn schedule_phase(namesrv: &str, topic: &str, expected: usize) -> Result<P
 }
 
 /// What the push listener records.
+/// What a counting listener shares with its phase: a count, and the moments of the first
+/// and the last message (the clock is read twice per phase, not once per message).
 struct Tally {
-    count: usize,
+    count: AtomicUsize,
+    target: usize,
+    moments: Mutex<Moments>,
+}
+
+#[derive(Default)]
+struct Moments {
     first: Option<Instant>,
     last: Option<Instant>,
-    target: usize,
     done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Tally {
+    /// Counts `n` messages.
+    fn add(&self, n: usize) {
+        let before = self.count.fetch_add(n, Ordering::Relaxed);
+        if before == 0 || before + n >= self.target {
+            let now = Instant::now();
+            let mut moments = self.moments.lock().unwrap_or_else(|e| e.into_inner());
+            moments.first.get_or_insert(now);
+            if before + n >= self.target {
+                moments.last.get_or_insert(now);
+                if let Some(done) = moments.done.take() {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+}
+
+/// The push consumer variants measured against the raw loop.
+#[derive(Clone, Copy, PartialEq)]
+enum PushKind {
+    /// Default configuration: one message per listener call.
+    Default,
+    /// Default, with a no-op RPC hook and consume hook installed.
+    Hooks,
+    /// `consume_message_batch_max_size = 32`.
+    Batch32,
+    /// An orderly listener (queue order, broker locks).
+    Orderly,
+    /// An orderly listener in key-ordered mode.
+    KeyOrdered,
+}
+
+impl PushKind {
+    fn name(self) -> &'static str {
+        match self {
+            PushKind::Default => "push",
+            PushKind::Hooks => "pushh",
+            PushKind::Batch32 => "push32",
+            PushKind::Orderly => "orderly",
+            PushKind::KeyOrdered => "keyord",
+        }
+    }
 }
 
 /// Returns the phase and the time from `start()` to the first message.
@@ -520,70 +577,64 @@ async fn push_phase(
     namesrv: &str,
     topic: &str,
     expected: usize,
-    noop_hooks: bool,
+    kind: PushKind,
 ) -> Result<(Phase, Duration), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let tally = Arc::new(Mutex::new(Tally {
-        count: 0,
-        first: None,
-        last: None,
+    let tally = Arc::new(Tally {
+        count: AtomicUsize::new(0),
         target: expected,
-        done: Some(done_tx),
-    }));
-    let listener_tally = tally.clone();
-    let group = format!(
-        "consume_bench_{}{}",
-        std::process::id(),
-        if noop_hooks { "_hooks" } else { "" }
-    );
+        moments: Mutex::new(Moments {
+            done: Some(done_tx),
+            ..Moments::default()
+        }),
+    });
+    let group = format!("consume_bench_{}_{}", std::process::id(), kind.name());
     let before = CpuSample::now();
     let started = Instant::now();
     let mut builder = PushConsumer::builder();
-    if noop_hooks {
-        builder = builder.consume_hook(Arc::new(NoopHook));
-    }
     let mut config = client_config(namesrv);
-    if noop_hooks {
+    if kind == PushKind::Hooks {
+        builder = builder.consume_hook(Arc::new(NoopHook));
         config = config.with_rpc_hook(Arc::new(NoopHook));
     }
-    let consumer = builder
+    builder = builder
         .client_config(config)
         .group(group)
         .subscribe(topic, "*")
-        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
-        .listener_fn(move |messages, ctx| {
-            let now = Instant::now();
-            let mut t = listener_tally.lock().unwrap_or_else(|e| e.into_inner());
-            t.first.get_or_insert(now);
-            t.last = Some(now);
-            t.count += messages.len();
-            if t.count >= t.target {
-                if let Some(done) = t.done.take() {
-                    let _ = done.send(());
-                }
+        .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset);
+    let listener_tally = tally.clone();
+    builder = match kind {
+        PushKind::Default | PushKind::Hooks | PushKind::Batch32 => {
+            if kind == PushKind::Batch32 {
+                builder = builder.configure(|c| c.consume_message_batch_max_size = 32);
             }
-            async move { (ConsumeStatus::Success, ctx) }
-        })
-        .start()
-        .await
-        .map_err(|e| e.to_string())?;
+            builder.listener_fn(move |messages, ctx| {
+                listener_tally.add(messages.len());
+                async move { (ConsumeStatus::Success, ctx) }
+            })
+        }
+        PushKind::Orderly | PushKind::KeyOrdered => builder
+            .key_ordered(kind == PushKind::KeyOrdered)
+            .orderly_listener_fn(move |messages, ctx| {
+                listener_tally.add(messages.len());
+                async move { (OrderlyStatus::Success, ctx) }
+            }),
+    };
+    let consumer = builder.start().await.map_err(|e| e.to_string())?;
     let finished = tokio::time::timeout(Duration::from_secs(600), done_rx).await;
-    let (count, first, last) = {
-        let t = tally.lock().unwrap_or_else(|e| e.into_inner());
-        (t.count, t.first, t.last)
+    let count = tally.count.load(Ordering::Relaxed);
+    let (first, last) = {
+        let moments = tally.moments.lock().unwrap_or_else(|e| e.into_inner());
+        (moments.first, moments.last)
     };
     let wall = last.map_or_else(|| started.elapsed(), |last| last - started);
     // Measured before shutdown: the final offset persist is not part of consuming.
-    let phase = Phase::measure(
-        if noop_hooks { "pushh" } else { "push" },
-        count,
-        wall,
-        before,
-    );
+    let phase = Phase::measure(kind.name(), count, wall, before);
     consumer.shutdown().await;
     if finished.is_err() {
         return Err(format!(
-            "the push consumer got {count} of {expected} messages in 600 s"
+            "the {} consumer got {count} of {expected} messages in 600 s",
+            kind.name()
         ));
     }
     let first_latency = first.map_or(Duration::ZERO, |first| first - started);
@@ -620,18 +671,21 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
     for name in &args.phases {
         let phase = match name.as_str() {
             "push" => {
-                let (phase, first) = push_phase(namesrv, topic, sent, false).await?;
+                let (phase, first) = push_phase(namesrv, topic, sent, PushKind::Default).await?;
                 first_push_message = Some(first);
                 phase
             }
-            "pushh" => push_phase(namesrv, topic, sent, true).await?.0,
+            "pushh" => push_phase(namesrv, topic, sent, PushKind::Hooks).await?.0,
+            "push32" => push_phase(namesrv, topic, sent, PushKind::Batch32).await?.0,
+            "orderly" => push_phase(namesrv, topic, sent, PushKind::Orderly).await?.0,
+            "keyord" => push_phase(namesrv, topic, sent, PushKind::KeyOrdered).await?.0,
             "pull" => pull_phase(namesrv, topic).await?,
             "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
             "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pushh, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, push32, orderly, keyord, pull, lite, liteb, sched)"
                 ))
             }
         };
