@@ -535,13 +535,11 @@ pub(crate) async fn call(
     timeout: Duration,
 ) -> Result<RemotingCommand> {
     if hooks.is_empty() {
-        return conn.send(connection::Request { command, timeout }).await?;
+        return connection::call_command(conn, peer, command, timeout).await;
     }
     hooks.before(peer, &mut command);
     let code = command.code;
-    let response = conn
-        .send(connection::Request { command, timeout })
-        .await??;
+    let response = connection::call_command(conn, peer, command, timeout).await?;
     hooks.after(peer, code, &response);
     Ok(response)
 }

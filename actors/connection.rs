@@ -691,44 +691,107 @@ impl StreamHandler<Incoming> for Connection {
     }
 }
 
-impl Handler<Request> for Connection {
-    type Result = ResponseActFuture<Self, Result<RemotingCommand>>;
+/// A typed request answered through `reply` (what [`Request`] and the client's calls use):
+/// the wait and its timeout stay with the caller. Were the wait a future of this actor, every
+/// frame read would poll all of them — with thousands of long polls parked on one broker
+/// connection, quadratic work.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CommandRequest {
+    /// The command to send; its opaque is assigned here.
+    pub command: RemotingCommand,
+    /// Receives the response, or the error that ended the connection.
+    pub reply: oneshot::Sender<Result<RemotingCommand>>,
+}
 
-    fn handle(&mut self, msg: Request, ctx: &mut Self::Context) -> Self::Result {
+impl Handler<CommandRequest> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, msg: CommandRequest, ctx: &mut Self::Context) {
+        let CommandRequest { mut command, reply } = msg;
         if self.closed {
-            return Box::pin(fut::ready(Err(self.closed_error())));
+            let _ = reply.send(Err(self.closed_error()));
+            return;
         }
-        let mut command = msg.command;
-        let code = command.code;
-        let (reply, response) = oneshot::channel();
-        let opaque = self.pending.register(code, reply);
+        if reply.is_closed() {
+            return; // the caller gave up while the request sat in the mailbox
+        }
+        let opaque = self.pending.register(reply);
         command.opaque = opaque;
         command.flag &= !(RemotingCommand::FLAG_RESPONSE | RemotingCommand::FLAG_ONEWAY);
         let mut frame = BytesMut::new();
         if let Err(e) = command.encode(&mut frame) {
-            self.pending.take(opaque);
-            return Box::pin(fut::ready(Err(Error::Protocol(e))));
+            if let Some(pending) = self.pending.take(opaque) {
+                let _ = pending.reply.send(Err(Error::Protocol(e)));
+            }
+            return;
         }
+        // A timed-out request leaves its entry behind (its caller waited outside the actor).
+        self.pending.sweep_abandoned(|reply| reply.is_closed());
         self.write_frame(frame.freeze(), Some(opaque), ctx);
+    }
+}
+
+impl Handler<Request> for Connection {
+    type Result = ResponseFuture<Result<RemotingCommand>>;
+
+    fn handle(&mut self, msg: Request, ctx: &mut Self::Context) -> Self::Result {
+        let (reply, response) = oneshot::channel();
+        let code = msg.command.code;
+        Handler::<CommandRequest>::handle(
+            self,
+            CommandRequest {
+                command: msg.command,
+                reply,
+            },
+            ctx,
+        );
         let peer = self.peer.clone();
         let timeout = msg.timeout;
-        Box::pin(
-            async move { tokio::time::timeout(timeout, response).await }
-                .into_actor(self)
-                .map(move |outcome, act, _ctx| match outcome {
-                    Ok(Ok(result)) => result,
-                    Ok(Err(_)) => Err(Error::ConnectionClosed(peer)),
-                    Err(_) => {
-                        let code = act.pending.take(opaque).map_or(code, |p| p.code);
-                        Err(Error::Timeout {
-                            peer,
-                            code: RequestCode(code),
-                            timeout,
-                        })
-                    }
-                }),
-        )
+        Box::pin(await_reply(response, peer, code, timeout))
     }
+}
+
+/// Waits up to `timeout` for the answer to a request of `code` sent to `peer`.
+async fn await_reply(
+    response: oneshot::Receiver<Result<RemotingCommand>>,
+    peer: String,
+    code: i32,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    match tokio::time::timeout(timeout, response).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::ConnectionClosed(peer)),
+        Err(_) => Err(Error::Timeout {
+            peer,
+            code: RequestCode(code),
+            timeout,
+        }),
+    }
+}
+
+/// Sends `command` on `conn` and waits up to `timeout` for the response (any response code),
+/// with the mailbox discipline of [`call_encoded`].
+pub(crate) async fn call_command(
+    conn: &Addr<Connection>,
+    peer: &str,
+    command: RemotingCommand,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    let code = command.code;
+    let (reply, response) = oneshot::channel();
+    match conn.try_send(CommandRequest { command, reply }) {
+        Ok(()) => {}
+        Err(actix::dev::SendError::Full(request)) => {
+            if conn.send(request).await.is_err() {
+                return Err(Error::ConnectionClosed(peer.to_owned()));
+            }
+        }
+        Err(actix::dev::SendError::Closed(_)) => {
+            return Err(Error::ConnectionClosed(peer.to_owned()))
+        }
+    }
+    await_reply(response, peer.to_owned(), code, timeout).await
 }
 
 impl Handler<EncodedRequest> for Connection {
@@ -743,8 +806,7 @@ impl Handler<EncodedRequest> for Connection {
         if reply.is_closed() {
             return; // the caller gave up while the request sat in the mailbox
         }
-        let code = frame.code();
-        let opaque = self.pending.register(code, reply);
+        let opaque = self.pending.register(reply);
         frame.set_opaque(opaque);
         // A timed-out encoded request leaves its entry behind (its caller waited outside the
         // actor).

@@ -877,7 +877,11 @@ impl ConsumeDispatcher {
             },
         };
         let started = Instant::now();
-        let defaults = (context.auto_commit, context.suspend_time, context.queue.queue_id);
+        let defaults = (
+            context.auto_commit,
+            context.suspend_time,
+            context.queue.queue_id,
+        );
         let batch = Messages::from(messages);
         let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
             listener.consume_owned(batch.clone(), context)
@@ -886,7 +890,12 @@ impl ConsumeDispatcher {
             Ok(call) => call,
             Err(panic) => {
                 *held = Some(permit);
-                return Ok(panicked_orderly_call(&batch, defaults, panic.as_ref(), started));
+                return Ok(panicked_orderly_call(
+                    &batch,
+                    defaults,
+                    panic.as_ref(),
+                    started,
+                ));
             }
         };
         let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
@@ -901,7 +910,12 @@ impl ConsumeDispatcher {
             }
             Err(panic) => {
                 *held = Some(permit);
-                Ok(panicked_orderly_call(&batch, defaults, panic.as_ref(), started))
+                Ok(panicked_orderly_call(
+                    &batch,
+                    defaults,
+                    panic.as_ref(),
+                    started,
+                ))
             }
             Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
                 // Polled again by the caller's actor context, which registers the real waker.

@@ -188,11 +188,16 @@ impl OffsetStore {
         let client = self.client.clone();
         let group = self.group.clone();
         let backend = self.backend.clone();
-        let whole_table: BTreeMap<MessageQueue, i64> = self
-            .table
-            .iter()
-            .map(|(mq, offset)| (mq.clone(), offset))
-            .collect();
+        // The offset file holds every queue: only the local backend needs the whole table
+        // (a remote persist of one queue must not copy thousands of entries).
+        let whole_table: BTreeMap<MessageQueue, i64> = match &self.backend {
+            OffsetBackend::LocalFile(_) => self
+                .table
+                .iter()
+                .map(|(mq, offset)| (mq.clone(), offset))
+                .collect(),
+            OffsetBackend::Remote => BTreeMap::new(),
+        };
         async move {
             match backend {
                 OffsetBackend::Remote => persist_remote(&client, &group, &entries, sync).await,

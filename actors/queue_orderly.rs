@@ -9,10 +9,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::Instrument;
 
-use crate::actors::consumer::ConsumerShared;
-use crate::actors::offset_store::LoadOffset;
 use crate::actors::consumer::now_ms;
+use crate::actors::consumer::ConsumerShared;
 use crate::actors::listener::OrderlyOutcome;
+use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_CALLS_PER_TURN};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
@@ -133,17 +133,18 @@ impl QueueActor {
             .pop()
             .unwrap_or_else(|| self.user_queue.clone());
         let context = OrderlyContext::new(queue, &self.shared.config);
-        let pending = match self.shared.dispatcher.consume_orderly_now(
-            batch.clone(),
-            context,
-            held_permit,
-        ) {
-            Ok(outcome) => {
-                finished.orderly.push((batch, epoch, outcome));
-                return;
-            }
-            Err(pending) => pending,
-        };
+        let pending =
+            match self
+                .shared
+                .dispatcher
+                .consume_orderly_now(batch.clone(), context, held_permit)
+            {
+                Ok(outcome) => {
+                    finished.orderly.push((batch, epoch, outcome));
+                    return;
+                }
+                Err(pending) => pending,
+            };
         let consumed = pending.instrument(self.span.clone());
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let mut out = act.take_actions();

@@ -41,8 +41,8 @@
 //! the embedded broker the process figure includes the broker's work) — and, for push, the time
 //! from `start()` to the first message.
 
-use std::sync::mpsc as std_mpsc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 

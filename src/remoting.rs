@@ -8,8 +8,8 @@
 //!
 //! ```ignore
 //! let mut table = RequestTable::new();
-//! let a = table.register(PULL_MESSAGE, "a");
-//! let b = table.register(HEART_BEAT, "b");
+//! let a = table.register("a");
+//! let b = table.register("b");
 //! assert_eq!(table.take(b).map(|p| p.reply), Some("b")); // answers match by opaque
 //! assert_eq!(table.drain().len(), 1); // the socket closed: `a` fails
 //! ```
@@ -23,8 +23,6 @@ const ABANDONED_SWEEP_MIN: usize = 1024;
 /// A request waiting for its answer.
 #[derive(Debug)]
 pub(crate) struct Pending<T> {
-    /// The request code (for the timeout error).
-    pub code: i32,
     /// Who waits.
     pub reply: T,
 }
@@ -66,9 +64,9 @@ impl<T> RequestTable<T> {
     }
 
     /// Registers a request that waits for its answer; returns its opaque.
-    pub(crate) fn register(&mut self, code: i32, reply: T) -> i32 {
+    pub(crate) fn register(&mut self, reply: T) -> i32 {
         let opaque = self.allocate_opaque();
-        self.pending.insert(opaque, Pending { code, reply });
+        self.pending.insert(opaque, Pending { reply });
         opaque
     }
 
@@ -148,10 +146,10 @@ mod tests {
     #[test]
     fn answers_match_their_request_in_any_order_and_late_ones_find_nothing() {
         let mut table = RequestTable::new();
-        let a = table.register(11, 'a');
-        let b = table.register(34, 'b');
+        let a = table.register('a');
+        let b = table.register('b');
         assert_ne!(a, b);
-        assert_eq!(table.take(b).map(|p| (p.code, p.reply)), Some((34, 'b')));
+        assert_eq!(table.take(b).map(|p| p.reply), Some('b'));
         assert_eq!(table.take(a).map(|p| p.reply), Some('a'));
         assert!(table.take(a).is_none(), "a second answer finds nothing");
     }
@@ -160,9 +158,9 @@ mod tests {
     fn the_opaque_counter_wraps_around_requests_still_waiting() {
         let mut table = RequestTable::new();
         table.next_opaque = i32::MAX - 1;
-        let last = table.register(1, ());
+        let last = table.register(());
         assert_eq!(last, i32::MAX);
-        let first = table.register(1, ());
+        let first = table.register(());
         assert_eq!(first, i32::MIN);
         table.next_opaque = i32::MAX - 1;
         assert_eq!(
@@ -176,7 +174,7 @@ mod tests {
     fn a_closed_connection_fails_everything_in_order() {
         let mut table = RequestTable::new();
         for code in [3, 1, 2] {
-            table.register(code, code);
+            table.register(code);
         }
         let failed: Vec<i32> = table.drain().into_iter().map(|(_, p)| p.reply).collect();
         assert_eq!(failed, vec![3, 1, 2]);
@@ -187,7 +185,7 @@ mod tests {
     fn abandoned_requests_are_swept_when_the_table_doubles() {
         let mut table = RequestTable::new();
         for i in 0..ABANDONED_SWEEP_MIN {
-            table.register(1, i % 2 == 0);
+            table.register(i % 2 == 0);
         }
         table.sweep_abandoned(|gave_up| *gave_up);
         assert_eq!(table.len(), ABANDONED_SWEEP_MIN / 2);

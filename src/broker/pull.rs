@@ -14,7 +14,8 @@ use crate::protocol::header::{
     UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// A pull parked until a message arrives on its queue or its timeout passes
 /// (`PullRequestHoldService`).
@@ -31,10 +32,16 @@ struct HeldPull {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct HeldPulls {
     by_queue: BTreeMap<(String, i32), Vec<HeldPull>>,
+    /// When each hold's time runs out, earliest first, and its queue: expiry looks at the due
+    /// queues only, not at every parked pull on every tick (thousands of queues park a pull
+    /// each). A pull answered earlier leaves its entry behind; at its time it finds nothing.
+    deadlines: BinaryHeap<Reverse<(i64, String, i32)>>,
 }
 
 impl HeldPulls {
     fn hold(&mut self, topic: &str, queue_id: i32, pull: HeldPull) {
+        self.deadlines
+            .push(Reverse((pull.deadline_ms, topic.to_owned(), queue_id)));
         self.by_queue
             .entry((topic.to_owned(), queue_id))
             .or_default()
@@ -64,24 +71,47 @@ impl HeldPulls {
             pulls.retain(|p| p.conn != conn);
         }
         self.by_queue.retain(|_, v| !v.is_empty());
+        if self.by_queue.is_empty() {
+            self.deadlines.clear();
+        }
     }
 
+    /// The earliest time a parked pull may be due (possibly that of one answered already,
+    /// which then finds nothing to do).
     pub(crate) fn earliest_deadline(&self) -> Option<i64> {
-        self.by_queue
-            .values()
-            .flat_map(|v| v.iter().map(|p| p.deadline_ms))
-            .min()
+        if self.by_queue.is_empty() {
+            return None;
+        }
+        self.deadlines
+            .peek()
+            .map(|Reverse((deadline, ..))| *deadline)
     }
 
     fn take_expired(&mut self, now_ms: i64) -> Vec<HeldPull> {
         let mut expired = Vec::new();
-        for pulls in self.by_queue.values_mut() {
-            let (due, keep): (Vec<_>, Vec<_>) =
-                pulls.drain(..).partition(|p| p.deadline_ms <= now_ms);
-            *pulls = keep;
-            expired.extend(due);
+        while let Some(Reverse((deadline, ..))) = self.deadlines.peek() {
+            if *deadline > now_ms {
+                break;
+            }
+            let Some(Reverse((_, topic, queue_id))) = self.deadlines.pop() else {
+                break;
+            };
+            let key = (topic, queue_id);
+            let Some(pulls) = self.by_queue.get_mut(&key) else {
+                continue;
+            };
+            let mut at = 0;
+            while at < pulls.len() {
+                if pulls[at].deadline_ms <= now_ms {
+                    expired.push(pulls.remove(at));
+                } else {
+                    at += 1;
+                }
+            }
+            if pulls.is_empty() {
+                self.by_queue.remove(&key);
+            }
         }
-        self.by_queue.retain(|_, v| !v.is_empty());
         expired
     }
 
