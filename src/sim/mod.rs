@@ -1290,7 +1290,7 @@ impl World {
             .tables
             .entry(conn)
             .or_default()
-            .register(command.code, pending);
+            .register(pending);
         let incarnation = consumer.incarnation;
         let delay = self.frame_delay(conn, true);
         self.schedule(
@@ -1333,7 +1333,7 @@ impl World {
                 .tables
                 .entry(0)
                 .or_default()
-                .register(request_code::GET_ROUTEINFO_BY_TOPIC, Pending::Route(topic));
+                .register(Pending::Route(topic));
             let request =
                 RemotingCommand::request_with_header(request_code::GET_ROUTEINFO_BY_TOPIC, &header)
                     .with_opaque(opaque);
