@@ -1552,3 +1552,54 @@ async fn namespace_on_produce_consume_and_the_admin_subcommands() {
     assert!(stderr(&output).contains("namespace"));
     cluster.shutdown().await;
 }
+
+/// `produce --batch N` sends N messages per request: every message arrives, the messages of one
+/// request in one queue; a batch of 0, or with `--rate`, is a usage error.
+#[actix_rt::test]
+async fn produce_in_batches_stores_every_message_a_batch_to_a_queue() {
+    let topic = "CliBatch";
+    let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    let output = run(&[
+        "produce",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        topic,
+        "--count",
+        "70",
+        "--batch",
+        "32",
+    ])
+    .await;
+    assert_exit(&output, 0, "produce --batch 32");
+    assert_eq!(stdout_lines(&output)[0]["count"], 70);
+    let mut per_queue = Vec::new();
+    for queue_id in 0..2 {
+        per_queue.push(
+            cluster
+                .max_offset(common::BROKER, topic, queue_id)
+                .await
+                .expect("broker answers"),
+        );
+    }
+    per_queue.sort_unstable();
+    assert!(
+        [vec![0, 70], vec![6, 64], vec![32, 38]].contains(&per_queue),
+        "requests of 32, 32 and 6 messages, each whole in one queue: {per_queue:?}"
+    );
+    for bad in [vec!["--batch", "0"], vec!["--batch", "2", "--rate", "10"]] {
+        let mut args = vec![
+            "produce",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            topic,
+            "--count",
+            "1",
+        ];
+        args.extend(bad.iter().copied());
+        let output = run(&args).await;
+        assert_exit(&output, 2, &format!("{bad:?}"));
+    }
+    cluster.shutdown().await;
+}

@@ -252,6 +252,7 @@ pub async fn demo(args: DemoArgs) -> CliResult {
         key_space: None,
         inflight: 128,
         rate: None,
+        batch: 1,
     })
     .await;
     let outcome = match produced {

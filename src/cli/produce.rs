@@ -5,6 +5,7 @@ use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use futures::future::{Either, FutureExt};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use rocketmq_actor::{Client, Message, Producer, ProducerConfig};
 use serde_json::json;
@@ -53,6 +54,11 @@ pub struct ProduceArgs {
     /// met). Without it, messages go as fast as --inflight allows.
     #[arg(long, value_name = "R", value_parser = positive_rate, conflicts_with = "key_space")]
     pub rate: Option<f64>,
+    /// Send N messages per request (`send_batch`: the messages of one request go to one
+    /// queue, in order), for brokers that take few requests per second. The last request may
+    /// hold fewer.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = at_least_one, conflicts_with_all = ["key_space", "rate"])]
+    pub batch: usize,
 }
 
 /// A rate in messages per second: finite and above 0.
@@ -144,15 +150,16 @@ struct Sent {
 }
 
 impl Sent {
-    fn tally<T>(&mut self, result: rocketmq_actor::Result<T>) {
+    /// Counts the outcome of one request of `messages` messages.
+    fn tally<T>(&mut self, messages: u64, result: rocketmq_actor::Result<T>) {
         match result {
-            Ok(_) => self.ok += 1,
+            Ok(_) => self.ok += messages,
             Err(e) if e.is_access_denied() => {
-                self.failed += 1;
+                self.failed += messages;
                 self.denied.get_or_insert(e);
             }
             Err(e) => {
-                self.failed += 1;
+                self.failed += messages;
                 if self.failed <= 10 {
                     eprintln!("send failed: {e}");
                 }
@@ -193,7 +200,15 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
                     let lines = read_lines(path)?;
                     let messages = lines.map(|line| line.map(|body| args.message(body)));
                     let messages = paced(messages, args.rate);
-                    send_all(&producer, messages, args.inflight, stop, &mut sent).await?
+                    send_all(
+                        &producer,
+                        messages,
+                        args.inflight,
+                        args.batch,
+                        stop,
+                        &mut sent,
+                    )
+                    .await?
                 }
                 (None, Some(keys)) => send_keyed(args, &producer, keys, stop, &mut sent).await,
                 (None, None) => {
@@ -201,7 +216,15 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
                     let messages = futures::stream::iter(0..count)
                         .map(|index| Ok(args.message(body_of(index, args.size))));
                     let messages = paced(messages, args.rate);
-                    send_all(&producer, messages, args.inflight, stop, &mut sent).await?
+                    send_all(
+                        &producer,
+                        messages,
+                        args.inflight,
+                        args.batch,
+                        stop,
+                        &mut sent,
+                    )
+                    .await?
                 }
             }
         }
@@ -225,39 +248,63 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
     Ok(outcome)
 }
 
-/// Sends what `messages` yields, `inflight` at a time. A signal stops taking new messages; the
-/// sends in flight are waited for (and counted).
+/// Sends what `messages` yields, `inflight` requests at a time, `batch` messages per request.
+/// A signal stops taking new messages; what was taken is still sent and the requests in flight
+/// are waited for (and counted).
 async fn send_all(
     producer: &Producer,
     messages: impl Stream<Item = CliResult<Message>>,
     inflight: usize,
+    batch: usize,
     stop: &mut ShutdownSignal,
     sent: &mut Sent,
 ) -> CliResult {
+    let send = |mut taken: Vec<Message>| {
+        let count = taken.len() as u64;
+        let request = match (taken.len(), taken.pop()) {
+            (1, Some(message)) => Either::Left(producer.send(message)),
+            (_, last) => {
+                taken.extend(last);
+                Either::Right(producer.send_batch(taken))
+            }
+        };
+        request.map(move |result| (count, result))
+    };
     let mut messages = std::pin::pin!(messages);
     let mut in_flight = FuturesUnordered::new();
+    let mut taken = Vec::with_capacity(batch);
     let mut exhausted = false;
     let mut outcome = Outcome::Done;
     let mut read_error = None;
-    while !(exhausted && in_flight.is_empty()) {
+    while !(exhausted && in_flight.is_empty() && taken.is_empty()) {
+        if sent.denied.is_some() {
+            taken.clear(); // each would be refused alike
+        }
+        if taken.len() >= batch || (exhausted && !taken.is_empty()) {
+            in_flight.push(send(std::mem::replace(
+                &mut taken,
+                Vec::with_capacity(batch),
+            )));
+        }
         tokio::select! {
             biased;
             _ = stop.recv(), if !exhausted => {
                 outcome = Outcome::Interrupted;
                 exhausted = true;
             }
-            Some(result) = in_flight.next(), if !in_flight.is_empty() => {
-                sent.tally(result);
+            Some((count, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                sent.tally(count, result);
                 exhausted |= sent.denied.is_some();
             }
             next = messages.next(), if !exhausted && in_flight.len() < inflight => match next {
-                Some(Ok(message)) => in_flight.push(producer.send(message)),
+                Some(Ok(message)) => taken.push(message),
                 Some(Err(e)) => {
                     read_error = Some(e);
                     exhausted = true;
                 }
                 None => exhausted = true,
             },
+            else => {}
         }
     }
     match read_error {
@@ -308,7 +355,7 @@ async fn send_keyed(
         }
     };
     for result in results.into_iter().flatten() {
-        sent.tally(result);
+        sent.tally(1, result);
     }
     outcome
 }

@@ -310,6 +310,14 @@ pub(crate) struct CallOutcome {
     pub delay_level: i32,
 }
 
+/// Pulled messages just cached, to be consumed once the next pull is decided.
+enum Delivered {
+    /// A concurrent queue's pull, for [`QueueCore::dispatch`].
+    Concurrent(Arc<Vec<MessageExt>>),
+    /// An orderly or key-ordered queue has new messages for [`QueueCore::consume_ordered`].
+    Ordered,
+}
+
 /// One owned queue's state and decisions.
 pub(crate) struct QueueCore {
     /// The cache of the consume mode.
@@ -629,7 +637,7 @@ impl QueueCore {
             None => {}
         }
         let undispatched = if outcome.deliver {
-            self.deliver(response.messages, retry_group, cfg, now_ms, out)
+            self.deliver(response.messages, retry_group)
         } else {
             None
         };
@@ -643,9 +651,13 @@ impl QueueCore {
             // offset rather than dropping and re-adding it.
             NextPull::Stop => self.pull(cfg, env, now_ms, out),
         }
-        if let Some(batch) = undispatched {
-            let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
-            self.dispatch(batch, batch_size, now_ms, out);
+        match undispatched {
+            Some(Delivered::Concurrent(batch)) => {
+                let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
+                self.dispatch(batch, batch_size, now_ms, out);
+            }
+            Some(Delivered::Ordered) => self.consume_ordered(cfg, now_ms, out),
+            None => {}
         }
     }
 
@@ -681,16 +693,13 @@ impl QueueCore {
         }
     }
 
-    /// Caches pulled messages. Orderly modes hand them on at once; a concurrent queue returns
-    /// them for [`QueueCore::dispatch`] once the next pull is decided.
+    /// Caches pulled messages; what is to be consumed is started once the next pull is
+    /// decided (see [`Delivered`]).
     fn deliver(
         &mut self,
         mut messages: Vec<MessageExt>,
         retry_group: Option<&str>,
-        cfg: &PushConsumerConfig,
-        now_ms: i64,
-        out: &mut Vec<QueueAction>,
-    ) -> Option<Arc<Vec<MessageExt>>> {
+    ) -> Option<Delivered> {
         if let Some(group) = retry_group {
             for message in &mut messages {
                 retry::restore_original_topic(message, group);
@@ -705,20 +714,18 @@ impl QueueCore {
                     batch: batch.clone(),
                     index,
                 }));
-                Some(batch)
+                Some(Delivered::Concurrent(batch))
             }
             Mode::Orderly { pq, .. } => {
                 pq.put_messages(messages);
-                self.consume_ordered(cfg, now_ms, out);
-                None
+                Some(Delivered::Ordered)
             }
             Mode::KeyOrdered { queue } => {
                 for message in messages {
                     let key = crate::consumer::key_order::ordering_key(&message).map(str::to_owned);
                     queue.push(message, key.as_deref());
                 }
-                self.consume_ordered(cfg, now_ms, out);
-                None
+                Some(Delivered::Ordered)
             }
         }
     }

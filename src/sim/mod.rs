@@ -1286,11 +1286,7 @@ impl World {
             return false;
         };
         let consumer = &mut self.consumers[c];
-        let opaque = consumer
-            .tables
-            .entry(conn)
-            .or_default()
-            .register(pending);
+        let opaque = consumer.tables.entry(conn).or_default().register(pending);
         let incarnation = consumer.incarnation;
         let delay = self.frame_delay(conn, true);
         self.schedule(

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Regenerates BENCHMARKS.md: every figure with its command, this machine, and the raw-loop
+# ceiling of the same run beside it.
+#
+#   scripts/bench.sh                      # embedded broker in another process (+ real cluster if installed)
+#   BENCH_BASELINE=<git rev> scripts/bench.sh   # also measure <rev> ("before") with the same benches
+#   BENCH_REAL=0 scripts/bench.sh         # skip the real rocketmq-rust cluster
+#   BENCH_RUNS=5 scripts/bench.sh         # runs per throughput figure (median reported; default 3)
+#
+# The broker under test runs as its own process (`rocketmq-actor broker --brokers 2`), so the
+# CPU figures are the client's alone. The baseline is built in a temporary git worktree with
+# this tree's bench programs copied in (they use the public API only), so both sides run the
+# same measurement code against the same broker process. Results (JSON lines) are kept in
+# target/bench/; BENCHMARKS.md is written from them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+RUNS=${BENCH_RUNS:-3}
+OUT=$ROOT/target/bench
+PORT=${BENCH_PORT:-19976}
+REAL_PORT=${BENCH_REAL_PORT:-39976}
+mkdir -p "$OUT"
+rm -f "$OUT"/*.jsonl
+
+BENCHES=(consume_bench produce_bench latency_bench scale_bench)
+echo "== building (release)" >&2
+cargo build --release --quiet --bin rocketmq-actor $(printf -- '--example %s ' "${BENCHES[@]}")
+
+BROKER_PID=
+cleanup() {
+  [ -n "$BROKER_PID" ] && kill "$BROKER_PID" 2>/dev/null || true
+  if [ "${REAL_STARTED:-0}" = 1 ]; then
+    RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT scripts/real-cluster.sh stop >/dev/null 2>&1 || true
+  fi
+  if [ -n "${BASE_DIR:-}" ]; then
+    git worktree remove --force "$BASE_DIR" >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_broker() {
+  "$ROOT/target/release/rocketmq-actor" broker --listen "127.0.0.1:$PORT" --brokers 2 >"$OUT/broker.log" 2>&1 &
+  BROKER_PID=$!
+  for _ in $(seq 100); do port_open "$PORT" && return 0; sleep 0.1; done
+  echo "the embedded broker did not start; see $OUT/broker.log" >&2
+  return 1
+}
+
+# run LABEL FILE BIN ARGS...: runs a bench, appends its closing JSON line (tagged) to FILE.
+run() {
+  local label=$1 file=$2 bin=$3; shift 3
+  echo "== $label: $(basename "$bin") $*" >&2
+  local line
+  line=$("$bin" "$@" | tail -n 1)
+  case "$line" in
+    "{"*) printf '{"label":"%s","args":"%s","result":%s}\n' "$label" "$*" "$line" >>"$file" ;;
+    *) echo "$label: no JSON line from $(basename "$bin") $*" >&2; return 1 ;;
+  esac
+}
+
+# suite SIDE BINDIR NAMESRV: the embedded-broker benchmarks for one side (after/before).
+suite() {
+  local side=$1 bin=$2 ns=$3
+  for _ in $(seq "$RUNS"); do
+    run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 400000 --phases push,push32,orderly,keyord
+  done
+  for _ in $(seq "$RUNS"); do
+    run "$side" "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$ns" --count 200000
+  done
+  run "$side" "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$ns" --rates 1000,10000 --seconds 5
+  run "$side" "$OUT/scale.jsonl" "$bin/scale_bench" --namesrv "$ns" --queues 1000,10000 --members 50 --member-queues 1000 --idle-seconds 5
+}
+
+start_broker
+suite after "$ROOT/target/release/examples" "127.0.0.1:$PORT"
+
+if [ -n "${BENCH_BASELINE:-}" ]; then
+  BASE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rocketmq-actor-baseline.XXXXXX")
+  rmdir "$BASE_DIR"
+  git worktree add --detach "$BASE_DIR" "$BENCH_BASELINE" >/dev/null
+  for b in "${BENCHES[@]}"; do cp "examples/$b.rs" "$BASE_DIR/examples/"; done
+  for b in "${BENCHES[@]}"; do
+    grep -q "name = \"$b\"" "$BASE_DIR/Cargo.toml" ||
+      printf '\n[[example]]\nname = "%s"\nrequired-features = ["embedded"]\n' "$b" >>"$BASE_DIR/Cargo.toml"
+  done
+  echo "== building the baseline $BENCH_BASELINE (release)" >&2
+  (cd "$BASE_DIR" && CARGO_TARGET_DIR="$OUT/baseline-target" cargo build --release --quiet $(printf -- '--example %s ' "${BENCHES[@]}"))
+  suite before "$OUT/baseline-target/release/examples" "127.0.0.1:$PORT"
+fi
+
+kill "$BROKER_PID" 2>/dev/null || true
+BROKER_PID=
+
+if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/rocketmq-broker-rust" ]; }; then
+  echo "== real rocketmq-rust cluster" >&2
+  started=$(RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT scripts/real-cluster.sh start)
+  REAL_STARTED=1
+  real_ns=$(printf '%s\n' "$started" | tail -n 1 | sed 's/^ROCKETMQ_NAMESRV=//')
+  bin=$ROOT/target/release/examples
+  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32
+  run real "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$real_ns" --count 20000 --inflight 32
+  run real "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$real_ns" --rates 1000 --seconds 5
+else
+  echo "== real cluster: skipped (BENCH_REAL=0 or rocketmq-broker-rust not installed)" >&2
+fi
+
+echo "== writing BENCHMARKS.md" >&2
+python3 scripts/bench_report.py "$OUT" >BENCHMARKS.md
+echo "BENCHMARKS.md written" >&2

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Writes BENCHMARKS.md (to stdout) from the JSON lines scripts/bench.sh collected.
+
+Usage: scripts/bench_report.py RESULTS_DIR
+Each *.jsonl line is {"label": "after"|"before"|"real", "args": "...", "result": {...}} where
+result is the closing JSON line of one bench program. Throughput figures are the median over
+the runs of one label; every ratio is taken within one run (the phase against the raw loop
+that ran just before it), then the median of those ratios is reported.
+"""
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+
+def load(directory, name):
+    rows = []
+    path = os.path.join(directory, name)
+    if os.path.exists(path):
+        with open(path) as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    rows.append(json.loads(line))
+    return rows
+
+
+def by_label(rows, label):
+    return [r for r in rows if r["label"] == label]
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, digits=2, suffix=""):
+    if value is None:
+        return "–"
+    if isinstance(value, float) and digits == 0:
+        return f"{value:,.0f}{suffix}"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def machine():
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemTotal"):
+                    mem = f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} CPUs, {mem}, Linux {platform.release()}"
+
+
+def commit():
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def phase(result, name, key):
+    return (result.get(name) or {}).get(key)
+
+
+def ratio(result, name, key, base="raw"):
+    a, b = phase(result, name, key), phase(result, base, key)
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def consume_rows(rows):
+    """Median figures of consume_bench runs: per phase rate and CPU, and the ratios."""
+    out = {}
+    for name in ["raw", "push", "push32", "orderly", "keyord"]:
+        out[name] = {
+            "rate": median([phase(r["result"], name, "msgs_per_sec") for r in rows]),
+            "cpu": median([phase(r["result"], name, "process_cpu_us_per_msg") for r in rows]),
+            "rate_ratio": median([ratio(r["result"], name, "msgs_per_sec") for r in rows]),
+            "cpu_ratio": median([ratio(r["result"], name, "process_cpu_us_per_msg") for r in rows]),
+            "over_push": median(
+                [ratio(r["result"], name, "msgs_per_sec", base="push") for r in rows]
+            ),
+        }
+    return out
+
+
+def main():
+    directory = sys.argv[1]
+    consume = load(directory, "consume.jsonl")
+    produce = load(directory, "produce.jsonl")
+    latency = load(directory, "latency.jsonl")
+    scale = load(directory, "scale.jsonl")
+    has_before = any(r["label"] == "before" for r in consume + produce + latency + scale)
+    sides = [("after", "now")] + ([("before", "before")] if has_before else [])
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    runs = len(by_label(consume, "after"))
+    lines = []
+    w = lines.append
+    w("# Benchmarks")
+    w("")
+    w(f"Written by `scripts/bench.sh` on {now} at commit `{commit()}`.")
+    w(f"Machine: {machine()}.")
+    w("")
+    w("The broker under test is the embedded one in a process of its own")
+    w("(`rocketmq-actor broker --listen 127.0.0.1:19976 --brokers 2`, loopback), so every CPU figure is")
+    w("the client process's alone (`/proc/self/stat`, utime + stime). Each throughput row is the")
+    w(f"median of {runs} runs; each ratio is computed within one run, against the raw loop that ran")
+    w("just before it on the same data, then the median is taken. 128-byte bodies throughout.")
+    if has_before:
+        w("\"before\" is the baseline given to the script (`BENCH_BASELINE`), built with the same")
+        w("bench programs and run against the same broker process right after \"now\".")
+    w("")
+    w("The raw loop is the ceiling: PULL_MESSAGE for 32 messages, every queue concurrently,")
+    w("each body decoded and counted — the client's codec and connection, no consumer runtime.")
+    w("")
+
+    # 1 and 2: consumers.
+    w("## Consumers against the raw pull loop")
+    w("")
+    w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 400000 "
+      "--phases push,push32,orderly,keyord` (400,000 messages over 16 queues, each phase reading")
+    w("them all from offset 0 with a listener that only counts).")
+    w("")
+    w("| | phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw | throughput ÷ push |")
+    w("|---|---|---:|---:|---:|---:|---:|")
+    for label, title in sides:
+        rows = by_label(consume, label)
+        if not rows:
+            continue
+        figures = consume_rows(rows)
+        for name, desc in [
+            ("raw", "raw loop (ceiling)"),
+            ("push", "push, default (1 msg per call)"),
+            ("push32", "push, batch 32"),
+            ("orderly", "orderly (queue order)"),
+            ("keyord", "orderly, key-ordered"),
+        ]:
+            f = figures[name]
+            if f["rate"] is None:
+                continue
+            w(
+                f"| {title} | {desc} | {fmt(f['rate'], 0)} | {fmt(f['cpu'])} | "
+                f"{'' if name == 'raw' else fmt(f['rate_ratio'])} | "
+                f"{'' if name == 'raw' else fmt(f['cpu_ratio'])} | "
+                f"{fmt(f['over_push']) if name in ('orderly', 'keyord') else ''} |"
+            )
+    w("")
+
+    # 3: producer.
+    w("## Producer against a raw send loop")
+    w("")
+    w("`target/release/examples/produce_bench --namesrv 127.0.0.1:19976 --count 200000` (64")
+    w("requests in flight; raw: typed SEND_MESSAGE_V2 commands through `Client::request`, no")
+    w("producer runtime; batch: `send_batch` of 32).")
+    w("")
+    w("| | phase | msgs/s | CPU µs/msg | throughput ÷ raw |")
+    w("|---|---|---:|---:|---:|")
+    for label, title in sides:
+        rows = by_label(produce, label)
+        if not rows:
+            continue
+        for name, desc in [
+            ("raw", "raw send loop (ceiling)"),
+            ("send", "`Producer::send`"),
+            ("batch", "`Producer::send_batch` (32)"),
+        ]:
+            rate = median([phase(r["result"], name, "msgs_per_sec") for r in rows])
+            if rate is None:
+                continue
+            cpu = median([phase(r["result"], name, "process_cpu_us_per_msg") for r in rows])
+            rr = median([ratio(r["result"], name, "msgs_per_sec") for r in rows])
+            w(f"| {title} | {desc} | {fmt(rate, 0)} | {fmt(cpu)} | {'' if name == 'raw' else fmt(rr)} |")
+    w("")
+
+    # 4: latency.
+    w("## Latency at a steady rate")
+    w("")
+    w("`target/release/examples/latency_bench --namesrv 127.0.0.1:19976 --rates 1000,10000 "
+      "--seconds 5`: from the send call to the listener (push) or to the pull's answer (raw:")
+    w("one long-polling pull loop per queue), measured on the process's monotonic clock in µs;")
+    w("5 s per row after a 1 s warm-up, 8 queues.")
+    w("")
+    w("| | broker | kind | rate | p50 ms | p99 ms | p99.9 ms | max ms |")
+    w("|---|---|---|---:|---:|---:|---:|---:|")
+    for label, title in sides + [("real", "now")]:
+        for row in by_label(latency, label):
+            broker = "rocketmq-rust 1.0.0" if label == "real" else "embedded"
+            for r in row["result"]["results"]:
+                w(
+                    f"| {title} | {broker} | {r['kind']} | {r['rate']:,}/s | {fmt(r['p50_ms'], 3)} | "
+                    f"{fmt(r['p99_ms'], 3)} | {fmt(r['p999_ms'], 3)} | {fmt(r['max_ms'], 3)} |"
+                )
+    w("")
+
+    # 5: scale.
+    w("## Scale")
+    w("")
+    w("`target/release/examples/scale_bench --namesrv 127.0.0.1:19976 --queues 1000,10000 "
+      "--members 50 --member-queues 1000 --idle-seconds 5`: one push consumer owning every queue of")
+    w("a topic (spread over both brokers); memory is the process's resident set minus what it")
+    w("was before the consumer started, per owned queue; idle CPU with every long poll parked;")
+    w("load: 20 messages sent to every queue while the consumer consumes them.")
+    w("")
+    w("| | queues | owned after s | idle B/queue | idle CPU % | load msgs | load s | peak B/queue | after load B/queue |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, title in sides:
+        for row in by_label(scale, label):
+            for r in row["result"]["one_consumer"]:
+                w(
+                    f"| {title} | {r['queues']:,} | {fmt(r['seconds_to_own_all'], 2)} | "
+                    f"{fmt(float(r['idle_bytes_per_queue']), 0)} | {fmt(r['idle_cpu_percent'], 1)} | "
+                    f"{r['load_messages']:,} | {fmt(r['load_seconds'], 2)} | "
+                    f"{fmt(float(r['peak_bytes_per_queue']), 0)} | {fmt(float(r['after_load_bytes_per_queue']), 0)} |"
+                )
+    w("")
+    w("| | members | queues | balanced after join, s | members leaving | balanced after leave, s |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for label, title in sides:
+        for row in by_label(scale, label):
+            g = row["result"].get("rebalance")
+            if g:
+                w(
+                    f"| {title} | {g['members']} | {g['queues']:,} | {fmt(g['join_balanced_seconds'], 2)} | "
+                    f"{g['left']} | {fmt(g['leave_balanced_seconds'], 2)} |"
+                )
+    w("")
+
+    # Real cluster.
+    real_consume = by_label(consume, "real")
+    real_produce = by_label(produce, "real")
+    if real_consume or real_produce:
+        w("## Real cluster (rocketmq-rust 1.0.0, two brokers, `scripts/real-cluster.sh`)")
+        w("")
+        for row in real_consume:
+            r = row["result"]
+            w(f"`consume_bench {row['args']}`")
+            w("")
+            w("| phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw |")
+            w("|---|---:|---:|---:|---:|")
+            for name in ["raw", "push", "push32"]:
+                if name in r:
+                    w(
+                        f"| {name} | {fmt(phase(r, name, 'msgs_per_sec'), 0)} | "
+                        f"{fmt(phase(r, name, 'process_cpu_us_per_msg'))} | "
+                        f"{'' if name == 'raw' else fmt(ratio(r, name, 'msgs_per_sec'))} | "
+                        f"{'' if name == 'raw' else fmt(ratio(r, name, 'process_cpu_us_per_msg'))} |"
+                    )
+            w("")
+        for row in real_produce:
+            r = row["result"]
+            w(f"`produce_bench {row['args']}`")
+            w("")
+            w("| phase | msgs/s | CPU µs/msg | throughput ÷ raw |")
+            w("|---|---:|---:|---:|")
+            for name in ["raw", "send", "batch"]:
+                if name in r:
+                    w(
+                        f"| {name} | {fmt(phase(r, name, 'msgs_per_sec'), 0)} | "
+                        f"{fmt(phase(r, name, 'process_cpu_us_per_msg'))} | "
+                        f"{'' if name == 'raw' else fmt(ratio(r, name, 'msgs_per_sec'))} |"
+                    )
+            w("")
+        w("The real broker's own speed bounds these (it runs on the same two cores).")
+        w("")
+
+    # Targets.
+    after = consume_rows(by_label(consume, "after")) if by_label(consume, "after") else None
+    w("## Targets (issue 15)")
+    w("")
+    w("| target | measured now | met |")
+    w("|---|---|---|")
+
+    def target(desc, value, ok, shown):
+        if value is None:
+            w(f"| {desc} | not measured | – |")
+        else:
+            w(f"| {desc} | {shown} | {'yes' if ok else 'no'} |")
+
+    if after:
+        p = after["push"]
+        target("push ≥ 0.9 × raw throughput", p["rate_ratio"], (p["rate_ratio"] or 0) >= 0.9, fmt(p["rate_ratio"]))
+        target("push ≤ 1.3 × raw CPU per message", p["cpu_ratio"], (p["cpu_ratio"] or 9) <= 1.3, fmt(p["cpu_ratio"]))
+        b = after["push32"]
+        target("push, batch 32 ≥ 0.95 × raw throughput", b["rate_ratio"], (b["rate_ratio"] or 0) >= 0.95, fmt(b["rate_ratio"]))
+        for name, desc in [("orderly", "orderly"), ("keyord", "key-ordered")]:
+            o = after[name]
+            target(f"{desc} ≥ 0.7 × push throughput", o["over_push"], (o["over_push"] or 0) >= 0.7, fmt(o["over_push"]))
+    prows = by_label(produce, "after")
+    if prows:
+        cpu = median([phase(r["result"], "send", "process_cpu_us_per_msg") for r in prows])
+        target("producer ≤ 2 µs CPU per single send", cpu, (cpu or 99) <= 2.0, fmt(cpu, 2, " µs"))
+        rr = median([ratio(r["result"], "send", "msgs_per_sec") for r in prows])
+        target("producer ≥ 0.9 × raw send loop", rr, (rr or 0) >= 0.9, fmt(rr))
+    for label, limit, desc in [("after", 2.0, "embedded"), ("real", 5.0, "real cluster")]:
+        p99 = None
+        for row in by_label(latency, label):
+            for r in row["result"]["results"]:
+                if r["kind"] == "push" and r["rate"] == 1000:
+                    p99 = r["p99_ms"]
+        target(f"p99 at 1,000/s ≤ {limit:g} ms ({desc})", p99, (p99 if p99 is not None else 99) <= limit, fmt(p99, 3, " ms"))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
