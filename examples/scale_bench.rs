@@ -99,6 +99,7 @@ fn cpu_seconds() -> f64 {
 /// or the admin request of a real one).
 async fn create_topic(
     client: &Client,
+    namesrv: &str,
     cluster: Option<&EmbeddedCluster>,
     topic: &str,
     total: usize,
@@ -114,7 +115,7 @@ async fn create_topic(
             // Every master of the cluster (as mqadmin updateTopic -c does).
             let info = client
                 .invoke(
-                    client.namesrv_addr(),
+                    namesrv,
                     RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO),
                 )
                 .await
@@ -174,13 +175,14 @@ where
 
 async fn one_consumer(
     client: &Client,
+    namesrv: &str,
     cluster: Option<&EmbeddedCluster>,
     queues: usize,
     args: &Args,
     stamp: u128,
 ) -> Result<serde_json::Value, String> {
     let topic = format!("ScaleBench_{stamp}_{queues}");
-    create_topic(client, cluster, &topic, queues, args.brokers).await?;
+    create_topic(client, namesrv, cluster, &topic, queues, args.brokers).await?;
     let route = client
         .refresh_route(&topic)
         .await
@@ -317,7 +319,7 @@ async fn rebalance(
     stamp: u128,
 ) -> Result<serde_json::Value, String> {
     let topic = format!("ScaleBenchGroup_{stamp}");
-    create_topic(client, cluster, &topic, args.member_queues, args.brokers).await?;
+    create_topic(client, namesrv, cluster, &topic, args.member_queues, args.brokers).await?;
     let route = client
         .refresh_route(&topic)
         .await
@@ -433,7 +435,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let client = Client::start(ClientConfig::new(&namesrv)).map_err(|e| e.to_string())?;
         let mut singles = Vec::new();
         for &queues in &args.queues {
-            singles.push(one_consumer(&client, cluster.as_ref(), queues, &args, stamp).await?);
+            singles.push(
+                one_consumer(&client, &namesrv, cluster.as_ref(), queues, &args, stamp).await?,
+            );
         }
         let group = if args.members > 0 {
             Some(rebalance(&namesrv, &client, cluster.as_ref(), &args, stamp).await?)

@@ -64,7 +64,7 @@ run() {
 suite() {
   local side=$1 bin=$2 ns=$3
   for _ in $(seq "$RUNS"); do
-    run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 400000 --phases push,push32,orderly,keyord
+    run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 1000000 --phases push,push32,orderly,keyord
   done
   for _ in $(seq "$RUNS"); do
     run "$side" "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$ns" --count 200000

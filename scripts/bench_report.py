@@ -136,8 +136,8 @@ def main():
     # 1 and 2: consumers.
     w("## Consumers against the raw pull loop")
     w("")
-    w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 400000 "
-      "--phases push,push32,orderly,keyord` (400,000 messages over 16 queues, each phase reading")
+    w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 1000000 "
+      "--phases push,push32,orderly,keyord` (1,000,000 messages over 16 queues, each phase reading")
     w("them all from offset 0 with a listener that only counts).")
     w("")
     w("| | phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw | throughput ÷ push |")
