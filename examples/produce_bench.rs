@@ -186,6 +186,7 @@ async fn raw_phase(client: &Client, topic: &str, args: &Args) -> Result<Phase, S
     let mut in_flight = FuturesUnordered::new();
     let mut next = 0usize;
     let mut done = 0usize;
+    let mut busy = 0usize;
     while done < args.count {
         while next < args.count && in_flight.len() < args.inflight {
             let (queue, addr) = &queues[next % queues.len()];
@@ -207,6 +208,13 @@ async fn raw_phase(client: &Client, topic: &str, args: &Args) -> Result<Phase, S
         }
         match in_flight.next().await {
             Some(Ok(response)) if response.code == response_code::SUCCESS => done += 1,
+            Some(Ok(response)) if response.code == response_code::SYSTEM_BUSY => {
+                // A broker in flow control (the real one under load): send that one again
+                // after a pause, as any client must.
+                busy += 1;
+                next -= 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             Some(Ok(response)) => {
                 return Err(format!(
                     "raw send answered {}: {}",
@@ -217,6 +225,11 @@ async fn raw_phase(client: &Client, topic: &str, args: &Args) -> Result<Phase, S
             Some(Err(e)) => return Err(format!("raw send failed: {e}")),
             None => break,
         }
+    }
+    if busy > 0 {
+        println!(
+            "  (raw: the broker answered SYSTEM_BUSY {busy} times; those sends were repeated)"
+        );
     }
     Ok(Phase::measure("raw", done, started, before))
 }

@@ -319,7 +319,15 @@ async fn rebalance(
     stamp: u128,
 ) -> Result<serde_json::Value, String> {
     let topic = format!("ScaleBenchGroup_{stamp}");
-    create_topic(client, namesrv, cluster, &topic, args.member_queues, args.brokers).await?;
+    create_topic(
+        client,
+        namesrv,
+        cluster,
+        &topic,
+        args.member_queues,
+        args.brokers,
+    )
+    .await?;
     let route = client
         .refresh_route(&topic)
         .await

@@ -220,48 +220,24 @@ async fn consume_in_every_mode_ends_with_the_same_summary_and_reset_offset_print
 #[cfg(unix)]
 #[actix_rt::test]
 async fn sigterm_ends_consume_cleanly_with_every_printed_message_committed() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     let topic = "CliSigterm";
     let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
     send_numbered(&producer(&cluster), topic, 0..100).await;
-    let mut child = Command::new(BIN)
-        .args([
-            "consume",
-            "--namesrv",
-            &namesrv,
-            "--topic",
-            topic,
-            "--group",
-            "cli_sigterm",
-            "--from",
-            "first",
-            "--print",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("consume starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut printed = Vec::new();
-    while printed.len() < 100 {
-        // Far fewer than fill a stdout buffer: they come only if each batch is flushed.
-        let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
-            .await
-            .expect("each message is printed while the consumer runs")
-            .expect("stdout readable")
-            .expect("a line");
-        let line: Value = serde_json::from_str(&line).expect("a JSON line");
-        printed.push(line);
-    }
-    let pid = child.id().expect("running").to_string();
-    let kill = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .expect("kill runs");
-    assert!(kill.success());
+    let (mut child, mut lines) = spawn_printing(&[
+        "consume",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        topic,
+        "--group",
+        "cli_sigterm",
+        "--from",
+        "first",
+        "--print",
+    ]);
+    // Far fewer than fill a stdout buffer: they come only if each batch is flushed.
+    next_json_lines(&mut lines, 100).await;
+    signal(&child, "TERM").await;
     let status = tokio::time::timeout(common::PATIENCE, child.wait())
         .await
         .expect("consume ends after SIGTERM")
@@ -690,31 +666,16 @@ async fn count_stops_at_exactly_n_and_the_next_consumer_gets_the_rest() {
 #[cfg(unix)]
 #[actix_rt::test]
 async fn a_signal_before_the_command_is_done_exits_130() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     let topic = "CliInterrupt";
     let (cluster, namesrv) = cluster_with_topic(topic, 2).await;
     send_numbered(&producer(&cluster), topic, 0..5).await;
-    let mut child = Command::new(BIN)
-        .args(consume_args(
-            &namesrv,
-            topic,
-            "cli_interrupt",
-            &["--count", "10", "--print"],
-        ))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("consume starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    for _ in 0..5 {
-        tokio::time::timeout(common::PATIENCE, lines.next_line())
-            .await
-            .expect("each message is printed")
-            .expect("stdout readable")
-            .expect("a line");
-    }
+    let (mut child, mut lines) = spawn_printing(&consume_args(
+        &namesrv,
+        topic,
+        "cli_interrupt",
+        &["--count", "10", "--print"],
+    ));
+    next_json_lines(&mut lines, 5).await;
     signal(&child, "INT").await;
     let status = tokio::time::timeout(common::PATIENCE, child.wait())
         .await
@@ -779,6 +740,41 @@ async fn a_signal_before_the_command_is_done_exits_130() {
     drop(stdin);
     client.shutdown().await;
     cluster.shutdown().await;
+}
+
+/// Lines of a child's stdout as they come.
+#[cfg(unix)]
+type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Starts the CLI with `args`, its stdout piped for reading as it runs (stderr discarded).
+#[cfg(unix)]
+fn spawn_printing(args: &[&str]) -> (tokio::process::Child, ChildLines) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the command starts");
+    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, lines)
+}
+
+/// The next `n` lines the child prints while it runs, each a JSON object.
+#[cfg(unix)]
+async fn next_json_lines(lines: &mut ChildLines, n: usize) -> Vec<Value> {
+    let mut read = Vec::with_capacity(n);
+    while read.len() < n {
+        let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
+            .await
+            .expect("each message is printed while the command runs")
+            .expect("stdout readable")
+            .expect("a line");
+        read.push(serde_json::from_str(&line).expect("a JSON line"));
+    }
+    read
 }
 
 #[cfg(unix)]

@@ -332,6 +332,15 @@ impl MessageExt {
     }
 }
 
+/// The empty broker name of a message no consumer has pulled: one shared allocation per
+/// thread, so decoding a record allocates nothing for it.
+pub(crate) fn no_broker() -> Arc<str> {
+    thread_local! {
+        static EMPTY: Arc<str> = Arc::from("");
+    }
+    EMPTY.with(Arc::clone)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,13 +386,4 @@ mod tests {
         let tx = MessageExt::from(msg.with_property(property::TRAN_MSG, "true"));
         assert_eq!(tx.transaction_id(), Some("U1"));
     }
-}
-
-/// The empty broker name of a message no consumer has pulled: one shared allocation per
-/// thread, so decoding a record allocates nothing for it.
-pub(crate) fn no_broker() -> Arc<str> {
-    thread_local! {
-        static EMPTY: Arc<str> = Arc::from("");
-    }
-    EMPTY.with(Arc::clone)
 }
