@@ -41,11 +41,14 @@
 //! the embedded broker the process figure includes the broker's work) — and, for push, the time
 //! from `start()` to the first message.
 
+#[path = "bench_common/mod.rs"]
+mod bench_common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use bench_common::{CpuSample, Phase};
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rocketmq_actor::consumer::ConsumeFromWhere;
@@ -124,124 +127,22 @@ impl rocketmq_actor::hooks::ConsumeHook for NoopHook {}
 /// Messages per raw pull (the push consumer's default `pull_batch_size`).
 const RAW_PULL_BATCH: i32 = 32;
 
-/// CPU time consumed so far, in clock ticks, from a `/proc/.../stat` file (utime + stime).
-fn cpu_ticks(stat_path: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(stat_path).ok()?;
-    // The command name may hold spaces and parentheses: fields are counted after its last ')'.
-    let after_name = stat.get(stat.rfind(')')? + 1..)?;
-    let mut fields = after_name.split_whitespace();
-    // Fields 3.. of proc(5) start here; utime and stime are fields 14 and 15.
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn clock_ticks_per_second() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse().ok())
-        .filter(|&ticks| ticks > 0)
-        .unwrap_or(100)
-}
-
-/// CPU of the whole process and of the main thread (where every client actor runs).
-#[derive(Clone, Copy)]
-struct CpuSample {
-    process: u64,
-    main_thread: u64,
-}
-
-impl CpuSample {
-    fn now() -> Self {
-        let pid = std::process::id();
-        CpuSample {
-            process: cpu_ticks("/proc/self/stat").unwrap_or(0),
-            main_thread: cpu_ticks(&format!("/proc/self/task/{pid}/stat")).unwrap_or(0),
-        }
-    }
-}
-
-/// What one phase measured.
-struct Phase {
-    name: &'static str,
-    messages: usize,
-    wall: Duration,
-    process_cpu: Duration,
-    main_thread_cpu: Duration,
-}
-
-impl Phase {
-    fn measure(name: &'static str, messages: usize, wall: Duration, before: CpuSample) -> Phase {
-        let after = CpuSample::now();
-        let tick = Duration::from_secs(1) / clock_ticks_per_second() as u32;
-        Phase {
-            name,
-            messages,
-            wall,
-            process_cpu: tick * after.process.saturating_sub(before.process) as u32,
-            main_thread_cpu: tick * after.main_thread.saturating_sub(before.main_thread) as u32,
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.messages as f64 / self.wall.as_secs_f64().max(f64::EPSILON)
-    }
-
-    fn micros_per_message(cpu: Duration, messages: usize) -> f64 {
-        cpu.as_secs_f64() * 1e6 / messages.max(1) as f64
-    }
-
-    fn print(&self) {
-        println!(
-            "  {:<5} {:>8} msgs in {:>7.3} s = {:>9.0} msgs/s | CPU process {:>6.2} s ({:>5.2} µs/msg), main thread {:>6.2} s ({:>5.2} µs/msg)",
-            self.name,
-            self.messages,
-            self.wall.as_secs_f64(),
-            self.rate(),
-            self.process_cpu.as_secs_f64(),
-            Self::micros_per_message(self.process_cpu, self.messages),
-            self.main_thread_cpu.as_secs_f64(),
-            Self::micros_per_message(self.main_thread_cpu, self.messages),
-        );
-    }
-}
-
 fn body(index: usize, size: usize) -> Vec<u8> {
     let mut body = format!("message-{index}-").into_bytes();
     body.resize(size.max(1), b'x');
     body
 }
 
-/// Starts an embedded cluster on a thread of its own (its own actix system), as a broker
-/// process would be, and returns its handle once it listens.
+/// The embedded cluster of the run, on a thread of its own; serving TLS with a generated
+/// certificate (and plaintext) when the run uses TLS.
 fn start_broker_thread(
     brokers: usize,
     tls: bool,
 ) -> Result<(EmbeddedCluster, actix::System), String> {
-    let (tx, rx) = std_mpsc::channel();
-    std::thread::spawn(move || {
-        let system = actix::System::new();
-        let cluster = system.block_on(EmbeddedCluster::start(EmbeddedConfig {
-            brokers,
-            tls: tls.then(|| ServerTlsConfig::generated(TlsMode::Permissive)),
-            ..EmbeddedConfig::ephemeral()
-        }));
-        match cluster {
-            Ok(cluster) => {
-                let _ = tx.send(Ok((cluster, actix::System::current())));
-                let _ = system.run();
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
-            }
-        }
-    });
-    rx.recv()
-        .map_err(|_| "the broker thread died".to_owned())?
-        .map_err(|e| format!("cannot start the embedded cluster: {e}"))
+    bench_common::start_broker_thread(EmbeddedConfig {
+        tls: tls.then(|| ServerTlsConfig::generated(TlsMode::Permissive)),
+        ..bench_common::embedded_config(brokers)
+    })
 }
 
 /// Produces `count` messages in batch sends; returns how many were acknowledged.
@@ -641,17 +542,6 @@ async fn push_phase(
     Ok((phase, first_latency))
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("model name"))
-                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
 async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<(), String> {
     let produce_started = Instant::now();
     let sent = produce(namesrv, topic, args).await?;
@@ -718,28 +608,17 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             first.as_secs_f64() * 1000.0
         );
     }
-    let phase_json = |p: &Phase| {
-        serde_json::json!({
-            "messages": p.messages,
-            "seconds": (p.wall.as_secs_f64() * 1000.0).round() / 1000.0,
-            "msgs_per_sec": p.rate().round(),
-            "process_cpu_s": p.process_cpu.as_secs_f64(),
-            "process_cpu_us_per_msg": (Phase::micros_per_message(p.process_cpu, p.messages) * 100.0).round() / 100.0,
-            "main_thread_cpu_s": p.main_thread_cpu.as_secs_f64(),
-            "main_thread_cpu_us_per_msg": (Phase::micros_per_message(p.main_thread_cpu, p.messages) * 100.0).round() / 100.0,
-        })
-    };
     let mut summary = serde_json::json!({
         "broker": if embedded { "embedded, in process" } else { "external" },
         "tls": args.tls,
         "count": sent,
         "size": args.size,
-        "raw": phase_json(&raw),
+        "raw": raw.json(),
         "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "cpu": cpu_model(),
+        "cpu": bench_common::cpu_model(),
     });
     for phase in &phases {
-        summary[phase.name] = phase_json(phase);
+        summary[phase.name] = phase.json();
         summary[format!("{}_over_raw", phase.name)] =
             ((phase.rate() / raw.rate().max(f64::EPSILON) * 1000.0).round() / 1000.0).into();
     }
@@ -765,21 +644,12 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    bench_common::init_tracing();
     let args = Args::parse();
-    let topic = args.topic.clone().unwrap_or_else(|| {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or_default();
-        format!("ConsumeBench_{stamp}")
-    });
+    let topic = args
+        .topic
+        .clone()
+        .unwrap_or_else(|| format!("ConsumeBench_{}", bench_common::unix_millis()));
     let (namesrv, embedded) = match args.namesrv.clone() {
         Some(addr) => (addr, None),
         None => {
@@ -805,7 +675,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             format!("external name server {namesrv}")
         },
-        cpu_model(),
+        bench_common::cpu_model(),
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0)

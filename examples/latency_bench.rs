@@ -19,13 +19,16 @@
 //! The first second of each run is a warm-up and not counted. It prints p50, p99, p99.9 and
 //! max in milliseconds and one closing JSON line.
 
+#[path = "bench_common/mod.rs"]
+mod bench_common;
+
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rocketmq_actor::consumer::{ConsumeFromWhere, ConsumeStatus};
-use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
+use rocketmq_actor::embedded::EmbeddedCluster;
 use rocketmq_actor::rpc::PullRequest;
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig, Message, MessageExt, Producer, ProducerConfig};
@@ -293,47 +296,16 @@ async fn measure(
     Ok(result)
 }
 
-fn start_broker_thread(brokers: usize) -> Result<(EmbeddedCluster, actix::System), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let system = actix::System::new();
-        let cluster = system.block_on(EmbeddedCluster::start(EmbeddedConfig {
-            brokers,
-            ..EmbeddedConfig::ephemeral()
-        }));
-        match cluster {
-            Ok(cluster) => {
-                let _ = tx.send(Ok((cluster, actix::System::current())));
-                let _ = system.run();
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
-            }
-        }
-    });
-    rx.recv()
-        .map_err(|_| "the broker thread died".to_owned())?
-        .map_err(|e| format!("cannot start the embedded cluster: {e}"))
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    bench_common::init_tracing();
     let args = Args::parse();
     epoch();
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
+    let stamp = bench_common::unix_millis();
     let (namesrv, cluster, broker_system) = match args.namesrv.clone() {
         Some(addr) => (addr, None, None),
         None => {
-            let (cluster, system) = start_broker_thread(args.brokers)?;
+            let (cluster, system) =
+                bench_common::start_broker_thread(bench_common::embedded_config(args.brokers))?;
             (cluster.namesrv_addr(), Some(cluster), Some(system))
         }
     };

@@ -23,12 +23,15 @@
 //! It prints msgs/s and CPU µs per message for each, the send/raw ratios, and one closing JSON
 //! line (`send_over_raw`, per-phase `process_cpu_us_per_msg` and `main_thread_cpu_us_per_msg`).
 
+#[path = "bench_common/mod.rs"]
+mod bench_common;
+
 use std::time::{Duration, Instant};
 
+use bench_common::{CpuSample, Phase};
 use bytes::Bytes;
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
-use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::protocol::codes::{request_code, response_code};
 use rocketmq_actor::protocol::header::{SendMessageRequestHeader, SendMessageRequestHeaderV2};
 use rocketmq_actor::protocol::RemotingCommand;
@@ -60,102 +63,6 @@ struct Args {
     /// The phases to run (comma-separated).
     #[arg(long, default_value = "raw,send,batch", value_delimiter = ',')]
     phases: Vec<String>,
-}
-
-/// CPU time (utime + stime) of a `/proc/.../stat` file, in clock ticks.
-fn cpu_ticks(stat_path: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(stat_path).ok()?;
-    let after_name = stat.get(stat.rfind(')')? + 1..)?;
-    let mut fields = after_name.split_whitespace();
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn ticks_per_second() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(100)
-}
-
-/// The process's and the calling thread's CPU time so far.
-#[derive(Clone, Copy)]
-struct CpuSample {
-    process: u64,
-    thread: u64,
-}
-
-impl CpuSample {
-    fn now() -> Self {
-        let tid = std::fs::read_link("/proc/thread-self")
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_default();
-        CpuSample {
-            process: cpu_ticks("/proc/self/stat").unwrap_or(0),
-            thread: cpu_ticks(&format!("/proc/self/task/{tid}/stat")).unwrap_or(0),
-        }
-    }
-}
-
-struct Phase {
-    name: &'static str,
-    messages: usize,
-    wall: Duration,
-    process_cpu: Duration,
-    thread_cpu: Duration,
-}
-
-impl Phase {
-    fn measure(name: &'static str, messages: usize, started: Instant, before: CpuSample) -> Self {
-        let wall = started.elapsed();
-        let after = CpuSample::now();
-        let tick = Duration::from_secs(1) / ticks_per_second() as u32;
-        Phase {
-            name,
-            messages,
-            wall,
-            process_cpu: tick * (after.process.saturating_sub(before.process)) as u32,
-            thread_cpu: tick * (after.thread.saturating_sub(before.thread)) as u32,
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.messages as f64 / self.wall.as_secs_f64().max(f64::EPSILON)
-    }
-
-    fn us_per_msg(cpu: Duration, messages: usize) -> f64 {
-        cpu.as_secs_f64() * 1e6 / messages.max(1) as f64
-    }
-
-    fn print(&self) {
-        println!(
-            "  {:<6} {:>8} msgs in {:>7.3} s = {:>9.0} msgs/s | CPU process {:>5.2} s ({:>5.2} µs/msg), main thread {:>5.2} s ({:>5.2} µs/msg)",
-            self.name,
-            self.messages,
-            self.wall.as_secs_f64(),
-            self.rate(),
-            self.process_cpu.as_secs_f64(),
-            Phase::us_per_msg(self.process_cpu, self.messages),
-            self.thread_cpu.as_secs_f64(),
-            Phase::us_per_msg(self.thread_cpu, self.messages),
-        );
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let round2 = |v: f64| (v * 100.0).round() / 100.0;
-        serde_json::json!({
-            "messages": self.messages,
-            "seconds": (self.wall.as_secs_f64() * 1000.0).round() / 1000.0,
-            "msgs_per_sec": self.rate().round(),
-            "process_cpu_us_per_msg": round2(Phase::us_per_msg(self.process_cpu, self.messages)),
-            "main_thread_cpu_us_per_msg": round2(Phase::us_per_msg(self.thread_cpu, self.messages)),
-        })
-    }
 }
 
 fn body(size: usize) -> Bytes {
@@ -231,7 +138,7 @@ async fn raw_phase(client: &Client, topic: &str, args: &Args) -> Result<Phase, S
             "  (raw: the broker answered SYSTEM_BUSY {busy} times; those sends were repeated)"
         );
     }
-    Ok(Phase::measure("raw", done, started, before))
+    Ok(Phase::measure("raw", done, started.elapsed(), before))
 }
 
 /// `Producer::send` (single messages) or `Producer::send_batch` (`batch` > 1), `inflight` at once.
@@ -279,49 +186,18 @@ async fn producer_phase(
             None => break,
         }
     }
-    Ok(Phase::measure(name, sent, started, before))
-}
-
-fn start_broker_thread(brokers: usize) -> Result<(EmbeddedCluster, actix::System), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let system = actix::System::new();
-        let cluster = system.block_on(EmbeddedCluster::start(EmbeddedConfig {
-            brokers,
-            ..EmbeddedConfig::ephemeral()
-        }));
-        match cluster {
-            Ok(cluster) => {
-                let _ = tx.send(Ok((cluster, actix::System::current())));
-                let _ = system.run();
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
-            }
-        }
-    });
-    rx.recv()
-        .map_err(|_| "the broker thread died".to_owned())?
-        .map_err(|e| format!("cannot start the embedded cluster: {e}"))
+    Ok(Phase::measure(name, sent, started.elapsed(), before))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    bench_common::init_tracing();
     let args = Args::parse();
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
+    let stamp = bench_common::unix_millis();
     let (namesrv, embedded) = match args.namesrv.clone() {
         Some(addr) => (addr, None),
         None => {
-            let (cluster, system) = start_broker_thread(args.brokers)?;
+            let (cluster, system) =
+                bench_common::start_broker_thread(bench_common::embedded_config(args.brokers))?;
             (cluster.namesrv_addr(), Some((cluster, system)))
         }
     };
