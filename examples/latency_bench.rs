@@ -301,27 +301,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     epoch();
     let stamp = bench_common::unix_millis();
-    let (namesrv, cluster, broker_system) = match args.namesrv.clone() {
-        Some(addr) => (addr, None, None),
-        None => {
-            let (cluster, system) =
-                bench_common::start_broker_thread(bench_common::embedded_config(args.brokers))?;
-            (cluster.namesrv_addr(), Some(cluster), Some(system))
-        }
-    };
+    let mut target = bench_common::Target::new(args.namesrv.clone(), args.brokers)?;
+    let namesrv = target.namesrv.clone();
     println!(
-        "latency_bench: {} ({} CPUs), {} s per rate after a 1 s warm-up, {} B bodies",
-        if cluster.is_some() {
-            format!(
-                "embedded cluster of {} brokers at {namesrv}, on its own thread",
-                args.brokers
-            )
-        } else {
-            format!("external name server {namesrv}")
-        },
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
+        "latency_bench: {}, {} s per rate after a 1 s warm-up, {} B bodies",
+        target.describe(args.brokers),
         args.seconds,
         args.size
     );
@@ -332,27 +316,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for &rate in &args.rates {
             for kind in &args.kinds {
                 results.push(
-                    measure(&client, cluster.as_ref(), kind, rate.max(1), &args, stamp).await?,
+                    measure(&client, target.cluster.as_ref(), kind, rate.max(1), &args, stamp).await?,
                 );
             }
         }
         println!(
             "{}",
             serde_json::json!({
-                "broker": if cluster.is_some() { "embedded, in process" } else { "external" },
+                "broker": if target.cluster.is_some() { "embedded, in process" } else { "external" },
                 "seconds": args.seconds,
                 "size": args.size,
                 "results": results,
             })
         );
         client.shutdown().await;
-        if let Some(cluster) = cluster {
-            cluster.shutdown().await;
-        }
+        target.shutdown_cluster().await;
         Ok(())
     });
-    if let Some(system) = broker_system {
-        system.stop();
-    }
+    target.stop();
     outcome.map_err(Into::into)
 }

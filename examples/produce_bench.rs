@@ -193,35 +193,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     bench_common::init_tracing();
     let args = Args::parse();
     let stamp = bench_common::unix_millis();
-    let (namesrv, embedded) = match args.namesrv.clone() {
-        Some(addr) => (addr, None),
-        None => {
-            let (cluster, system) =
-                bench_common::start_broker_thread(bench_common::embedded_config(args.brokers))?;
-            (cluster.namesrv_addr(), Some((cluster, system)))
-        }
-    };
+    let mut target = bench_common::Target::new(args.namesrv.clone(), args.brokers)?;
+    let namesrv = target.namesrv.clone();
     println!(
-        "produce_bench: {} ({} CPUs), {} x {} B per phase, {} in flight",
-        if embedded.is_some() {
-            format!(
-                "embedded cluster of {} brokers at {namesrv}, on its own thread",
-                args.brokers
-            )
-        } else {
-            format!("external name server {namesrv}")
-        },
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
+        "produce_bench: {}, {} x {} B per phase, {} in flight",
+        target.describe(args.brokers),
         args.count,
         args.size,
         args.inflight
     );
-    let (cluster, broker_system) = match embedded {
-        Some((cluster, system)) => (Some(cluster), Some(system)),
-        None => (None, None),
-    };
     let system = actix::System::new();
     let outcome: Result<(), String> = system.block_on(async {
         let client = Client::start(ClientConfig::new(&namesrv)).map_err(|e| e.to_string())?;
@@ -229,7 +209,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for name in &args.phases {
             // A fresh topic per phase, created on every broker up front.
             let topic = format!("ProduceBench_{stamp}_{name}");
-            if let Some(cluster) = &cluster {
+            if let Some(cluster) = &target.cluster {
                 cluster
                     .create_topic(&topic, args.queues)
                     .await
@@ -253,7 +233,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let raw = phases.iter().find(|p| p.name == "raw");
         let mut summary = serde_json::json!({
-            "broker": if cluster.is_some() { "embedded, in process" } else { "external" },
+            "broker": if target.cluster.is_some() { "embedded, in process" } else { "external" },
             "count": args.count,
             "size": args.size,
             "inflight": args.inflight,
@@ -271,13 +251,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("{summary}");
         client.shutdown().await;
-        if let Some(cluster) = cluster {
-            cluster.shutdown().await;
-        }
+        target.shutdown_cluster().await;
         Ok(())
     });
-    if let Some(broker_system) = broker_system {
-        broker_system.stop();
-    }
+    target.stop();
     outcome.map_err(Into::into)
 }

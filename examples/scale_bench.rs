@@ -388,58 +388,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     bench_common::init_tracing();
     let args = Args::parse();
     let stamp = bench_common::unix_millis();
-    let (namesrv, cluster, broker_system) = match args.namesrv.clone() {
-        Some(addr) => (addr, None, None),
-        None => {
-            let (cluster, system) =
-                bench_common::start_broker_thread(bench_common::embedded_config(args.brokers))?;
-            (cluster.namesrv_addr(), Some(cluster), Some(system))
-        }
-    };
-    println!(
-        "scale_bench: {} ({} CPUs)",
-        if cluster.is_some() {
-            format!(
-                "embedded cluster of {} brokers at {namesrv}, in this process",
-                args.brokers
-            )
-        } else {
-            format!("external name server {namesrv}")
-        },
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-    );
+    let mut target = bench_common::Target::new(args.namesrv.clone(), args.brokers)?;
+    let namesrv = target.namesrv.clone();
+    println!("scale_bench: {}", target.describe(args.brokers));
     let system = actix::System::new();
     let outcome: Result<(), String> = system.block_on(async {
         let client = Client::start(ClientConfig::new(&namesrv)).map_err(|e| e.to_string())?;
         let mut singles = Vec::new();
         for &queues in &args.queues {
             singles.push(
-                one_consumer(&client, &namesrv, cluster.as_ref(), queues, &args, stamp).await?,
+                one_consumer(&client, &namesrv, target.cluster.as_ref(), queues, &args, stamp).await?,
             );
         }
         let group = if args.members > 0 {
-            Some(rebalance(&namesrv, &client, cluster.as_ref(), &args, stamp).await?)
+            Some(rebalance(&namesrv, &client, target.cluster.as_ref(), &args, stamp).await?)
         } else {
             None
         };
         println!(
             "{}",
             serde_json::json!({
-                "broker": if cluster.is_some() { "embedded, in process" } else { "external" },
+                "broker": if target.cluster.is_some() { "embedded, in process" } else { "external" },
                 "one_consumer": singles,
                 "rebalance": group,
             })
         );
         client.shutdown().await;
-        if let Some(cluster) = cluster {
-            cluster.shutdown().await;
-        }
+        target.shutdown_cluster().await;
         Ok(())
     });
-    if let Some(system) = broker_system {
-        system.stop();
-    }
+    target.stop();
     outcome.map_err(Into::into)
 }

@@ -174,3 +174,62 @@ pub fn cpu_model() -> String {
         })
         .unwrap_or_else(|| "unknown".into())
 }
+
+/// Where a bench runs: an external name server, or an embedded cluster on its own thread.
+pub struct Target {
+    /// The name-server address to use.
+    pub namesrv: String,
+    /// The embedded cluster, when there was no external name server.
+    pub cluster: Option<EmbeddedCluster>,
+    broker_system: Option<actix::System>,
+}
+
+impl Target {
+    /// `namesrv` when given, else an embedded cluster of `brokers` brokers.
+    pub fn new(namesrv: Option<String>, brokers: usize) -> Result<Target, String> {
+        Ok(match namesrv {
+            Some(namesrv) => Target {
+                namesrv,
+                cluster: None,
+                broker_system: None,
+            },
+            None => {
+                let (cluster, system) = start_broker_thread(embedded_config(brokers))?;
+                Target {
+                    namesrv: cluster.namesrv_addr(),
+                    cluster: Some(cluster),
+                    broker_system: Some(system),
+                }
+            }
+        })
+    }
+
+    /// A line saying what the bench runs against, and on how many CPUs.
+    pub fn describe(&self, brokers: usize) -> String {
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        match &self.cluster {
+            Some(_) => format!(
+                "embedded cluster of {brokers} brokers at {}, on its own thread ({cpus} CPUs)",
+                self.namesrv
+            ),
+            None => format!("external name server {} ({cpus} CPUs)", self.namesrv),
+        }
+    }
+
+    /// Shuts the embedded cluster down (inside the bench's actix system) and takes its
+    /// handle, leaving [`Target::stop`] to end its thread.
+    pub async fn shutdown_cluster(&mut self) {
+        if let Some(cluster) = self.cluster.take() {
+            cluster.shutdown().await;
+        }
+    }
+
+    /// Ends the embedded cluster's thread (after [`Target::shutdown_cluster`]).
+    pub fn stop(self) {
+        if let Some(system) = self.broker_system {
+            system.stop();
+        }
+    }
+}
