@@ -122,13 +122,23 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// arrive in increasing offset order, as pulls deliver them; one at or below the highest
     /// offset seen (a duplicate delivery) is ignored and `false` returned.
     pub fn push(&mut self, message: M, key: Option<&str>) -> bool {
+        self.push_keyed(message, key.map(str::to_owned))
+    }
+
+    /// [`KeyOrderedQueue::push`] with the key already owned (no copy of it is made unless
+    /// the key has no unfinished message yet).
+    pub fn push_keyed(&mut self, message: M, key: Option<String>) -> bool {
         let offset = message.queue_offset();
         if self.highest.is_some_and(|h| offset <= h) {
             return false;
         }
         self.highest = Some(offset);
-        let key = key.map(str::to_owned);
-        let chain = self.chains.entry(key.clone()).or_default();
+        if !self.chains.contains_key(&key) {
+            self.chains.insert(key.clone(), VecDeque::new());
+        }
+        let Some(chain) = self.chains.get_mut(&key) else {
+            return false;
+        };
         let slot = if chain.is_empty() {
             self.ready.insert(offset);
             Slot::Ready

@@ -723,7 +723,7 @@ impl QueueCore {
             Mode::KeyOrdered { queue } => {
                 for message in messages {
                     let key = crate::consumer::key_order::ordering_key(&message).map(str::to_owned);
-                    queue.push(message, key.as_deref());
+                    queue.push_keyed(message, key);
                 }
                 Some(Delivered::Ordered)
             }
