@@ -704,19 +704,33 @@ pub(crate) struct CommandRequest {
     pub reply: oneshot::Sender<Result<RemotingCommand>>,
 }
 
+impl Connection {
+    /// Registers the waiter of a request and returns the opaque to send it with; `None` when
+    /// there is nothing to send (the connection is closed — the waiter is told — or the caller
+    /// gave up while the request sat in the mailbox).
+    fn register_waiter(&mut self, reply: Reply) -> Option<i32> {
+        if self.closed {
+            let _ = reply.send(Err(self.closed_error()));
+            return None;
+        }
+        if reply.is_closed() {
+            return None;
+        }
+        let opaque = self.pending.register(reply);
+        // A timed-out request leaves its entry behind (its caller waited outside the actor).
+        self.pending.sweep_abandoned(|reply| reply.is_closed());
+        Some(opaque)
+    }
+}
+
 impl Handler<CommandRequest> for Connection {
     type Result = ();
 
     fn handle(&mut self, msg: CommandRequest, ctx: &mut Self::Context) {
         let CommandRequest { mut command, reply } = msg;
-        if self.closed {
-            let _ = reply.send(Err(self.closed_error()));
+        let Some(opaque) = self.register_waiter(reply) else {
             return;
-        }
-        if reply.is_closed() {
-            return; // the caller gave up while the request sat in the mailbox
-        }
-        let opaque = self.pending.register(reply);
+        };
         command.opaque = opaque;
         command.flag &= !(RemotingCommand::FLAG_RESPONSE | RemotingCommand::FLAG_ONEWAY);
         let mut frame = BytesMut::new();
@@ -726,8 +740,6 @@ impl Handler<CommandRequest> for Connection {
             }
             return;
         }
-        // A timed-out request leaves its entry behind (its caller waited outside the actor).
-        self.pending.sweep_abandoned(|reply| reply.is_closed());
         self.write_frame(frame.freeze(), Some(opaque), ctx);
     }
 }
@@ -771,7 +783,7 @@ async fn await_reply(
 }
 
 /// Sends `command` on `conn` and waits up to `timeout` for the response (any response code),
-/// with the mailbox discipline of [`call_encoded`].
+/// queued as [`enqueue`] does.
 pub(crate) async fn call_command(
     conn: &Addr<Connection>,
     peer: &str,
@@ -780,18 +792,26 @@ pub(crate) async fn call_command(
 ) -> Result<RemotingCommand> {
     let code = command.code;
     let (reply, response) = oneshot::channel();
-    match conn.try_send(CommandRequest { command, reply }) {
-        Ok(()) => {}
-        Err(actix::dev::SendError::Full(request)) => {
-            if conn.send(request).await.is_err() {
-                return Err(Error::ConnectionClosed(peer.to_owned()));
-            }
-        }
-        Err(actix::dev::SendError::Closed(_)) => {
-            return Err(Error::ConnectionClosed(peer.to_owned()))
-        }
-    }
+    enqueue(conn, peer, CommandRequest { command, reply }).await?;
     await_reply(response, peer.to_owned(), code, timeout).await
+}
+
+/// Queues `request` on `conn` with `try_send`, which respects the mailbox capacity; only when
+/// the mailbox is full does the caller wait for room (`send`), so a flood of requests is slowed
+/// down instead of piling up without bound. A stopped connection reads as closed.
+async fn enqueue<M>(conn: &Addr<Connection>, peer: &str, request: M) -> Result<()>
+where
+    M: Message<Result = ()> + Send + 'static,
+    Connection: Handler<M>,
+{
+    match conn.try_send(request) {
+        Ok(()) => Ok(()),
+        Err(actix::dev::SendError::Full(request)) => conn
+            .send(request)
+            .await
+            .map_err(|_| Error::ConnectionClosed(peer.to_owned())),
+        Err(actix::dev::SendError::Closed(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
+    }
 }
 
 impl Handler<EncodedRequest> for Connection {
@@ -799,27 +819,16 @@ impl Handler<EncodedRequest> for Connection {
 
     fn handle(&mut self, msg: EncodedRequest, ctx: &mut Self::Context) {
         let EncodedRequest { mut frame, reply } = msg;
-        if self.closed {
-            let _ = reply.send(Err(self.closed_error()));
+        let Some(opaque) = self.register_waiter(reply) else {
             return;
-        }
-        if reply.is_closed() {
-            return; // the caller gave up while the request sat in the mailbox
-        }
-        let opaque = self.pending.register(reply);
+        };
         frame.set_opaque(opaque);
-        // A timed-out encoded request leaves its entry behind (its caller waited outside the
-        // actor).
-        self.pending.sweep_abandoned(|reply| reply.is_closed());
         self.write_frame(frame.into_bytes(), Some(opaque), ctx);
     }
 }
 
-/// Sends `frame` on `conn` and waits up to `timeout` for the response (any response code).
-///
-/// The request is queued with `try_send`, which respects the mailbox capacity; only when the
-/// mailbox is full does the caller wait for room (`send`), so a flood of sends is slowed down
-/// instead of piling up without bound. A stopped connection reads as closed.
+/// Sends `frame` on `conn` and waits up to `timeout` for the response (any response code),
+/// queued as [`enqueue`] does.
 pub async fn call_encoded(
     conn: &Addr<Connection>,
     peer: &str,
@@ -828,26 +837,8 @@ pub async fn call_encoded(
 ) -> Result<RemotingCommand> {
     let code = frame.code();
     let (reply, response) = oneshot::channel();
-    match conn.try_send(EncodedRequest { frame, reply }) {
-        Ok(()) => {}
-        Err(actix::dev::SendError::Full(request)) => {
-            if conn.send(request).await.is_err() {
-                return Err(Error::ConnectionClosed(peer.to_owned()));
-            }
-        }
-        Err(actix::dev::SendError::Closed(_)) => {
-            return Err(Error::ConnectionClosed(peer.to_owned()))
-        }
-    }
-    match tokio::time::timeout(timeout, response).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
-        Err(_) => Err(Error::Timeout {
-            peer: peer.to_owned(),
-            code: RequestCode(code),
-            timeout,
-        }),
-    }
+    enqueue(conn, peer, EncodedRequest { frame, reply }).await?;
+    await_reply(response, peer.to_owned(), code, timeout).await
 }
 
 impl Handler<Oneway> for Connection {

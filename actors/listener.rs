@@ -576,10 +576,7 @@ async fn run_concurrent(
         // name the queue from the messages then.
         let named;
         let queue = if context.queue.topic.is_empty() {
-            named = messages.first().map_or_else(
-                || context.queue.clone(),
-                |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
-            );
+            named = queue_of(&messages).unwrap_or_else(|| context.queue.clone());
             &named
         } else {
             &context.queue
@@ -604,10 +601,7 @@ async fn run_concurrent(
             // A closure listener that panicked kept the context it was lent: name the queue
             // from the messages then.
             let queue = if context.queue.topic.is_empty() {
-                messages.first().map_or_else(
-                    || context.queue.clone(),
-                    |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
-                )
+                queue_of(&messages).unwrap_or_else(|| context.queue.clone())
             } else {
                 context.queue.clone()
             };
@@ -619,6 +613,14 @@ async fn run_concurrent(
             }
         }
     }
+}
+
+/// The queue a batch came from, named from its first message: for reports about a call whose
+/// context went down with a panic.
+fn queue_of(messages: &[MessageExt]) -> Option<MessageQueue> {
+    messages
+        .first()
+        .map(|m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id))
 }
 
 /// [`ConsumeDispatcher::consume_now`] for a listener called by value: its future is polled once
@@ -686,10 +688,7 @@ fn panicked_call(
     queue_id: i32,
     panic: &(dyn std::any::Any + Send),
 ) -> ConsumeOutcome {
-    let queue = messages.first().map_or_else(
-        || MessageQueue::new("", "", queue_id),
-        |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
-    );
+    let queue = queue_of(messages).unwrap_or_else(|| MessageQueue::new("", "", queue_id));
     tracing::error!(queue = %queue, panic = %panic_text(panic), "listener panicked; the batch will be retried");
     ConsumeOutcome {
         status: ConsumeStatus::ReconsumeLater,
@@ -709,10 +708,7 @@ fn panicked_orderly_call(
     panic: &(dyn std::any::Any + Send),
     started: Instant,
 ) -> OrderlyOutcome {
-    let queue = messages.first().map_or_else(
-        || MessageQueue::new("", "", queue_id),
-        |m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id),
-    );
+    let queue = queue_of(messages).unwrap_or_else(|| MessageQueue::new("", "", queue_id));
     tracing::error!(queue = %queue, panic = %panic_text(panic), "orderly listener panicked; suspending the queue");
     OrderlyOutcome {
         status: OrderlyStatus::SuspendCurrentQueueAMoment,
