@@ -856,10 +856,14 @@ impl ConsumeDispatcher {
     /// [`ConsumeDispatcher::consume_orderly`] at once when the listener is called by value, a
     /// permit is free (or `held`, as in [`ConsumeDispatcher::consume_now`]) and no hooks run:
     /// the outcome if the call finished on its first poll, otherwise the call to spawn.
+    ///
+    /// As in [`ConsumeDispatcher::consume_now`], a call finished at once is not timed (its
+    /// `elapsed` is zero; the caller times the run that began at `run_started`).
     pub(crate) fn consume_orderly_now(
         &self,
         messages: Arc<[MessageExt]>,
         context: OrderlyContext,
+        run_started: Instant,
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<OrderlyOutcome, PendingOrderly> {
         let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
@@ -872,7 +876,7 @@ impl ConsumeDispatcher {
                 Err(_) => return Err(Box::pin(self.consume_orderly(messages, context))),
             },
         };
-        let started = Instant::now();
+        let started = run_started;
         let defaults = (
             context.auto_commit,
             context.suspend_time,
@@ -901,7 +905,7 @@ impl ConsumeDispatcher {
                 Ok(OrderlyOutcome {
                     status,
                     context,
-                    elapsed: started.elapsed(),
+                    elapsed: Duration::ZERO,
                 })
             }
             Err(panic) => {
@@ -914,6 +918,7 @@ impl ConsumeDispatcher {
                 ))
             }
             Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
+                let started = Instant::now();
                 // Polled again by the caller's actor context, which registers the real waker.
                 let result = AssertUnwindSafe(call).catch_unwind().await;
                 drop(permit);

@@ -99,7 +99,7 @@ pub(crate) struct Finished {
 }
 
 impl Finished {
-    fn started(&mut self) -> std::time::Instant {
+    pub(crate) fn started(&mut self) -> std::time::Instant {
         *self.started.get_or_insert_with(std::time::Instant::now)
     }
 
@@ -305,14 +305,16 @@ impl QueueActor {
             let (started, mut calls, orderly) = finished.into_parts();
             let env = self.env();
             let now = now_ms();
-            for (batch, epoch, outcome) in orderly {
+            let share =
+                started.elapsed() / u32::try_from(calls.len() + orderly.len()).unwrap_or(u32::MAX);
+            for (batch, epoch, mut outcome) in orderly {
+                outcome.elapsed = share;
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
             }
             if calls.is_empty() {
                 self.finished_buffer = calls;
                 continue;
             }
-            let share = started.elapsed() / u32::try_from(calls.len()).unwrap_or(u32::MAX);
             for (batch, _, outcome) in &mut calls {
                 outcome.elapsed = share;
                 self.record_call(batch, outcome.status, &outcome.context, share);

@@ -133,18 +133,18 @@ impl QueueActor {
             .pop()
             .unwrap_or_else(|| self.user_queue.clone());
         let context = OrderlyContext::new(queue, &self.shared.config);
-        let pending =
-            match self
-                .shared
-                .dispatcher
-                .consume_orderly_now(batch.clone(), context, held_permit)
-            {
-                Ok(outcome) => {
-                    finished.orderly.push((batch, epoch, outcome));
-                    return;
-                }
-                Err(pending) => pending,
-            };
+        let pending = match self.shared.dispatcher.consume_orderly_now(
+            batch.clone(),
+            context,
+            finished.started(),
+            held_permit,
+        ) {
+            Ok(outcome) => {
+                finished.orderly.push((batch, epoch, outcome));
+                return;
+            }
+            Err(pending) => pending,
+        };
         let consumed = pending.instrument(self.span.clone());
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let mut out = act.take_actions();

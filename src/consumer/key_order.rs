@@ -44,7 +44,7 @@
 
 use crate::consumer::process_queue::{CacheStats, CachedMessage};
 use crate::message::MessageExt;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The key that orders `msg` in key-ordered mode: `__SHARDINGKEY` if present and non-empty,
 /// else the first `KEYS` token; `None` (the shared "no key" key) otherwise.
@@ -74,11 +74,15 @@ enum Slot {
 
 #[derive(Debug, Clone)]
 struct Entry<M> {
-    message: M,
+    /// `None` while the message is lent to the listener ([`KeyOrderedQueue::next_ready`]
+    /// hands out the message itself, not a copy; a failed one is given back).
+    message: Option<M>,
     key: Option<String>,
     body_len: u64,
     slot: Slot,
     failures: u32,
+    /// The broker's reconsume count when the message was pulled.
+    base_reconsume_times: i32,
     not_before_ms: i64,
 }
 
@@ -87,13 +91,21 @@ struct Entry<M> {
 /// Invariants (checked by the property tests): at most one message per key is in flight; a
 /// key's messages are handed out in offset order, each only after the previous one finished;
 /// [`KeyOrderedQueue::committed_offset`] never passes an unfinished message.
+///
+/// Messages arrive in increasing offset order and mostly finish in that order, so they are
+/// kept in a deque by offset (a finished message leaves a hole until the ones before it
+/// finish); the ready heads are a sorted vector. Nothing is allocated per message.
 #[derive(Debug, Clone)]
 pub struct KeyOrderedQueue<M> {
-    entries: BTreeMap<i64, Entry<M>>,
+    /// Messages by increasing offset; `None` is a finished message with unfinished ones
+    /// before it. The first and last entries are always unfinished.
+    entries: VecDeque<(i64, Option<Entry<M>>)>,
+    /// Unfinished messages (the `Some` entries).
+    unfinished: usize,
     /// Unfinished offsets of each key, in order; the head is ready or in flight.
     chains: BTreeMap<Option<String>, VecDeque<i64>>,
-    /// Heads not in flight.
-    ready: BTreeSet<i64>,
+    /// Heads not in flight, in increasing order.
+    ready: Vec<i64>,
     in_flight: usize,
     body_bytes: u64,
     highest: Option<i64>,
@@ -102,9 +114,10 @@ pub struct KeyOrderedQueue<M> {
 impl<M> Default for KeyOrderedQueue<M> {
     fn default() -> Self {
         KeyOrderedQueue {
-            entries: BTreeMap::new(),
+            entries: VecDeque::new(),
+            unfinished: 0,
             chains: BTreeMap::new(),
-            ready: BTreeSet::new(),
+            ready: Vec::new(),
             in_flight: 0,
             body_bytes: 0,
             highest: None,
@@ -116,6 +129,39 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// An empty queue.
     pub fn new() -> Self {
         KeyOrderedQueue::default()
+    }
+
+    fn index_of(&self, offset: i64) -> Option<usize> {
+        let (first, _) = self.entries.front()?;
+        // Offsets are usually contiguous: then the entry sits at `offset - first`.
+        if let Ok(guess) = usize::try_from(offset.wrapping_sub(*first)) {
+            if self.entries.get(guess).is_some_and(|(o, _)| *o == offset) {
+                return Some(guess);
+            }
+        }
+        self.entries.binary_search_by_key(&offset, |(o, _)| *o).ok()
+    }
+
+    fn entry(&self, offset: i64) -> Option<&Entry<M>> {
+        let at = self.index_of(offset)?;
+        self.entries.get(at)?.1.as_ref()
+    }
+
+    fn entry_mut(&mut self, offset: i64) -> Option<&mut Entry<M>> {
+        let at = self.index_of(offset)?;
+        self.entries.get_mut(at)?.1.as_mut()
+    }
+
+    fn mark_ready(&mut self, offset: i64) {
+        match self.ready.last() {
+            None => self.ready.push(offset),
+            Some(last) if *last < offset => self.ready.push(offset),
+            _ => {
+                if let Err(at) = self.ready.binary_search(&offset) {
+                    self.ready.insert(at, offset);
+                }
+            }
+        }
     }
 
     /// Adds a pulled message with its key ([`ordering_key`] for `MessageExt`). Messages must
@@ -133,70 +179,99 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
             return false;
         }
         self.highest = Some(offset);
-        if !self.chains.contains_key(&key) {
-            self.chains.insert(key.clone(), VecDeque::new());
+        let slot = match self.chains.get_mut(&key) {
+            Some(chain) if !chain.is_empty() => {
+                chain.push_back(offset);
+                Slot::Blocked
+            }
+            Some(chain) => {
+                chain.push_back(offset);
+                Slot::Ready
+            }
+            None => {
+                self.chains.insert(key.clone(), VecDeque::from([offset]));
+                Slot::Ready
+            }
+        };
+        if slot == Slot::Ready {
+            self.mark_ready(offset);
         }
-        let Some(chain) = self.chains.get_mut(&key) else {
-            return false;
-        };
-        let slot = if chain.is_empty() {
-            self.ready.insert(offset);
-            Slot::Ready
-        } else {
-            Slot::Blocked
-        };
-        chain.push_back(offset);
         let body_len = message.body_len() as u64;
         self.body_bytes += body_len;
-        self.entries.insert(
+        self.unfinished += 1;
+        self.entries.push_back((
             offset,
-            Entry {
-                message,
+            Some(Entry {
+                base_reconsume_times: message.reconsume_times(),
+                message: Some(message),
                 key,
                 body_len,
                 slot,
                 failures: 0,
                 not_before_ms: i64::MIN,
-            },
-        );
+            }),
+        ));
         true
     }
 
     /// Hands out up to `max` messages that may run now, lowest offsets first, and marks them
     /// in flight: each is the first unfinished message of its key, nothing of its key is in
     /// flight, and it is not paused by [`KeyOrderedQueue::retry_at`] beyond `now_ms`.
-    pub fn next_ready(&mut self, max: usize, now_ms: i64) -> Vec<M>
-    where
-        M: Clone,
-    {
+    ///
+    /// The messages are lent, not copied: each carries its reconsume count (the broker's plus
+    /// its failures here), and one that fails must be given back
+    /// ([`KeyOrderedQueue::give_back`]) before it is retried.
+    pub fn next_ready(&mut self, max: usize, now_ms: i64) -> Vec<M> {
         let mut out = Vec::new();
-        let mut taken = Vec::new();
-        for offset in &self.ready {
-            if out.len() >= max {
-                break;
-            }
-            let Some(entry) = self.entries.get_mut(offset) else {
+        let mut at = 0;
+        while at < self.ready.len() && out.len() < max {
+            let offset = self.ready[at];
+            let Some(index) = self.index_of(offset) else {
+                self.ready.remove(at);
                 continue;
             };
-            if entry.not_before_ms > now_ms {
+            let Some((_, Some(entry))) = self.entries.get_mut(index) else {
+                self.ready.remove(at);
+                continue;
+            };
+            if entry.not_before_ms > now_ms || entry.message.is_none() {
+                at += 1;
                 continue;
             }
+            let Some(mut message) = entry.message.take() else {
+                at += 1;
+                continue;
+            };
+            message.set_reconsume_times(
+                entry
+                    .base_reconsume_times
+                    .saturating_add(i32::try_from(entry.failures).unwrap_or(i32::MAX)),
+            );
             entry.slot = Slot::InFlight;
-            out.push(entry.message.clone());
-            taken.push(*offset);
-        }
-        for offset in taken {
-            self.ready.remove(&offset);
+            out.push(message);
+            self.ready.remove(at);
             self.in_flight += 1;
         }
         out
     }
 
+    /// Returns a message [`KeyOrderedQueue::next_ready`] lent out (one that failed, to be
+    /// retried). False if it is not in flight or was given back already.
+    pub fn give_back(&mut self, message: M) -> bool {
+        match self.entry_mut(message.queue_offset()) {
+            Some(entry) if entry.slot == Slot::InFlight && entry.message.is_none() => {
+                entry.message = Some(message);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Reports a message handed out by [`KeyOrderedQueue::next_ready`]. `ok`: it is finished
     /// (consumed, or sent to the dead-letter queue) and the next message of its key becomes
     /// ready. Not ok: it stays first of its key, its failure count goes up, and it is ready
-    /// again at once (use [`KeyOrderedQueue::retry_at`] to pause it). Returns false, changing
-    /// nothing, if the message was not in flight.
+    /// again at once (use [`KeyOrderedQueue::retry_at`] to pause it); give it back first.
+    /// Returns false, changing nothing, if the message was not in flight.
     pub fn complete(&mut self, offset: i64, ok: bool) -> bool {
         if ok {
             self.finish(offset)
@@ -206,10 +281,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     }
 
     /// A failed message: it stays first of its key (blocking the key's later messages), its
-    /// failure count goes up, and it is handed out again at or after `not_before_ms`. Returns
-    /// false if the message was not in flight.
+    /// failure count goes up, and it is handed out again at or after `not_before_ms` — once
+    /// it has been given back ([`KeyOrderedQueue::give_back`]). Returns false if the message
+    /// was not in flight.
     pub fn retry_at(&mut self, offset: i64, not_before_ms: i64) -> bool {
-        let Some(entry) = self.entries.get_mut(&offset) else {
+        let Some(entry) = self.entry_mut(offset) else {
             return false;
         };
         if entry.slot != Slot::InFlight {
@@ -218,19 +294,31 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         entry.slot = Slot::Ready;
         entry.failures = entry.failures.saturating_add(1);
         entry.not_before_ms = not_before_ms;
-        self.ready.insert(offset);
+        self.mark_ready(offset);
         self.in_flight -= 1;
         true
     }
 
     fn finish(&mut self, offset: i64) -> bool {
-        match self.entries.get(&offset) {
-            Some(entry) if entry.slot == Slot::InFlight => {}
-            _ => return false,
-        }
-        let Some(entry) = self.entries.remove(&offset) else {
+        let Some(at) = self.index_of(offset) else {
             return false;
         };
+        let Some((_, slot)) = self.entries.get_mut(at) else {
+            return false;
+        };
+        if slot.as_ref().map(|e| e.slot) != Some(Slot::InFlight) {
+            return false;
+        }
+        let Some(entry) = slot.take() else {
+            return false;
+        };
+        self.unfinished -= 1;
+        while self.entries.front().is_some_and(|(_, e)| e.is_none()) {
+            self.entries.pop_front();
+        }
+        while self.entries.back().is_some_and(|(_, e)| e.is_none()) {
+            self.entries.pop_back();
+        }
         self.in_flight -= 1;
         self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
         let mut next_head = None;
@@ -247,11 +335,15 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
             }
         }
         if let Some(head) = next_head {
-            if let Some(next) = self.entries.get_mut(&head) {
-                if next.slot == Slot::Blocked {
+            let became_ready = match self.entry_mut(head) {
+                Some(next) if next.slot == Slot::Blocked => {
                     next.slot = Slot::Ready;
-                    self.ready.insert(head);
+                    true
                 }
+                _ => false,
+            };
+            if became_ready {
+                self.mark_ready(head);
             }
         }
         true
@@ -261,7 +353,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// `reconsume_times` for the total; compare with `max_reconsume_times` to decide on the
     /// dead-letter queue).
     pub fn failures(&self, offset: i64) -> Option<u32> {
-        self.entries.get(&offset).map(|e| e.failures)
+        self.entry(offset).map(|e| e.failures)
     }
 
     /// The earliest time after `now_ms` a paused ready message becomes due, to schedule a
@@ -269,7 +361,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     pub fn next_wakeup_ms(&self, now_ms: i64) -> Option<i64> {
         self.ready
             .iter()
-            .filter_map(|o| self.entries.get(o))
+            .filter_map(|o| self.entry(*o))
             .map(|e| e.not_before_ms)
             .filter(|t| *t > now_ms)
             .min()
@@ -278,20 +370,20 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// The queue's consume offset: the smallest unfinished offset, or one past the highest
     /// offset seen when all are finished; `None` before the first message.
     pub fn committed_offset(&self) -> Option<i64> {
-        match self.entries.keys().next() {
-            Some(first) => Some(*first),
+        match self.entries.front() {
+            Some((first, _)) => Some(*first),
             None => self.highest.map(|h| h.saturating_add(1)),
         }
     }
 
     /// Unfinished messages (waiting or in flight).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.unfinished
     }
 
     /// Whether every message is finished.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.unfinished == 0
     }
 
     /// Messages in flight.
@@ -303,7 +395,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     pub fn in_flight_offsets(&self) -> Vec<i64> {
         self.entries
             .iter()
-            .filter(|(_, e)| e.slot == Slot::InFlight)
+            .filter(|(_, e)| e.as_ref().is_some_and(|e| e.slot == Slot::InFlight))
             .map(|(o, _)| *o)
             .collect()
     }
@@ -313,9 +405,9 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.chains.len()
     }
 
-    /// The unfinished message at `offset`.
+    /// The unfinished message at `offset`, unless it is lent out (in flight).
     pub fn get(&self, offset: i64) -> Option<&M> {
-        self.entries.get(&offset).map(|e| &e.message)
+        self.entry(offset).and_then(|e| e.message.as_ref())
     }
 
     /// Body bytes of the unfinished messages.
@@ -325,12 +417,12 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
 
     /// The numbers pull flow control looks at (count, bytes, span of unfinished offsets).
     pub fn cache_stats(&self) -> CacheStats {
-        let span = match (self.entries.keys().next(), self.entries.keys().next_back()) {
-            (Some(lo), Some(hi)) => hi - lo,
+        let span = match (self.entries.front(), self.entries.back()) {
+            (Some((lo, _)), Some((hi, _))) => hi - lo,
             _ => 0,
         };
         CacheStats {
-            count: self.entries.len() as u64,
+            count: self.unfinished as u64,
             body_bytes: self.body_bytes,
             span,
         }
@@ -350,6 +442,7 @@ mod tests {
     use super::*;
     use crate::message::{property, Message};
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     #[derive(Debug, Clone, PartialEq)]
     struct M(i64);
@@ -427,11 +520,15 @@ mod tests {
     #[test]
     fn a_failed_message_stays_first_of_its_key() {
         let mut q = queue(&[Some("a"), Some("a"), Some("b")]);
-        q.next_ready(10, 0);
+        let lent = q.next_ready(10, 0);
+        assert!(q.give_back(lent[0].clone()));
+        assert!(!q.give_back(lent[0].clone()), "given back already");
         assert!(q.complete(0, false));
         assert_eq!(q.failures(0), Some(1));
         // Offset 1 (same key) is still blocked; 0 is offered again.
-        assert_eq!(offsets(&q.next_ready(10, 0)), vec![0]);
+        let again = q.next_ready(10, 0);
+        assert_eq!(offsets(&again), vec![0]);
+        assert!(q.give_back(again[0].clone()));
         assert!(q.retry_at(0, 1_000));
         assert_eq!(q.failures(0), Some(2));
         assert!(q.next_ready(10, 999).is_empty());
@@ -440,6 +537,27 @@ mod tests {
         assert_eq!(q.next_wakeup_ms(1_000), None);
         assert!(q.complete(0, true));
         assert_eq!(offsets(&q.next_ready(10, 1_000)), vec![1]);
+    }
+
+    #[test]
+    fn a_lent_message_carries_the_brokers_count_plus_its_failures_here() {
+        let mut q = KeyOrderedQueue::new();
+        let mut pulled = MessageExt::from(Message::new("T", "b"));
+        pulled.queue_offset = 5;
+        pulled.reconsume_times = 2;
+        assert!(q.push(pulled, None));
+        let first = q.next_ready(1, 0);
+        assert_eq!(first[0].reconsume_times, 2);
+        assert!(q.get(5).is_none(), "lent, not copied");
+        assert!(q.give_back(first[0].clone()));
+        assert!(q.complete(5, false));
+        let second = q.next_ready(1, 0);
+        assert_eq!(second[0].reconsume_times, 3);
+        assert!(q.give_back(second[0].clone()));
+        assert!(q.complete(5, false));
+        assert_eq!(q.next_ready(1, 0)[0].reconsume_times, 4);
+        assert!(q.complete(5, true));
+        assert!(q.is_empty());
     }
 
     #[test]
@@ -545,6 +663,9 @@ mod tests {
                             continue;
                         }
                         let o = *running.iter().nth(ix.index(running.len())).unwrap();
+                        if !ok {
+                            prop_assert!(q.give_back(M(o)));
+                        }
                         prop_assert!(q.complete(o, ok));
                         running.remove(&o);
                         if ok { finished.insert(o); }

@@ -51,6 +51,7 @@ use crate::consumer::retry::{
 };
 use crate::message::{Message, MessageExt, MessageQueue};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn millis(duration: Duration) -> i64 {
@@ -127,8 +128,10 @@ impl OrderlyContext {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchStep<M> {
     /// Hand these (at most `consume_message_batch_max_size`, in offset order) to the listener,
-    /// then call [`OrderlyQueueState::on_orderly_result`].
-    Consume(Vec<M>),
+    /// then call [`OrderlyQueueState::on_orderly_result`]. Each carries its reconsume count
+    /// ([`OrderlyQueueState::reconsume_times`]). The process queue keeps this batch (shared,
+    /// not copied) until it is committed or handed back.
+    Consume(Arc<[M]>),
     /// Nothing waiting: the consume loop ends; the next `ProcessQueue::put_messages` returning
     /// true starts a new one.
     Idle,
@@ -271,7 +274,14 @@ impl OrderlyQueueState {
             return BatchStep::NeedsLock;
         }
         let batch_size = usize::try_from(cfg.consume_message_batch_max_size.max(1)).unwrap_or(1);
-        let batch = pq.take_messages(batch_size, now_ms);
+        let counts = &self.reconsume_times;
+        let batch = pq.take_messages_with(batch_size, now_ms, |msg| {
+            let times = counts
+                .get(&msg.queue_offset())
+                .copied()
+                .unwrap_or_else(|| msg.reconsume_times());
+            msg.set_reconsume_times(times);
+        });
         if batch.is_empty() {
             self.run_started_ms = None;
             return BatchStep::Idle;
@@ -378,7 +388,7 @@ impl OrderlyQueueState {
     /// message whose send failed goes back with the rest and the queue keeps suspending, as
     /// in Java. When everything of the batch went to the DLQ, the batch is committed
     /// (auto-commit) and consumption continues.
-    pub fn on_dead_letter_result<M: CachedMessage>(
+    pub fn on_dead_letter_result<M: CachedMessage + Clone>(
         &mut self,
         pq: &mut ProcessQueue<M>,
         sent: &[i64],
@@ -444,7 +454,7 @@ impl OrderlyQueueState {
         Some(offset)
     }
 
-    fn put_back<M: CachedMessage>(&mut self, pq: &mut ProcessQueue<M>, offsets: &[i64]) {
+    fn put_back<M: CachedMessage + Clone>(&mut self, pq: &mut ProcessQueue<M>, offsets: &[i64]) {
         for offset in offsets {
             let times = match pq_consuming_times(pq, *offset) {
                 Some(base) => self.reconsume_times.get(offset).copied().unwrap_or(base),
@@ -568,7 +578,7 @@ mod tests {
         now: i64,
     ) -> Vec<Msg> {
         match state.next_batch(pq, &NO_LOCK, c, now) {
-            BatchStep::Consume(batch) => batch,
+            BatchStep::Consume(batch) => batch.to_vec(),
             other => panic!("expected a batch, got {other:?}"),
         }
     }
@@ -1177,7 +1187,7 @@ mod tests {
                         let batch = match in_flight.take() {
                             Some(b) => b,
                             None => match st.next_batch(&mut pq, &NO_LOCK, &c, 0) {
-                                BatchStep::Consume(b) => b,
+                                BatchStep::Consume(b) => b.to_vec(),
                                 BatchStep::Idle => continue,
                                 other => { prop_assert!(false, "unexpected {:?}", other); unreachable!() }
                             },

@@ -41,6 +41,9 @@ pub trait CachedMessage {
     fn reconsume_times(&self) -> i32 {
         0
     }
+    /// Sets the count [`CachedMessage::reconsume_times`] reads, where the type keeps one (the
+    /// orderly service sets it on each message it hands out, as Java does).
+    fn set_reconsume_times(&mut self, _times: i32) {}
 }
 
 impl<T: CachedMessage + ?Sized> CachedMessage for Arc<T> {
@@ -88,6 +91,9 @@ impl CachedMessage for crate::message::MessageExt {
     }
     fn reconsume_times(&self) -> i32 {
         self.reconsume_times
+    }
+    fn set_reconsume_times(&mut self, times: i32) {
+        self.reconsume_times = times;
     }
 }
 
@@ -276,8 +282,12 @@ pub struct ProcessQueue<M> {
     /// Messages not yet consumed, by queue offset (Java `msgTreeMap`). In concurrent mode this
     /// includes messages being consumed.
     waiting: OffsetMap<Entry<M>>,
-    /// Orderly: the batch taken for consumption and not yet committed.
-    consuming: OffsetMap<Entry<M>>,
+    /// Orderly: body sizes of the messages taken for consumption and not yet committed.
+    consuming: OffsetMap<u64>,
+    /// Orderly: the batches handed out since the last commit. The cache lends them rather than
+    /// keeping copies: a commit (the usual outcome) only drops them; a message goes back to
+    /// waiting as a copy of its lent self (rollback, suspend).
+    lent: Vec<Arc<[M]>>,
     body_bytes: u64,
     highest_offset_put: Option<i64>,
     dispatching: bool,
@@ -306,6 +316,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
         ProcessQueue {
             waiting: OffsetMap::default(),
             consuming: OffsetMap::default(),
+            lent: Vec::new(),
             body_bytes: 0,
             highest_offset_put: None,
             dispatching: false,
@@ -495,22 +506,41 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// Orderly: moves up to `batch` of the lowest waiting messages into the consuming batch and
     /// returns them. An empty result ends the consume loop (the next
     /// [`ProcessQueue::put_messages`] will ask for a new one).
-    pub fn take_messages(&mut self, batch: usize, now_ms: i64) -> Vec<M>
-    where
-        M: Clone,
-    {
+    pub fn take_messages(&mut self, batch: usize, now_ms: i64) -> Arc<[M]> {
+        self.take_messages_with(batch, now_ms, |_| {})
+    }
+
+    /// [`ProcessQueue::take_messages`], with `prepare` applied to each message before it is
+    /// handed out (and lent: the cache keeps the returned batch, not a copy of it, until the
+    /// commit).
+    pub fn take_messages_with(
+        &mut self,
+        batch: usize,
+        now_ms: i64,
+        mut prepare: impl FnMut(&mut M),
+    ) -> Arc<[M]> {
         self.last_consume_ms = now_ms;
-        let mut taken = Vec::with_capacity(batch.min(self.waiting.len()));
-        while taken.len() < batch {
-            let Some((offset, entry)) = self.waiting.pop_first() else {
-                break;
-            };
-            taken.push(entry.message.clone());
-            self.consuming.insert(offset, entry);
-        }
-        if taken.is_empty() {
-            self.dispatching = false;
-        }
+        let count = batch.min(self.waiting.len());
+        let mut take_one = || {
+            let (offset, entry) = self.waiting.pop_first()?;
+            self.consuming.insert(offset, entry.body_len);
+            let mut message = entry.message;
+            prepare(&mut message);
+            Some(message)
+        };
+        let taken: Arc<[M]> = match count {
+            0 => {
+                self.dispatching = false;
+                return Arc::new([]);
+            }
+            // The default batch size: no intermediate vector.
+            1 => match take_one() {
+                Some(message) => Arc::new([message]),
+                None => return Arc::new([]),
+            },
+            _ => std::iter::from_fn(take_one).take(count).collect(),
+        };
+        self.lent.push(taken.clone());
         taken
     }
 
@@ -518,26 +548,49 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// the batch's highest offset), `None` if no batch was taken.
     pub fn commit(&mut self) -> Option<i64> {
         let last = self.consuming.last_key()?;
-        let released: u64 = self.consuming.values().map(|e| e.body_len).sum();
+        let released: u64 = self.consuming.values().sum();
         self.body_bytes = self.body_bytes.saturating_sub(released);
         self.consuming.clear();
+        self.lent.clear();
         Some(last + 1)
     }
 
     /// Orderly: the whole batch goes back to waiting, to be taken again.
-    pub fn rollback(&mut self) {
-        let batch = std::mem::take(&mut self.consuming);
-        self.waiting.extend(batch);
+    pub fn rollback(&mut self)
+    where
+        M: Clone,
+    {
+        let offsets: Vec<i64> = self.consuming.keys().collect();
+        self.make_messages_consume_again(&offsets);
     }
 
     /// Orderly: these messages of the batch go back to waiting (the failed ones of a suspended
     /// batch, whose reconsume count was bumped).
-    pub fn make_messages_consume_again(&mut self, offsets: &[i64]) {
+    pub fn make_messages_consume_again(&mut self, offsets: &[i64])
+    where
+        M: Clone,
+    {
         for offset in offsets {
-            if let Some(entry) = self.consuming.remove(offset) {
-                self.waiting.insert(*offset, entry);
+            let Some(message) = self.consuming_message(*offset).cloned() else {
+                continue;
+            };
+            if let Some(body_len) = self.consuming.remove(offset) {
+                self.waiting.insert(
+                    *offset,
+                    Entry {
+                        message,
+                        body_len,
+                        consume_started_ms: None,
+                    },
+                );
             }
         }
+        let consuming = &self.consuming;
+        self.lent.retain(|batch| {
+            batch
+                .iter()
+                .any(|m| consuming.contains_key(&m.queue_offset()))
+        });
     }
 
     /// Orderly: messages of the batch being consumed.
@@ -553,13 +606,23 @@ impl<M: CachedMessage> ProcessQueue<M> {
 
     /// Orderly: the message at `offset` in the batch being consumed.
     pub fn consuming_message(&self, offset: i64) -> Option<&M> {
-        self.consuming.get(&offset).map(|e| &e.message)
+        if !self.consuming.contains_key(&offset) {
+            return None;
+        }
+        // Batches are lent in offset order, each sorted.
+        self.lent.iter().rev().find_map(|batch| {
+            batch
+                .binary_search_by_key(&offset, |m| m.queue_offset())
+                .ok()
+                .and_then(|at| batch.get(at))
+        })
     }
 
     /// Drops every cached message (offset reset, queue dropped).
     pub fn clear(&mut self) {
         self.waiting.clear();
         self.consuming.clear();
+        self.lent.clear();
         self.body_bytes = 0;
         self.highest_offset_put = None;
     }
@@ -667,7 +730,7 @@ mod tests {
         assert_eq!(pq.cached_body_bytes(), 300);
         // Also while the message is in an orderly batch.
         let taken = pq.take_messages(1, 0);
-        assert_eq!(taken, msgs([1]));
+        assert_eq!(taken.to_vec(), msgs([1]));
         pq.put_messages(msgs([1]));
         assert_eq!(pq.cached_count(), 3);
     }
@@ -690,18 +753,18 @@ mod tests {
         let mut pq = ProcessQueue::new(0);
         pq.put_messages(msgs(0..5));
         let batch = pq.take_messages(2, 7);
-        assert_eq!(batch, msgs([0, 1]));
+        assert_eq!(batch.to_vec(), msgs([0, 1]));
         assert_eq!(pq.last_consume_ms(), 7);
         assert_eq!(pq.consuming_count(), 2);
         assert_eq!(pq.cached_count(), 5);
         pq.rollback();
         assert_eq!(pq.consuming_count(), 0);
-        assert_eq!(pq.take_messages(3, 8), msgs([0, 1, 2]));
+        assert_eq!(pq.take_messages(3, 8).to_vec(), msgs([0, 1, 2]));
         pq.make_messages_consume_again(&[2]);
         assert_eq!(pq.commit(), Some(2));
         assert_eq!(pq.cached_count(), 3);
         assert_eq!(pq.cached_body_bytes(), 300);
-        assert_eq!(pq.take_messages(1, 9), msgs([2]));
+        assert_eq!(pq.take_messages(1, 9).to_vec(), msgs([2]));
         assert_eq!(pq.commit(), Some(3));
         assert_eq!(pq.commit(), None);
     }

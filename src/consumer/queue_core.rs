@@ -1165,13 +1165,10 @@ impl QueueCore {
             return;
         };
         match state.next_batch(pq, &self.lock, cfg, now_ms) {
-            BatchStep::Consume(mut batch) => {
-                for message in &mut batch {
-                    message.reconsume_times = state.reconsume_times(&*message);
-                }
+            BatchStep::Consume(batch) => {
                 self.unsettled += 1;
                 out.push(QueueAction::ConsumeOrderly {
-                    batch: batch.into(),
+                    batch,
                     epoch: self.epoch,
                 });
             }
@@ -1198,22 +1195,13 @@ impl QueueCore {
             return;
         };
         let room = limit.saturating_sub(queue.in_flight_count());
-        let ready: Vec<MessageExt> = queue
-            .next_ready(room, now_ms)
-            .into_iter()
-            .map(|mut message| {
-                let failures = queue.failures(message.queue_offset).unwrap_or(0);
-                message.reconsume_times = message
-                    .reconsume_times
-                    .saturating_add(i32::try_from(failures).unwrap_or(i32::MAX));
-                message
-            })
-            .collect();
+        // Each carries its reconsume count: the broker's plus its failures here.
+        let ready = queue.next_ready(room, now_ms);
         let wakeup = queue.next_wakeup_ms(now_ms);
         for message in ready {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
-                batch: Arc::from(vec![message]),
+                batch: Arc::new([message]),
                 epoch: self.epoch,
             });
         }
@@ -1308,8 +1296,13 @@ impl QueueCore {
         let suspend = context.effective_suspend_time();
         if ok {
             queue.complete(offset, true);
-        } else if max
-            .is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
+            self.after_key_change(cfg, env, now_ms, out);
+            return;
+        }
+        // The queue lent the message; it needs it back to hand it out again (the listener
+        // may still hold the batch, so this is a copy — failures only).
+        queue.give_back(message.clone());
+        if max.is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
         {
             // At the maximum: to the dead-letter queue, then the key moves on.
             self.unsettled += 1;
