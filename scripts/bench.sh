@@ -7,6 +7,7 @@
 #   BENCH_REAL=0 scripts/bench.sh         # skip the real rocketmq-rust cluster
 #   BENCH_RUNS=5 scripts/bench.sh         # runs per throughput figure (median reported; default 3)
 #   BENCH_REAL_ONLY=1 scripts/bench.sh    # re-measure the real cluster only, keep the other results
+#   BENCH_PIN=0 scripts/bench.sh          # do not pin the broker and the client to CPUs of their own
 #
 # The broker under test runs as its own process (`rocketmq-actor broker --brokers 2`), so the
 # CPU figures are the client's alone. The baseline is built in a temporary git worktree with
@@ -21,6 +22,20 @@ OUT=$ROOT/target/bench
 PORT=${BENCH_PORT:-19976}
 REAL_PORT=${BENCH_REAL_PORT:-39976}
 mkdir -p "$OUT"
+
+# With two or more CPUs the broker (embedded or real) runs on the last CPU and every bench
+# client on the first, so the two never take turns on one core and the ratios of one run do
+# not depend on how the scheduler happened to place them (BENCH_PIN=0 turns this off).
+BROKER_CPUS=()
+CLIENT_CPUS=()
+if [ "${BENCH_PIN:-1}" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+  last=$(($(nproc) - 1))
+  BROKER_CPUS=(taskset -c "$last")
+  CLIENT_CPUS=(taskset -c 0)
+  printf '{"broker_cpus":"%s","client_cpus":"0"}\n' "$last" >"$OUT/pinning.json"
+else
+  rm -f "$OUT/pinning.json"
+fi
 if [ "${BENCH_REAL_ONLY:-0}" = 1 ]; then
   # Re-measure the real cluster only, keeping the embedded results of the last full run.
   for f in "$OUT"/*.jsonl; do [ -e "$f" ] && grep -v '"label":"real"' "$f" >"$f.keep" || true; [ -e "$f.keep" ] && mv "$f.keep" "$f"; done
@@ -47,7 +62,7 @@ trap cleanup EXIT
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 start_broker() {
-  "$ROOT/target/release/rocketmq-actor" broker --listen "127.0.0.1:$PORT" --brokers 2 >"$OUT/broker.log" 2>&1 &
+  "${BROKER_CPUS[@]}" "$ROOT/target/release/rocketmq-actor" broker --listen "127.0.0.1:$PORT" --brokers 2 >"$OUT/broker.log" 2>&1 &
   BROKER_PID=$!
   for _ in $(seq 100); do port_open "$PORT" && return 0; sleep 0.1; done
   echo "the embedded broker did not start; see $OUT/broker.log" >&2
@@ -59,7 +74,7 @@ run() {
   local label=$1 file=$2 bin=$3; shift 3
   echo "== $label: $(basename "$bin") $*" >&2
   local line
-  line=$("$bin" "$@" | tail -n 1)
+  line=$("${CLIENT_CPUS[@]}" "$bin" "$@" | tail -n 1)
   case "$line" in
     "{"*) printf '{"label":"%s","args":"%s","result":%s}\n' "$label" "$*" "$line" >>"$file" ;;
     *) echo "$label: no JSON line from $(basename "$bin") $*" >&2; return 1 ;;
@@ -103,7 +118,7 @@ fi
 
 if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/rocketmq-broker-rust" ]; }; then
   echo "== real rocketmq-rust cluster" >&2
-  started=$(RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT scripts/real-cluster.sh start)
+  started=$(RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT "${BROKER_CPUS[@]}" scripts/real-cluster.sh start)
   REAL_STARTED=1
   real_ns=$(printf '%s\n' "$started" | tail -n 1 | sed 's/^ROCKETMQ_NAMESRV=//')
   bin=$ROOT/target/release/examples

@@ -67,6 +67,15 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs, {mem}, Linux {platform.release()}"
 
 
+def pinned_cpus(directory):
+    """The CPUs bench.sh pinned the broker and the clients to, if it did."""
+    try:
+        with open(os.path.join(directory, "pinning.json")) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
 def commit():
     try:
         return subprocess.run(
@@ -125,6 +134,10 @@ def main():
     w("the client process's alone (`/proc/self/stat`, utime + stime). Each throughput row is the")
     w(f"median of {runs} runs; each ratio is computed within one run, against the raw loop that ran")
     w("just before it on the same data, then the median is taken. 128-byte bodies throughout.")
+    pinning = pinned_cpus(directory)
+    if pinning:
+        w(f"The broker processes were pinned to CPU {pinning['broker_cpus']} and every bench client to")
+        w(f"CPU {pinning['client_cpus']} (`taskset`), so the two never share a core.")
     if has_before:
         w("\"before\" is the baseline given to the script (`BENCH_BASELINE`), built with the same")
         w("bench programs and run against the same broker process right after \"now\".")

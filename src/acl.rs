@@ -151,7 +151,7 @@ fn raw_signature(
     let Ok(mut mac) = HmacSha1::new_from_slice(secret.as_bytes()) else {
         return Vec::new();
     };
-    // `ExtFields` is a BTreeMap: byte order of the keys, which is Java's `TreeMap` order for
+    // `ExtFields` iterates in byte order of the keys, which is Java's `TreeMap` order for
     // the ASCII keys of the protocol.
     for (key, value) in ext {
         if key != SIGNATURE && on_the_wire(serialize_type, key) {
@@ -169,9 +169,9 @@ pub fn sign(request: &mut RemotingCommand, credentials: &Credentials) {
     let serialize_type = request.serialize_type;
     let body = request.body.clone();
     let ext = request.ext_fields.get_or_insert_with(ExtFields::new);
-    ext.insert(ACCESS_KEY.to_owned(), credentials.access_key.clone());
+    ext.insert_str(ACCESS_KEY, &credentials.access_key);
     if let Some(token) = &credentials.security_token {
-        ext.insert(SECURITY_TOKEN.to_owned(), token.clone());
+        ext.insert_str(SECURITY_TOKEN, token);
     }
     let signed = signature(
         &credentials.secret_key,
@@ -179,7 +179,7 @@ pub fn sign(request: &mut RemotingCommand, credentials: &Credentials) {
         body.as_deref().unwrap_or_default(),
         serialize_type,
     );
-    ext.insert(SIGNATURE.to_owned(), signed);
+    ext.insert_str(SIGNATURE, &signed);
 }
 
 /// Whether `request` carries a valid signature for `secret` (what a broker checks), compared

@@ -43,7 +43,7 @@
 //! ```
 
 use crate::consumer::process_queue::{CacheStats, CachedMessage};
-use crate::message::MessageExt;
+use crate::message::{property, MessageExt};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The key that orders `msg` in key-ordered mode: `__SHARDINGKEY` if present and non-empty,
@@ -56,10 +56,14 @@ use std::collections::{BTreeMap, VecDeque};
 /// assert_eq!(ordering_key(&m), Some("order-42"));
 /// ```
 pub fn ordering_key(msg: &MessageExt) -> Option<&str> {
-    if let Some(sharding) = msg.message.sharding_key().filter(|k| !k.is_empty()) {
+    let (sharding, keys) = msg
+        .message
+        .properties
+        .get_two(property::SHARDING_KEY, property::KEYS);
+    if let Some(sharding) = sharding.filter(|k| !k.is_empty()) {
         return Some(sharding);
     }
-    msg.keys().into_iter().next()
+    keys?.split(property::KEY_SEPARATOR).find(|k| !k.is_empty())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -226,6 +226,15 @@ impl Properties {
         lookup(self.raw_wire(), name.as_bytes()).and_then(|value| std::str::from_utf8(value).ok())
     }
 
+    /// [`Properties::get`] of two names in one scan of the properties.
+    pub(crate) fn get_two(&self, first: &str, second: &str) -> (Option<&str>, Option<&str>) {
+        fn text(value: Option<&[u8]>) -> Option<&str> {
+            value.and_then(|v| std::str::from_utf8(v).ok())
+        }
+        let (a, b) = lookup_two(self.raw_wire(), first.as_bytes(), second.as_bytes());
+        (text(a), text(b))
+    }
+
     /// Whether `name` is present.
     pub fn contains(&self, name: &str) -> bool {
         self.get(name).is_some()
@@ -475,6 +484,39 @@ fn lookup<'t>(text: &'t [u8], name: &[u8]) -> Option<&'t [u8]> {
     found
 }
 
+/// [`lookup`] of two names in one pass over `text`.
+fn lookup_two<'t>(
+    text: &'t [u8],
+    first: &[u8],
+    second: &[u8],
+) -> (Option<&'t [u8]>, Option<&'t [u8]>) {
+    let usable = |name: &[u8]| !name.is_empty() && find_byte(name, NAME_VALUE_SEPARATOR).is_none();
+    if !usable(first) || !usable(second) || first == second {
+        return (lookup(text, first), lookup(text, second));
+    }
+    let value_of = |segment: &'t [u8], name: &[u8]| -> Option<&'t [u8]> {
+        if segment.len() <= name.len() || segment.first() != name.first() {
+            return None;
+        }
+        match segment.strip_prefix(name)?.split_first() {
+            Some((&NAME_VALUE_SEPARATOR, value)) if !value.is_empty() => Some(value),
+            _ => None,
+        }
+    };
+    let (mut found_first, mut found_second) = (None, None);
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (segment, tail) = next_segment(rest);
+        rest = tail;
+        if let Some(value) = value_of(segment, first) {
+            found_first = Some(value);
+        } else if let Some(value) = value_of(segment, second) {
+            found_second = Some(value);
+        }
+    }
+    (found_first, found_second)
+}
+
 /// Iterator over the effective pairs of [`Properties`].
 pub struct Iter<'a> {
     remaining: &'a [u8],
@@ -697,6 +739,16 @@ mod tests {
             }
             // Re-parsing the canonical text yields the same map.
             prop_assert_eq!(as_map(&Properties::parse(&props.to_wire())), expected);
+        }
+
+        #[test]
+        fn one_scan_for_two_names_finds_what_two_lookups_find(
+            text in "[ab\u{1}\u{2}]{0,24}",
+            first in prop::sample::select(vec!["a", "ab", "b", "ba"]),
+            second in prop::sample::select(vec!["a", "ab", "b", "ba"]),
+        ) {
+            let props = Properties::parse(&text);
+            prop_assert_eq!(props.get_two(first, second), (props.get(first), props.get(second)));
         }
 
         #[test]

@@ -2,7 +2,6 @@
 //! (JSON and the ROCKETMQ binary layout) and the frame layout of protocol.md §1.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -11,12 +10,9 @@ use super::header::CommandHeader;
 use super::json::{write_i64, write_json_string, JsonCursor};
 use crate::error::ProtocolError;
 
-/// The "custom header" of a command: every typed header field flattened to string → string.
-///
-/// Sorted, so JSON headers come out with the same key order every time.
-pub type ExtFields = BTreeMap<String, String>;
+pub use super::ext_fields::ExtFields;
 
-static EMPTY_EXT_FIELDS: ExtFields = BTreeMap::new();
+static EMPTY_EXT_FIELDS: ExtFields = ExtFields::new();
 
 /// The sender's implementation language, as carried in every command header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -317,7 +313,7 @@ impl RemotingCommand {
 
     /// One ext field.
     pub fn ext(&self, key: &str) -> Option<&str> {
-        self.ext_fields.as_ref()?.get(key).map(String::as_str)
+        self.ext_fields.as_ref()?.get(key)
     }
 
     /// The ext fields, empty when there are none.
@@ -717,10 +713,11 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, ProtocolError> {
             "remark" => command.remark = cursor.scalar_as_string(1)?.map(Cow::into_owned),
             "extFields" => {
                 if cursor.peek() == Some(b'{') {
-                    let mut ext = ExtFields::new();
+                    // Keys and values are shorter than the header text they come from.
+                    let mut ext = ExtFields::with_capacity(text.len(), 16);
                     cursor.object(1, |cursor, key| {
                         if let Some(value) = cursor.scalar_as_string(2)? {
-                            ext.insert(key.into_owned(), value.into_owned());
+                            ext.insert_str(&key, &value);
                         }
                         Ok(())
                     })?;
@@ -821,7 +818,7 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, ProtocolError>
     let ext_fields = if ext_len > 0 {
         let block = reader.take(ext_len, "extFields")?;
         let mut entries = HeaderReader { buf: block, pos: 0 };
-        let mut ext = ExtFields::new();
+        let mut ext = ExtFields::with_capacity(ext_len, 16);
         while entries.remaining() > 0 {
             let key_len = non_negative(i64::from(entries.i16("ext key length")?), "ext key")?;
             let key = entries.string(key_len, "ext key")?;
@@ -1078,7 +1075,7 @@ mod tests {
             // The binary layout cannot tell an empty ext block from none (extLen 0 = none).
             let ext = if binary { ext.filter(|map| !map.is_empty()) } else { ext };
             RemotingCommand {
-                code, language, version, opaque, flag, remark, ext_fields: ext,
+                code, language, version, opaque, flag, remark, ext_fields: ext.map(|map| map.into_iter().collect()),
                 body: body.map(Bytes::from),
                 serialize_type: if binary { SerializeType::RocketMq } else { SerializeType::Json },
             }

@@ -14,7 +14,7 @@ use crate::error::ProtocolError;
 /// let header = GetRouteInfoRequestHeader { topic: "TopicTest".into(), accept_standard_json_only: None };
 /// let mut ext = ExtFields::new();
 /// header.write_ext(&mut ext);
-/// assert_eq!(ext.get("topic").map(String::as_str), Some("TopicTest"));
+/// assert_eq!(ext.get("topic"), Some("TopicTest"));
 /// assert_eq!(GetRouteInfoRequestHeader::read_ext(&ext).unwrap(), header);
 /// ```
 pub trait CommandHeader: Sized {
@@ -122,7 +122,7 @@ pub fn read_or<T: HeaderValue>(
 
 /// Writes a field.
 pub fn write_value<T: HeaderValue>(ext: &mut ExtFields, key: &str, value: &T) {
-    ext.insert(key.to_owned(), value.to_ext());
+    ext.insert_str(key, &value.to_ext());
 }
 
 /// Writes an optional field when present.
@@ -1159,19 +1159,16 @@ pub(crate) mod tests {
             bname: Some("broker-a".into()),
         };
         let v2 = ext_of(&SendMessageRequestHeaderV2(header.clone()));
-        let keys: Vec<&str> = v2.keys().map(String::as_str).collect();
+        let keys: Vec<&str> = v2.keys().collect();
         assert_eq!(
             keys,
             ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "n"]
         );
-        assert_eq!(v2.get("c").map(String::as_str), Some("TBW102"));
-        assert_eq!(v2.get("k").map(String::as_str), Some("false"));
+        assert_eq!(v2.get("c"), Some("TBW102"));
+        assert_eq!(v2.get("k"), Some("false"));
         let v1 = ext_of(&header);
-        assert_eq!(v1.get("bname").map(String::as_str), Some("broker-a"));
-        assert_eq!(
-            v1.get("defaultTopicQueueNums").map(String::as_str),
-            Some("4")
-        );
+        assert_eq!(v1.get("bname"), Some("broker-a"));
+        assert_eq!(v1.get("defaultTopicQueueNums"), Some("4"));
         // read_ext accepts either form.
         assert_eq!(SendMessageRequestHeader::read_ext(&v1).unwrap(), header);
         assert_eq!(SendMessageRequestHeader::read_ext(&v2).unwrap(), header);
@@ -1265,7 +1262,7 @@ pub(crate) mod tests {
         let mut seeds = (1..).map(|n: u64| n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let header = ConsumeMessageDirectlyRequestHeader::from_seeds(&mut seeds);
         for key in ext_of(&header).keys() {
-            assert!(ConsumeMessageDirectlyRequestHeader::KEYS.contains(&key.as_str()));
+            assert!(ConsumeMessageDirectlyRequestHeader::KEYS.contains(&key));
         }
     }
 

@@ -30,13 +30,18 @@ pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
         };
         out.put_slice(bytes.get(run_start..i).unwrap_or_default());
         if short == 0 {
+            // Property separators (\x01, \x02) land here several times per send header.
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.put_slice(b"\\u00");
-            out.put_u8(HEX[usize::from(b >> 4)]);
-            out.put_u8(HEX[usize::from(b & 0xf)]);
+            out.put_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
         } else {
-            out.put_u8(b'\\');
-            out.put_u8(short);
+            out.put_slice(&[b'\\', short]);
         }
         run_start = i + 1;
     }
@@ -148,9 +153,7 @@ impl<'a> JsonCursor<'a> {
     #[inline]
     fn plain_run(&self, at: usize) -> usize {
         let rest = self.bytes().get(at..).unwrap_or_default();
-        rest.iter()
-            .position(|&b| b == b'"' || b == b'\\')
-            .unwrap_or(rest.len())
+        memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len())
     }
 
     /// Decodes the string literal at the cursor (which must be at `"`).
@@ -216,12 +219,7 @@ impl<'a> JsonCursor<'a> {
                 }
                 Some(_) => {
                     let run_start = i;
-                    while let Some(b) = self.byte_at(i) {
-                        if b == b'"' || b == b'\\' {
-                            break;
-                        }
-                        i += 1;
-                    }
+                    i += self.plain_run(i);
                     out.push_str(self.slice(run_start, i)?);
                 }
             }

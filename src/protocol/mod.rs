@@ -5,6 +5,7 @@ pub mod body;
 pub mod codec;
 pub mod codes;
 pub mod command;
+pub mod ext_fields;
 pub mod header;
 mod json;
 
