@@ -34,12 +34,35 @@ pub trait HeaderValue: Sized {
     fn to_ext(&self) -> String;
     /// Parses the ext-field text of `field`.
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError>;
+    /// Sets `key` to this value's text in `ext` (the provided form goes through
+    /// [`HeaderValue::to_ext`]; the built-in types write without an intermediate `String`).
+    fn write_to(&self, key: &str, ext: &mut ExtFields) {
+        ext.insert_str(key, &self.to_ext());
+    }
+}
+
+/// Writes an integer's decimal text into `ext` without allocating for it.
+fn write_integer(ext: &mut ExtFields, key: &str, value: i64) {
+    let mut digits = [0u8; 20];
+    let mut unwritten: &mut [u8] = &mut digits;
+    crate::protocol::json::write_i64(&mut unwritten, value);
+    let left = unwritten.len();
+    let written = digits.len() - left;
+    if let Some(text) = digits
+        .get(..written)
+        .and_then(|d| std::str::from_utf8(d).ok())
+    {
+        ext.insert_str(key, text);
+    }
 }
 
 impl HeaderValue for String {
     const ACCEPTS_EMPTY: bool = true;
     fn to_ext(&self) -> String {
         self.clone()
+    }
+    fn write_to(&self, key: &str, ext: &mut ExtFields) {
+        ext.insert_str(key, self);
     }
     fn from_ext(_field: &'static str, text: &str) -> Result<Self, ProtocolError> {
         Ok(text.to_owned())
@@ -57,6 +80,9 @@ impl HeaderValue for i32 {
     fn to_ext(&self) -> String {
         self.to_string()
     }
+    fn write_to(&self, key: &str, ext: &mut ExtFields) {
+        write_integer(ext, key, i64::from(*self));
+    }
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError> {
         text.trim().parse().map_err(|_| invalid(field, text))
     }
@@ -66,6 +92,9 @@ impl HeaderValue for i64 {
     fn to_ext(&self) -> String {
         self.to_string()
     }
+    fn write_to(&self, key: &str, ext: &mut ExtFields) {
+        write_integer(ext, key, *self);
+    }
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError> {
         text.trim().parse().map_err(|_| invalid(field, text))
     }
@@ -74,6 +103,9 @@ impl HeaderValue for i64 {
 impl HeaderValue for bool {
     fn to_ext(&self) -> String {
         if *self { "true" } else { "false" }.to_owned()
+    }
+    fn write_to(&self, key: &str, ext: &mut ExtFields) {
+        ext.insert_str(key, if *self { "true" } else { "false" });
     }
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError> {
         let text_trimmed = text.trim();
@@ -122,7 +154,7 @@ pub fn read_or<T: HeaderValue>(
 
 /// Writes a field.
 pub fn write_value<T: HeaderValue>(ext: &mut ExtFields, key: &str, value: &T) {
-    ext.insert_str(key, &value.to_ext());
+    value.write_to(key, ext);
 }
 
 /// Writes an optional field when present.
