@@ -159,6 +159,8 @@ pub struct QueueActor {
     action_buffer: Vec<QueueAction>,
     /// The same for the listener calls of a round that finished at once.
     finished_buffer: Vec<(Messages, u64, ConsumeOutcome)>,
+    /// The same for orderly calls.
+    finished_orderly_buffer: Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
     /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
     pub(crate) orderly_calls_left: u32,
 }
@@ -200,6 +202,7 @@ impl QueueActor {
             start_delay: Duration::ZERO,
             action_buffer: Vec::new(),
             finished_buffer: Vec::new(),
+            finished_orderly_buffer: Vec::new(),
             orderly_calls_left: ORDERLY_CALLS_PER_TURN,
         }
     }
@@ -299,18 +302,20 @@ impl QueueActor {
             let finished = self.execute_round(&mut actions, ctx);
             if finished.is_empty() {
                 self.finished_buffer = finished.calls;
+                self.finished_orderly_buffer = finished.orderly;
                 self.keep_actions(actions);
                 return;
             }
-            let (started, mut calls, orderly) = finished.into_parts();
+            let (started, mut calls, mut orderly) = finished.into_parts();
             let env = self.env();
             let now = now_ms();
             let share =
                 started.elapsed() / u32::try_from(calls.len() + orderly.len()).unwrap_or(u32::MAX);
-            for (batch, epoch, mut outcome) in orderly {
+            for (batch, epoch, mut outcome) in orderly.drain(..) {
                 outcome.elapsed = share;
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
             }
+            self.finished_orderly_buffer = orderly;
             if calls.is_empty() {
                 self.finished_buffer = calls;
                 continue;
@@ -345,7 +350,7 @@ impl QueueActor {
         let mut finished = Finished {
             started: None,
             calls: std::mem::take(&mut self.finished_buffer),
-            orderly: Vec::new(),
+            orderly: std::mem::take(&mut self.finished_orderly_buffer),
         };
         // One listener permit serves every call of the round that finishes at once; it is
         // released when the round ends.
