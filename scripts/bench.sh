@@ -23,19 +23,31 @@ PORT=${BENCH_PORT:-19976}
 REAL_PORT=${BENCH_REAL_PORT:-39976}
 mkdir -p "$OUT"
 
-# With two or more CPUs the broker (embedded or real) runs on the last CPU and every bench
-# client on the first, so the two never take turns on one core and the ratios of one run do
-# not depend on how the scheduler happened to place them (BENCH_PIN=0 turns this off).
-BROKER_CPUS=()
-CLIENT_CPUS=()
+# Throughput and CPU figures (consume_bench, produce_bench) are taken with the embedded broker
+# on the last CPU and the bench client on the first, so the two never take turns on one core
+# and the ratios of one run do not depend on where the scheduler put them. Latency and scale
+# run unpinned: a multi-threaded process squeezed onto one CPU waits for its own threads'
+# time slices, which would show up as milliseconds of tail latency that are not ours.
+# BENCH_PIN=0 turns pinning off; the real cluster is never pinned.
+LAST_CPU=
 if [ "${BENCH_PIN:-1}" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
-  last=$(($(nproc) - 1))
-  BROKER_CPUS=(taskset -c "$last")
-  CLIENT_CPUS=(taskset -c 0)
-  printf '{"broker_cpus":"%s","client_cpus":"0"}\n' "$last" >"$OUT/pinning.json"
+  LAST_CPU=$(($(nproc) - 1))
+  printf '{"broker_cpus":"%s","client_cpus":"0"}\n' "$LAST_CPU" >"$OUT/pinning.json"
 else
   rm -f "$OUT/pinning.json"
 fi
+PIN=0
+# pin_broker on|off: moves every thread of the embedded broker onto the last CPU, or back.
+pin_broker() {
+  [ -n "$LAST_CPU" ] && [ -n "$BROKER_PID" ] || return 0
+  if [ "$1" = on ]; then
+    taskset -a -p -c "$LAST_CPU" "$BROKER_PID" >/dev/null
+    PIN=1
+  else
+    taskset -a -p -c "0-$LAST_CPU" "$BROKER_PID" >/dev/null
+    PIN=0
+  fi
+}
 if [ "${BENCH_REAL_ONLY:-0}" = 1 ]; then
   # Re-measure the real cluster only, keeping the embedded results of the last full run.
   for f in "$OUT"/*.jsonl; do [ -e "$f" ] && grep -v '"label":"real"' "$f" >"$f.keep" || true; [ -e "$f.keep" ] && mv "$f.keep" "$f"; done
@@ -62,7 +74,7 @@ trap cleanup EXIT
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 start_broker() {
-  "${BROKER_CPUS[@]}" "$ROOT/target/release/rocketmq-actor" broker --listen "127.0.0.1:$PORT" --brokers 2 >"$OUT/broker.log" 2>&1 &
+  "$ROOT/target/release/rocketmq-actor" broker --listen "127.0.0.1:$PORT" --brokers 2 >"$OUT/broker.log" 2>&1 &
   BROKER_PID=$!
   for _ in $(seq 100); do port_open "$PORT" && return 0; sleep 0.1; done
   echo "the embedded broker did not start; see $OUT/broker.log" >&2
@@ -74,7 +86,11 @@ run() {
   local label=$1 file=$2 bin=$3; shift 3
   echo "== $label: $(basename "$bin") $*" >&2
   local line
-  line=$("${CLIENT_CPUS[@]}" "$bin" "$@" | tail -n 1)
+  if [ "$PIN" = 1 ]; then
+    line=$(taskset -c 0 "$bin" "$@" | tail -n 1)
+  else
+    line=$("$bin" "$@" | tail -n 1)
+  fi
   case "$line" in
     "{"*) printf '{"label":"%s","args":"%s","result":%s}\n' "$label" "$*" "$line" >>"$file" ;;
     *) echo "$label: no JSON line from $(basename "$bin") $*" >&2; return 1 ;;
@@ -84,12 +100,14 @@ run() {
 # suite SIDE BINDIR NAMESRV: the embedded-broker benchmarks for one side (after/before).
 suite() {
   local side=$1 bin=$2 ns=$3
+  pin_broker on
   for _ in $(seq "$RUNS"); do
     run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 1000000 --phases push,push32,orderly,keyord
   done
   for _ in $(seq "$RUNS"); do
     run "$side" "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$ns" --count 200000
   done
+  pin_broker off
   run "$side" "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$ns" --rates 1000,10000 --seconds 5
   run "$side" "$OUT/scale.jsonl" "$bin/scale_bench" --namesrv "$ns" --queues 1000,10000 --members 50 --member-queues 1000 --idle-seconds 5
 }
@@ -118,7 +136,7 @@ fi
 
 if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/rocketmq-broker-rust" ]; }; then
   echo "== real rocketmq-rust cluster" >&2
-  started=$(RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT "${BROKER_CPUS[@]}" scripts/real-cluster.sh start)
+  started=$(RMQ_CLUSTER_DIR="$OUT/real-cluster" RMQ_BASE_PORT=$REAL_PORT scripts/real-cluster.sh start)
   REAL_STARTED=1
   real_ns=$(printf '%s\n' "$started" | tail -n 1 | sed 's/^ROCKETMQ_NAMESRV=//')
   bin=$ROOT/target/release/examples

@@ -136,8 +136,10 @@ def main():
     w("just before it on the same data, then the median is taken. 128-byte bodies throughout.")
     pinning = pinned_cpus(directory)
     if pinning:
-        w(f"The broker processes were pinned to CPU {pinning['broker_cpus']} and every bench client to")
-        w(f"CPU {pinning['client_cpus']} (`taskset`), so the two never share a core.")
+        w(f"For the consumer and producer tables the broker was pinned to CPU {pinning['broker_cpus']} and")
+        w(f"the bench client to CPU {pinning['client_cpus']} (`taskset`), so the two never share a core;")
+        w("latency, scale and the real cluster run unpinned (a multi-threaded process held to one CPU")
+        w("waits for its own threads' time slices, which would add milliseconds to the tails).")
     if has_before:
         w("\"before\" is the baseline given to the script (`BENCH_BASELINE`), built with the same")
         w("bench programs and run against the same broker process right after \"now\".")
