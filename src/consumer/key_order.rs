@@ -42,6 +42,7 @@
 //! assert_eq!(q.committed_offset(), Some(3));
 //! ```
 
+use crate::consumer::offset_map::OffsetMap;
 use crate::consumer::process_queue::{CacheStats, CachedMessage};
 use crate::message::{property, MessageExt};
 use std::collections::{BTreeMap, VecDeque};
@@ -97,13 +98,13 @@ struct Entry<M> {
 /// [`KeyOrderedQueue::committed_offset`] never passes an unfinished message.
 ///
 /// Messages arrive in increasing offset order and mostly finish in that order, so they are
-/// kept in a deque by offset (a finished message leaves a hole until the ones before it
+/// kept in an [`OffsetMap`] (a finished message leaves a hole until the ones before it
 /// finish); the ready heads are a sorted vector. Nothing is allocated per message.
 #[derive(Debug, Clone)]
 pub struct KeyOrderedQueue<M> {
-    /// Messages by increasing offset; `None` is a finished message with unfinished ones
-    /// before it. The first and last entries are always unfinished.
-    entries: VecDeque<(i64, Option<Entry<M>>)>,
+    /// Messages by offset; `None` is a finished message with unfinished ones before it.
+    /// The first and last entries are always unfinished.
+    entries: OffsetMap<Option<Entry<M>>>,
     /// Unfinished messages (the `Some` entries).
     unfinished: usize,
     /// Unfinished offsets of each key, in order; the head is ready or in flight.
@@ -118,7 +119,7 @@ pub struct KeyOrderedQueue<M> {
 impl<M> Default for KeyOrderedQueue<M> {
     fn default() -> Self {
         KeyOrderedQueue {
-            entries: VecDeque::new(),
+            entries: OffsetMap::default(),
             unfinished: 0,
             chains: BTreeMap::new(),
             ready: Vec::new(),
@@ -135,25 +136,12 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         KeyOrderedQueue::default()
     }
 
-    fn index_of(&self, offset: i64) -> Option<usize> {
-        let (first, _) = self.entries.front()?;
-        // Offsets are usually contiguous: then the entry sits at `offset - first`.
-        if let Ok(guess) = usize::try_from(offset.wrapping_sub(*first)) {
-            if self.entries.get(guess).is_some_and(|(o, _)| *o == offset) {
-                return Some(guess);
-            }
-        }
-        self.entries.binary_search_by_key(&offset, |(o, _)| *o).ok()
-    }
-
     fn entry(&self, offset: i64) -> Option<&Entry<M>> {
-        let at = self.index_of(offset)?;
-        self.entries.get(at)?.1.as_ref()
+        self.entries.get(&offset)?.as_ref()
     }
 
     fn entry_mut(&mut self, offset: i64) -> Option<&mut Entry<M>> {
-        let at = self.index_of(offset)?;
-        self.entries.get_mut(at)?.1.as_mut()
+        self.entries.get_mut(&offset)?.as_mut()
     }
 
     fn mark_ready(&mut self, offset: i64) {
@@ -203,7 +191,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         let body_len = message.body_len() as u64;
         self.body_bytes += body_len;
         self.unfinished += 1;
-        self.entries.push_back((
+        self.entries.insert(
             offset,
             Some(Entry {
                 base_reconsume_times: message.reconsume_times(),
@@ -214,7 +202,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
                 failures: 0,
                 not_before_ms: i64::MIN,
             }),
-        ));
+        );
         true
     }
 
@@ -230,11 +218,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         let mut at = 0;
         while at < self.ready.len() && out.len() < max {
             let offset = self.ready[at];
-            let Some(index) = self.index_of(offset) else {
-                self.ready.remove(at);
-                continue;
-            };
-            let Some((_, Some(entry))) = self.entries.get_mut(index) else {
+            let Some(Some(entry)) = self.entries.get_mut(&offset) else {
                 self.ready.remove(at);
                 continue;
             };
@@ -304,10 +288,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     }
 
     fn finish(&mut self, offset: i64) -> bool {
-        let Some(at) = self.index_of(offset) else {
-            return false;
-        };
-        let Some((_, slot)) = self.entries.get_mut(at) else {
+        let Some(slot) = self.entries.get_mut(&offset) else {
             return false;
         };
         if slot.as_ref().map(|e| e.slot) != Some(Slot::InFlight) {
@@ -317,11 +298,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
             return false;
         };
         self.unfinished -= 1;
-        while self.entries.front().is_some_and(|(_, e)| e.is_none()) {
-            self.entries.pop_front();
+        while self.entries.first_value().is_some_and(Option::is_none) {
+            self.entries.pop_first();
         }
-        while self.entries.back().is_some_and(|(_, e)| e.is_none()) {
-            self.entries.pop_back();
+        while self.entries.last_value().is_some_and(Option::is_none) {
+            self.entries.pop_last();
         }
         self.in_flight -= 1;
         self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
@@ -374,8 +355,8 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// The queue's consume offset: the smallest unfinished offset, or one past the highest
     /// offset seen when all are finished; `None` before the first message.
     pub fn committed_offset(&self) -> Option<i64> {
-        match self.entries.front() {
-            Some((first, _)) => Some(*first),
+        match self.entries.first_key() {
+            Some(first) => Some(first),
             None => self.highest.map(|h| h.saturating_add(1)),
         }
     }
@@ -400,7 +381,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.entries
             .iter()
             .filter(|(_, e)| e.as_ref().is_some_and(|e| e.slot == Slot::InFlight))
-            .map(|(o, _)| *o)
+            .map(|(o, _)| o)
             .collect()
     }
 
@@ -421,8 +402,8 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
 
     /// The numbers pull flow control looks at (count, bytes, span of unfinished offsets).
     pub fn cache_stats(&self) -> CacheStats {
-        let span = match (self.entries.front(), self.entries.back()) {
-            (Some((lo, _)), Some((hi, _))) => hi - lo,
+        let span = match (self.entries.first_key(), self.entries.last_key()) {
+            (Some(lo), Some(hi)) => hi - lo,
             _ => 0,
         };
         CacheStats {

@@ -11,6 +11,7 @@
 //! | [`config`] | every push-consumer option, its Java default and its allowed range |
 //! | [`allocate`] | which queues of a topic this consumer owns (rebalancing strategies) |
 //! | `process_queue` | the per-queue cache of pulled, not yet consumed messages |
+//! | `offset_map` | values by queue offset in a sorted deque (the caches' storage) |
 //! | `flow` | whether to pull a queue now or later, and what a pull result means |
 //! | `offset` | consume offsets: increase-only updates, persistence, start offsets, local files |
 //! | `retry` | retry/DLQ topic names, delay levels, the fallback retry message |
@@ -32,6 +33,7 @@ pub(crate) mod key_order;
 pub(crate) mod lock;
 #[allow(dead_code)]
 pub(crate) mod offset;
+pub(crate) mod offset_map;
 #[allow(dead_code)]
 pub(crate) mod orderly;
 #[allow(dead_code)]
