@@ -195,37 +195,27 @@ async fn produce_with(args: &ProduceArgs, client: &Client, stop: &mut ShutdownSi
                 ..ProducerConfig::default()
             };
             let producer = Producer::new(client.clone(), config);
-            match (&args.file, args.key_space) {
-                (Some(path), _) => {
-                    let lines = read_lines(path)?;
-                    let messages = lines.map(|line| line.map(|body| args.message(body)));
-                    let messages = paced(messages, args.rate);
-                    send_all(
-                        &producer,
-                        messages,
-                        args.inflight,
-                        args.batch,
-                        stop,
-                        &mut sent,
-                    )
-                    .await?
-                }
-                (None, Some(keys)) => send_keyed(args, &producer, keys, stop, &mut sent).await,
-                (None, None) => {
-                    let count = args.count.unwrap_or(0);
-                    let messages = futures::stream::iter(0..count)
-                        .map(|index| Ok(args.message(body_of(index, args.size))));
-                    let messages = paced(messages, args.rate);
-                    send_all(
-                        &producer,
-                        messages,
-                        args.inflight,
-                        args.batch,
-                        stop,
-                        &mut sent,
-                    )
-                    .await?
-                }
+            if let (None, Some(keys)) = (&args.file, args.key_space) {
+                send_keyed(args, &producer, keys, stop, &mut sent).await
+            } else {
+                // A file's lines or `--count` generated bodies, paced and sent alike.
+                let messages = match &args.file {
+                    Some(path) => read_lines(path)?
+                        .map(|line| line.map(|body| args.message(body)))
+                        .boxed_local(),
+                    None => futures::stream::iter(0..args.count.unwrap_or(0))
+                        .map(|index| Ok(args.message(body_of(index, args.size))))
+                        .boxed_local(),
+                };
+                send_all(
+                    &producer,
+                    paced(messages, args.rate),
+                    args.inflight,
+                    args.batch,
+                    stop,
+                    &mut sent,
+                )
+                .await?
             }
         }
     };
