@@ -210,24 +210,93 @@ where
 }
 
 /// A listener that takes the batch and the context by value, as a closure listener does: the
-/// dispatcher hands them over instead of lending them, so a call costs one future allocation
-/// (the closure's) instead of three (the lending wrapper's, the trait's and the task's).
+/// dispatcher hands them over instead of lending them. A call that finishes on its first poll
+/// (the usual case) runs in memory kept from the previous such call, so it allocates nothing;
+/// one that has to wait costs one future allocation (instead of the three a lending wrapper,
+/// the trait and a task would take).
 pub(crate) trait OwnedListener: MessageListener {
-    /// Starts one call with the batch and the context.
-    fn consume_owned(&self, messages: Messages, ctx: ConsumeContext) -> OwnedCall;
+    /// Starts one call with the batch and the context and polls it once with `cx`. `spare`
+    /// is the memory of an earlier call that finished at once: the call runs in it when it
+    /// fits and leaves its own there when it finishes at once.
+    fn call_owned(
+        &self,
+        messages: Messages,
+        ctx: ConsumeContext,
+        spare: &mut Option<SpareCall>,
+        cx: &mut std::task::Context<'_>,
+    ) -> OwnedPoll;
+}
+
+/// The memory of a finished listener call, kept for the next (whatever the closure's future
+/// type is).
+pub(crate) type SpareCall = Box<dyn std::any::Any>;
+
+/// A call of an [`OwnedListener`] after its first poll.
+pub(crate) enum OwnedPoll {
+    /// It finished.
+    Ready((ConsumeStatus, ConsumeContext)),
+    /// It is waiting: poll it to the end.
+    Pending(OwnedCall),
 }
 
 /// A call of an [`OwnedListener`] in progress.
 pub(crate) type OwnedCall =
     std::pin::Pin<Box<dyn Future<Output = (ConsumeStatus, ConsumeContext)> + 'static>>;
 
+/// Where a closure's future runs: empty between calls.
+type CallSlot<Fut> = std::pin::Pin<Box<Option<Fut>>>;
+
+/// A listener call that did not finish on its first poll.
+type RunningCall<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
+
+/// Polls `call` once, in the memory `spare` kept from an earlier call when it is of the same
+/// type. Finished, the call leaves its memory in `spare`; still running, it keeps it.
+fn poll_in_spare<Fut: Future + 'static>(
+    call: Fut,
+    spare: &mut Option<SpareCall>,
+    cx: &mut std::task::Context<'_>,
+) -> Result<Fut::Output, RunningCall<Fut::Output>> {
+    let mut slot: Box<CallSlot<Fut>> = spare
+        .take()
+        .and_then(|spare| spare.downcast().ok())
+        .unwrap_or_else(|| Box::new(Box::pin(None)));
+    let pinned: &mut CallSlot<Fut> = &mut slot;
+    pinned.set(Some(call));
+    match pinned.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
+        Some(std::task::Poll::Ready(output)) => {
+            pinned.set(None);
+            *spare = Some(slot);
+            Ok(output)
+        }
+        _ => {
+            let mut running = *slot;
+            Err(Box::pin(std::future::poll_fn(move |cx| {
+                match running.as_mut().as_pin_mut() {
+                    Some(call) => call.poll(cx),
+                    // Not reached: the slot holds the call until it is dropped.
+                    None => std::task::Poll::Pending,
+                }
+            })))
+        }
+    }
+}
+
 impl<F, Fut> OwnedListener for FnListener<F>
 where
     F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
-    fn consume_owned(&self, messages: Messages, ctx: ConsumeContext) -> OwnedCall {
-        Box::pin((self.0)(messages, ctx))
+    fn call_owned(
+        &self,
+        messages: Messages,
+        ctx: ConsumeContext,
+        spare: &mut Option<SpareCall>,
+        cx: &mut std::task::Context<'_>,
+    ) -> OwnedPoll {
+        match poll_in_spare((self.0)(messages, ctx), spare, cx) {
+            Ok(outcome) => OwnedPoll::Ready(outcome),
+            Err(running) => OwnedPoll::Pending(running),
+        }
     }
 }
 
@@ -359,8 +428,23 @@ where
 /// An orderly listener that takes the batch and the context by value, as a closure listener
 /// does (see [`OwnedListener`]).
 pub(crate) trait OwnedOrderlyListener: OrderlyListener {
-    /// Starts one call with the batch and the context.
-    fn consume_owned(&self, messages: Messages, ctx: OrderlyContext) -> OwnedOrderlyCall;
+    /// Starts one call with the batch and the context and polls it once with `cx` (`spare`
+    /// as in [`OwnedListener::call_owned`]).
+    fn call_owned(
+        &self,
+        messages: Messages,
+        ctx: OrderlyContext,
+        spare: &mut Option<SpareCall>,
+        cx: &mut std::task::Context<'_>,
+    ) -> OwnedOrderlyPoll;
+}
+
+/// A call of an [`OwnedOrderlyListener`] after its first poll.
+pub(crate) enum OwnedOrderlyPoll {
+    /// It finished.
+    Ready((OrderlyStatus, OrderlyContext)),
+    /// It is waiting: poll it to the end.
+    Pending(OwnedOrderlyCall),
 }
 
 /// A call of an [`OwnedOrderlyListener`] in progress.
@@ -372,8 +456,17 @@ where
     F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
-    fn consume_owned(&self, messages: Messages, ctx: OrderlyContext) -> OwnedOrderlyCall {
-        Box::pin((self.0)(messages, ctx))
+    fn call_owned(
+        &self,
+        messages: Messages,
+        ctx: OrderlyContext,
+        spare: &mut Option<SpareCall>,
+        cx: &mut std::task::Context<'_>,
+    ) -> OwnedOrderlyPoll {
+        match poll_in_spare((self.0)(messages, ctx), spare, cx) {
+            Ok(outcome) => OwnedOrderlyPoll::Ready(outcome),
+            Err(running) => OwnedOrderlyPoll::Pending(running),
+        }
     }
 }
 
@@ -625,8 +718,10 @@ fn queue_of(messages: &[MessageExt]) -> Option<MessageQueue> {
 
 /// [`ConsumeDispatcher::consume_now`] for a listener called by value: its future is polled once
 /// here and only boxed again (with the permit and a panic guard) if it has to wait.
+#[allow(clippy::too_many_arguments)]
 fn consume_owned_now(
     listener: &dyn OwnedListener,
+    spare: &std::cell::Cell<Option<SpareCall>>,
     messages: Messages,
     context: ConsumeContext,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -634,21 +729,19 @@ fn consume_owned_now(
     held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
     let queue_id = context.queue.queue_id;
-    let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        listener.consume_owned(messages.clone(), context)
-    }));
-    let mut call = match started {
-        Ok(call) => call,
-        Err(panic) => {
-            *held = Some(permit);
-            return Ok(panicked_call(&messages, queue_id, panic.as_ref()));
-        }
-    };
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
-    let polled =
-        std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut poll_context)));
+    let mut spare_call = spare.take();
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        listener.call_owned(
+            messages.clone(),
+            context,
+            &mut spare_call,
+            &mut poll_context,
+        )
+    }));
+    spare.set(spare_call);
     match polled {
-        Ok(std::task::Poll::Ready((status, context))) => {
+        Ok(OwnedPoll::Ready((status, context))) => {
             *held = Some(permit);
             Ok(ConsumeOutcome {
                 status,
@@ -660,7 +753,7 @@ fn consume_owned_now(
             *held = Some(permit);
             Ok(panicked_call(&messages, queue_id, panic.as_ref()))
         }
-        Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
+        Ok(OwnedPoll::Pending(call)) => Err(Box::pin(async move {
             // The caller's actor context polls this again before it sleeps, which registers
             // the real waker (the no-op one above is never woken).
             let result = AssertUnwindSafe(call).catch_unwind().await;
@@ -729,8 +822,12 @@ pub struct ConsumeDispatcher {
     listener: AnyListener,
     /// The same listener when it takes its arguments by value (a closure listener).
     owned: Option<Rc<dyn OwnedListener>>,
+    /// The memory of its last call that finished at once, for the next.
+    spare_call: std::cell::Cell<Option<SpareCall>>,
     /// The same for an orderly closure listener.
     owned_orderly: Option<Rc<dyn OwnedOrderlyListener>>,
+    /// The memory of its last call that finished at once, for the next.
+    spare_orderly_call: std::cell::Cell<Option<SpareCall>>,
     permits: Arc<Semaphore>,
     /// The consume hooks, `None` when there are none.
     hooks: Option<Rc<ConsumeHooks>>,
@@ -743,7 +840,9 @@ impl ConsumeDispatcher {
         ConsumeDispatcher {
             listener,
             owned: None,
+            spare_call: std::cell::Cell::new(None),
             owned_orderly: None,
+            spare_orderly_call: std::cell::Cell::new(None),
             permits: Arc::new(Semaphore::new(limit)),
             hooks: None,
         }
@@ -833,7 +932,15 @@ impl ConsumeDispatcher {
             },
         };
         if let (Some(owned), None) = (&self.owned, &self.hooks) {
-            return consume_owned_now(owned.as_ref(), messages, context, permit, run_started, held);
+            return consume_owned_now(
+                owned.as_ref(),
+                &self.spare_call,
+                messages,
+                context,
+                permit,
+                run_started,
+                held,
+            );
         }
         let mut call: PendingConsume = Box::pin(run_concurrent(
             listener.clone(),
@@ -883,24 +990,14 @@ impl ConsumeDispatcher {
             context.queue.queue_id,
         );
         let batch = Messages::from(messages);
-        let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            listener.consume_owned(batch.clone(), context)
-        }));
-        let mut call = match call {
-            Ok(call) => call,
-            Err(panic) => {
-                *held = Some(permit);
-                return Ok(panicked_orderly_call(
-                    &batch,
-                    defaults,
-                    panic.as_ref(),
-                    started,
-                ));
-            }
-        };
         let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut poll_context))) {
-            Ok(std::task::Poll::Ready((status, context))) => {
+        let mut spare_call = self.spare_orderly_call.take();
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            listener.call_owned(batch.clone(), context, &mut spare_call, &mut poll_context)
+        }));
+        self.spare_orderly_call.set(spare_call);
+        match polled {
+            Ok(OwnedOrderlyPoll::Ready((status, context))) => {
                 *held = Some(permit);
                 Ok(OrderlyOutcome {
                     status,
@@ -917,7 +1014,7 @@ impl ConsumeDispatcher {
                     started,
                 ))
             }
-            Ok(std::task::Poll::Pending) => Err(Box::pin(async move {
+            Ok(OwnedOrderlyPoll::Pending(call)) => Err(Box::pin(async move {
                 let started = Instant::now();
                 // Polled again by the caller's actor context, which registers the real waker.
                 let result = AssertUnwindSafe(call).catch_unwind().await;

@@ -85,7 +85,25 @@ impl<V> OffsetMap<V> {
 
     pub(crate) fn remove(&mut self, offset: &i64) -> Option<V> {
         let at = self.position(*offset).ok()?;
-        self.entries.remove(at).map(|(_, v)| v)
+        // Messages mostly finish in offset order: the front goes without a general shift.
+        let removed = if at == 0 {
+            self.entries.pop_front()
+        } else {
+            self.entries.remove(at)
+        };
+        removed.map(|(_, v)| v)
+    }
+
+    /// Appends `value` at `offset` when `offset` is above every offset held (the usual case
+    /// for pulled messages); otherwise gives `value` back untouched.
+    pub(crate) fn try_append(&mut self, offset: i64, value: V) -> Result<(), V> {
+        match self.entries.back() {
+            Some((last, _)) if *last >= offset => Err(value),
+            _ => {
+                self.entries.push_back((offset, value));
+                Ok(())
+            }
+        }
     }
 
     pub(crate) fn pop_first(&mut self) -> Option<(i64, V)> {
@@ -143,7 +161,7 @@ mod tests {
         /// The deque-backed offset map behaves like an ordered map for any operation order.
         #[test]
         fn offset_map_matches_an_ordered_map(
-            ops in proptest::collection::vec((0u8..5, 0i64..40), 1..120)
+            ops in proptest::collection::vec((0u8..6, 0i64..40), 1..120)
         ) {
             let mut map = OffsetMap::default();
             let mut model = BTreeMap::new();
@@ -153,6 +171,14 @@ mod tests {
                     1 => prop_assert_eq!(map.remove(&offset), model.remove(&offset)),
                     2 => prop_assert_eq!(map.pop_first(), model.pop_first()),
                     3 => prop_assert_eq!(map.pop_last(), model.pop_last()),
+                    4 => {
+                        let above = model.keys().next_back().is_none_or(|last| *last < offset);
+                        let appended = map.try_append(offset, i);
+                        prop_assert_eq!(appended.is_ok(), above);
+                        if above {
+                            model.insert(offset, i);
+                        }
+                    }
                     _ => {
                         if let Some(value) = map.get_mut(&offset) {
                             *value += 1000;

@@ -214,23 +214,49 @@ impl<M: CachedMessage> ProcessQueue<M> {
     /// and no loop was running (the orderly service relies on it; the concurrent service
     /// submits every pulled batch regardless, as Java does).
     pub fn put_messages(&mut self, messages: impl IntoIterator<Item = M>) -> bool {
+        self.put(messages, None)
+    }
+
+    /// [`ProcessQueue::put_messages`] for messages handed to the listener right away (the
+    /// concurrent service): their consumption counts as started at `now_ms`, as if
+    /// [`ProcessQueue::mark_consume_started`] had been called for each.
+    pub fn put_messages_consuming(
+        &mut self,
+        messages: impl IntoIterator<Item = M>,
+        now_ms: i64,
+    ) -> bool {
+        self.put(messages, Some(now_ms))
+    }
+
+    fn put(
+        &mut self,
+        messages: impl IntoIterator<Item = M>,
+        consume_started_ms: Option<i64>,
+    ) -> bool {
         for message in messages {
             let offset = message.queue_offset();
-            if self.waiting.contains_key(&offset) || self.consuming.contains_key(&offset) {
-                continue;
-            }
             let body_len = message.body_len() as u64;
+            let entry = Entry {
+                message,
+                body_len,
+                consume_started_ms,
+            };
+            // Pulled offsets grow: a message above everything cached cannot be a duplicate.
+            let above_consuming = self.consuming.last_key().is_none_or(|last| last < offset);
+            let entry = if above_consuming {
+                self.waiting.try_append(offset, entry)
+            } else {
+                Err(entry)
+            };
+            if let Err(entry) = entry {
+                if self.waiting.contains_key(&offset) || self.consuming.contains_key(&offset) {
+                    continue;
+                }
+                self.waiting.insert(offset, entry);
+            }
             self.body_bytes += body_len;
             self.highest_offset_put =
                 Some(self.highest_offset_put.map_or(offset, |h| h.max(offset)));
-            self.waiting.insert(
-                offset,
-                Entry {
-                    message,
-                    body_len,
-                    consume_started_ms: None,
-                },
-            );
         }
         if !self.waiting.is_empty() && !self.dispatching {
             self.dispatching = true;

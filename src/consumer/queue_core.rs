@@ -637,7 +637,7 @@ impl QueueCore {
             None => {}
         }
         let undispatched = if outcome.deliver {
-            self.deliver(response.messages, retry_group)
+            self.deliver(response.messages, retry_group, now_ms)
         } else {
             None
         };
@@ -654,7 +654,7 @@ impl QueueCore {
         match undispatched {
             Some(Delivered::Concurrent(batch)) => {
                 let batch_size = cfg.consume_message_batch_max_size.max(1) as usize;
-                self.dispatch(batch, batch_size, now_ms, out);
+                self.dispatch(batch, batch_size, out);
             }
             Some(Delivered::Ordered) => self.consume_ordered(cfg, now_ms, out),
             None => {}
@@ -699,6 +699,7 @@ impl QueueCore {
         &mut self,
         mut messages: Vec<MessageExt>,
         retry_group: Option<&str>,
+        now_ms: i64,
     ) -> Option<Delivered> {
         if let Some(group) = retry_group {
             for message in &mut messages {
@@ -708,12 +709,14 @@ impl QueueCore {
         match &mut self.mode {
             Mode::Concurrent { pq, .. } => {
                 let batch = Arc::new(messages);
-                pq.put_messages(batch.iter().enumerate().map(|(index, m)| CachedEntry {
+                // Dispatched whole right after the next pull is decided: consumption starts now.
+                let entries = batch.iter().enumerate().map(|(index, m)| CachedEntry {
                     offset: m.queue_offset,
                     body_len: m.body().len(),
                     batch: batch.clone(),
                     index,
-                }));
+                });
+                pq.put_messages_consuming(entries, now_ms);
                 Some(Delivered::Concurrent(batch))
             }
             Mode::Orderly { pq, .. } => {
@@ -730,18 +733,17 @@ impl QueueCore {
         }
     }
 
-    /// Hands `messages` to the listener in calls of at most `batch_size`.
+    /// Hands `messages` (cached with their consumption started) to the listener in calls of
+    /// at most `batch_size`.
     fn dispatch(
         &mut self,
         messages: Arc<Vec<MessageExt>>,
         batch_size: usize,
-        now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        let Mode::Concurrent { pq, .. } = &mut self.mode else {
+        if !matches!(self.mode, Mode::Concurrent { .. }) {
             return;
-        };
-        pq.mark_offsets_consume_started(messages.iter().map(|m| m.queue_offset), now_ms);
+        }
         out.reserve(messages.len().div_ceil(batch_size.max(1)));
         let mut start = 0;
         while start < messages.len() {
@@ -930,9 +932,10 @@ impl QueueCore {
                         entry.index = index;
                     }
                 }
+                pq.mark_offsets_consume_started(again.iter().map(|m| m.queue_offset), now_ms);
             }
             let whole = again.len();
-            self.dispatch(again, whole, now_ms, out);
+            self.dispatch(again, whole, out);
         }
         self.settle(out);
     }
