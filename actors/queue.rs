@@ -295,11 +295,19 @@ impl QueueActor {
 
     fn execute_rounds(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
         let mut actions = actions;
-        // Listener calls that finish at once (the usual case) are timed together (two clock
-        // reads, not two per call); their outcomes go to the core together, and what it
-        // decides is carried out in the next round, so a pull's calls cost one buffer.
+        // One listener permit serves every call that finishes at once, in every round; it is
+        // released when the last round ends.
+        let mut held_permit = None;
+        // The end of the first round with calls in both clocks, and the end of the last: the
+        // next round's calls begin at the last end, and a monotonic reading plus the first
+        // gives the wall-clock time too (one clock read per round).
+        let mut base: Option<(std::time::Instant, i64)> = None;
+        let mut last_end: Option<std::time::Instant> = None;
+        // Listener calls that finish at once (the usual case) are timed together (one clock
+        // read per round, not two per call); their outcomes go to the core together, and what
+        // it decides is carried out in the next round, so a pull's calls cost one buffer.
         loop {
-            let finished = self.execute_round(&mut actions, ctx);
+            let finished = self.execute_round(&mut actions, last_end, &mut held_permit, ctx);
             if finished.is_empty() {
                 self.finished_buffer = finished.calls;
                 self.finished_orderly_buffer = finished.orderly;
@@ -307,10 +315,14 @@ impl QueueActor {
                 return;
             }
             let (started, mut calls, mut orderly) = finished.into_parts();
+            let ended = std::time::Instant::now();
+            let (base_at, base_ms) = *base.get_or_insert_with(|| (ended, now_ms()));
+            let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
+            let now = base_ms.saturating_add(since_base);
+            last_end = Some(ended);
             let env = self.env();
-            let now = now_ms();
-            let share =
-                started.elapsed() / u32::try_from(calls.len() + orderly.len()).unwrap_or(u32::MAX);
+            let share = ended.saturating_duration_since(started)
+                / u32::try_from(calls.len() + orderly.len()).unwrap_or(u32::MAX);
             for (batch, epoch, mut outcome) in orderly.drain(..) {
                 outcome.elapsed = share;
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
@@ -341,20 +353,20 @@ impl QueueActor {
     }
 
     /// Carries out one round of actions (leaving `actions` empty); returns the listener calls
-    /// that finished at once.
+    /// that finished at once. Calls begin at `begun` when the caller knows it (the end of the
+    /// previous round), otherwise at the first call.
     fn execute_round(
         &mut self,
         actions: &mut Vec<QueueAction>,
+        begun: Option<std::time::Instant>,
+        held_permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
         ctx: &mut Context<Self>,
     ) -> Finished {
         let mut finished = Finished {
-            started: None,
+            started: begun,
             calls: std::mem::take(&mut self.finished_buffer),
             orderly: std::mem::take(&mut self.finished_orderly_buffer),
         };
-        // One listener permit serves every call of the round that finishes at once; it is
-        // released when the round ends.
-        let mut held_permit = None;
         for action in actions.drain(..) {
             match action {
                 QueueAction::LoadStartOffset(delay) if delay.is_zero() => {
@@ -381,7 +393,7 @@ impl QueueActor {
                 }
                 QueueAction::RecomputeOffset => self.recompute_offset(ctx),
                 QueueAction::ConsumeOrderly { batch, epoch } => {
-                    self.run_orderly(batch, epoch, ctx, &mut finished, &mut held_permit)
+                    self.run_orderly(batch, epoch, ctx, &mut finished, held_permit)
                 }
                 QueueAction::ConsumeAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
@@ -411,7 +423,7 @@ impl QueueActor {
                         batch.clone(),
                         ConsumeContext::new(queue),
                         started,
-                        &mut held_permit,
+                        held_permit,
                     );
                     match call {
                         Ok(outcome) => finished.calls.push((batch, epoch, outcome)),
