@@ -287,7 +287,13 @@ impl<M: CachedMessage> ProcessQueue<M> {
             return None;
         }
         for offset in offsets {
-            if let Some(entry) = self.waiting.remove(&offset) {
+            // Usually the lowest cached offset: taken from the front without a search.
+            let removed = if self.waiting.first_key() == Some(offset) {
+                self.waiting.pop_first().map(|(_, entry)| entry)
+            } else {
+                self.waiting.remove(&offset)
+            };
+            if let Some(entry) = removed {
                 self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
             }
         }
