@@ -224,30 +224,26 @@ pub(crate) trait OwnedListener: MessageListener {
         ctx: ConsumeContext,
         spare: &mut Option<SpareCall>,
         cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll;
+    ) -> OwnedPoll<(ConsumeStatus, ConsumeContext)>;
 }
 
 /// The memory of a finished listener call, kept for the next (whatever the closure's future
 /// type is).
 pub(crate) type SpareCall = Box<dyn std::any::Any>;
 
-/// A call of an [`OwnedListener`] after its first poll.
-pub(crate) enum OwnedPoll {
+/// A by-value listener call after its first poll.
+pub(crate) enum OwnedPoll<T> {
     /// It finished.
-    Ready((ConsumeStatus, ConsumeContext)),
+    Ready(T),
     /// It is waiting: poll it to the end.
-    Pending(OwnedCall),
+    Pending(RunningCall<T>),
 }
-
-/// A call of an [`OwnedListener`] in progress.
-pub(crate) type OwnedCall =
-    std::pin::Pin<Box<dyn Future<Output = (ConsumeStatus, ConsumeContext)> + 'static>>;
 
 /// Where a closure's future runs: empty between calls.
 type CallSlot<Fut> = std::pin::Pin<Box<Option<Fut>>>;
 
 /// A listener call that did not finish on its first poll.
-type RunningCall<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
+pub(crate) type RunningCall<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
 
 /// Polls `call` once, in the memory `spare` kept from an earlier call when it is of the same
 /// type. Finished, the call leaves its memory in `spare`; still running, it keeps it.
@@ -255,7 +251,7 @@ fn poll_in_spare<Fut: Future + 'static>(
     call: Fut,
     spare: &mut Option<SpareCall>,
     cx: &mut std::task::Context<'_>,
-) -> Result<Fut::Output, RunningCall<Fut::Output>> {
+) -> OwnedPoll<Fut::Output> {
     let mut slot: Box<CallSlot<Fut>> = spare
         .take()
         .and_then(|spare| spare.downcast().ok())
@@ -266,11 +262,11 @@ fn poll_in_spare<Fut: Future + 'static>(
         Some(std::task::Poll::Ready(output)) => {
             pinned.set(None);
             *spare = Some(slot);
-            Ok(output)
+            OwnedPoll::Ready(output)
         }
         _ => {
             let mut running = *slot;
-            Err(Box::pin(std::future::poll_fn(move |cx| {
+            OwnedPoll::Pending(Box::pin(std::future::poll_fn(move |cx| {
                 match running.as_mut().as_pin_mut() {
                     Some(call) => call.poll(cx),
                     // Not reached: the slot holds the call until it is dropped.
@@ -292,11 +288,8 @@ where
         ctx: ConsumeContext,
         spare: &mut Option<SpareCall>,
         cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll {
-        match poll_in_spare((self.0)(messages, ctx), spare, cx) {
-            Ok(outcome) => OwnedPoll::Ready(outcome),
-            Err(running) => OwnedPoll::Pending(running),
-        }
+    ) -> OwnedPoll<(ConsumeStatus, ConsumeContext)> {
+        poll_in_spare((self.0)(messages, ctx), spare, cx)
     }
 }
 
@@ -436,20 +429,8 @@ pub(crate) trait OwnedOrderlyListener: OrderlyListener {
         ctx: OrderlyContext,
         spare: &mut Option<SpareCall>,
         cx: &mut std::task::Context<'_>,
-    ) -> OwnedOrderlyPoll;
+    ) -> OwnedPoll<(OrderlyStatus, OrderlyContext)>;
 }
-
-/// A call of an [`OwnedOrderlyListener`] after its first poll.
-pub(crate) enum OwnedOrderlyPoll {
-    /// It finished.
-    Ready((OrderlyStatus, OrderlyContext)),
-    /// It is waiting: poll it to the end.
-    Pending(OwnedOrderlyCall),
-}
-
-/// A call of an [`OwnedOrderlyListener`] in progress.
-pub(crate) type OwnedOrderlyCall =
-    std::pin::Pin<Box<dyn Future<Output = (OrderlyStatus, OrderlyContext)> + 'static>>;
 
 impl<F, Fut> OwnedOrderlyListener for FnOrderlyListener<F>
 where
@@ -462,11 +443,8 @@ where
         ctx: OrderlyContext,
         spare: &mut Option<SpareCall>,
         cx: &mut std::task::Context<'_>,
-    ) -> OwnedOrderlyPoll {
-        match poll_in_spare((self.0)(messages, ctx), spare, cx) {
-            Ok(outcome) => OwnedOrderlyPoll::Ready(outcome),
-            Err(running) => OwnedOrderlyPoll::Pending(running),
-        }
+    ) -> OwnedPoll<(OrderlyStatus, OrderlyContext)> {
+        poll_in_spare((self.0)(messages, ctx), spare, cx)
     }
 }
 
@@ -722,7 +700,7 @@ fn queue_of(messages: &[MessageExt]) -> Option<MessageQueue> {
 fn consume_owned_now(
     listener: &dyn OwnedListener,
     spare: &std::cell::Cell<Option<SpareCall>>,
-    messages: Messages,
+    messages: &Messages,
     context: ConsumeContext,
     permit: tokio::sync::OwnedSemaphorePermit,
     run_started: Instant,
@@ -751,26 +729,29 @@ fn consume_owned_now(
         }
         Err(panic) => {
             *held = Some(permit);
-            Ok(panicked_call(&messages, queue_id, panic.as_ref()))
+            Ok(panicked_call(messages, queue_id, panic.as_ref()))
         }
-        Ok(OwnedPoll::Pending(call)) => Err(Box::pin(async move {
-            // The caller's actor context polls this again before it sleeps, which registers
-            // the real waker (the no-op one above is never woken).
-            let result = AssertUnwindSafe(call).catch_unwind().await;
-            drop(permit);
-            let elapsed = run_started.elapsed();
-            match result {
-                Ok((status, context)) => ConsumeOutcome {
-                    status,
-                    context,
-                    elapsed,
-                },
-                Err(panic) => ConsumeOutcome {
-                    elapsed,
-                    ..panicked_call(&messages, queue_id, panic.as_ref())
-                },
-            }
-        })),
+        Ok(OwnedPoll::Pending(call)) => {
+            let messages = messages.clone();
+            Err(Box::pin(async move {
+                // The caller's actor context polls this again before it sleeps, which registers
+                // the real waker (the no-op one above is never woken).
+                let result = AssertUnwindSafe(call).catch_unwind().await;
+                drop(permit);
+                let elapsed = run_started.elapsed();
+                match result {
+                    Ok((status, context)) => ConsumeOutcome {
+                        status,
+                        context,
+                        elapsed,
+                    },
+                    Err(panic) => ConsumeOutcome {
+                        elapsed,
+                        ..panicked_call(&messages, queue_id, panic.as_ref())
+                    },
+                }
+            }))
+        }
     }
 }
 
@@ -914,13 +895,13 @@ impl ConsumeDispatcher {
     /// traffic per call. The caller drops it when the run ends.
     pub(crate) fn consume_now(
         &self,
-        messages: Messages,
+        messages: &Messages,
         context: ConsumeContext,
         run_started: Instant,
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
         let AnyListener::Concurrent(listener) = &self.listener else {
-            return Err(Box::pin(self.consume_batch(messages, context)));
+            return Err(Box::pin(self.consume_batch(messages.clone(), context)));
         };
         // A free permit means nobody waits for one (released permits go to waiters first), so
         // taking it here keeps the first-come-first-served order.
@@ -928,7 +909,7 @@ impl ConsumeDispatcher {
             Some(permit) => permit,
             None => match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => permit,
-                Err(_) => return Err(Box::pin(self.consume_batch(messages, context))),
+                Err(_) => return Err(Box::pin(self.consume_batch(messages.clone(), context))),
             },
         };
         if let (Some(owned), None) = (&self.owned, &self.hooks) {
@@ -944,7 +925,7 @@ impl ConsumeDispatcher {
         }
         let mut call: PendingConsume = Box::pin(run_concurrent(
             listener.clone(),
-            messages,
+            messages.clone(),
             context,
             Some(permit),
             run_started,
@@ -997,7 +978,7 @@ impl ConsumeDispatcher {
         }));
         self.spare_orderly_call.set(spare_call);
         match polled {
-            Ok(OwnedOrderlyPoll::Ready((status, context))) => {
+            Ok(OwnedPoll::Ready((status, context))) => {
                 *held = Some(permit);
                 Ok(OrderlyOutcome {
                     status,
@@ -1014,7 +995,7 @@ impl ConsumeDispatcher {
                     started,
                 ))
             }
-            Ok(OwnedOrderlyPoll::Pending(call)) => Err(Box::pin(async move {
+            Ok(OwnedPoll::Pending(call)) => Err(Box::pin(async move {
                 let started = Instant::now();
                 // Polled again by the caller's actor context, which registers the real waker.
                 let result = AssertUnwindSafe(call).catch_unwind().await;

@@ -420,7 +420,7 @@ impl QueueActor {
                         .pop()
                         .unwrap_or_else(|| self.user_queue.clone());
                     let call = self.shared.dispatcher.consume_now(
-                        batch.clone(),
+                        &batch,
                         ConsumeContext::new(queue),
                         started,
                         held_permit,
