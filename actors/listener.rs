@@ -694,9 +694,24 @@ fn queue_of(messages: &[MessageExt]) -> Option<MessageQueue> {
         .map(|m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id))
 }
 
+/// Starts a by-value listener call and polls it once, with the memory `spare` holds and a
+/// panic guard (a panic is the `Err`). The no-op waker is enough: a call still running is
+/// spawned by the caller's actor context, which polls it again before it sleeps.
+fn first_poll<T>(
+    spare: &std::cell::Cell<Option<SpareCall>>,
+    start: impl FnOnce(&mut Option<SpareCall>, &mut std::task::Context<'_>) -> OwnedPoll<T>,
+) -> std::thread::Result<OwnedPoll<T>> {
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut spare_call = spare.take();
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        start(&mut spare_call, &mut poll_context)
+    }));
+    spare.set(spare_call);
+    polled
+}
+
 /// [`ConsumeDispatcher::consume_now`] for a listener called by value: its future is polled once
 /// here and only boxed again (with the permit and a panic guard) if it has to wait.
-#[allow(clippy::too_many_arguments)]
 fn consume_owned_now(
     listener: &dyn OwnedListener,
     spare: &std::cell::Cell<Option<SpareCall>>,
@@ -707,17 +722,9 @@ fn consume_owned_now(
     held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
     let queue_id = context.queue.queue_id;
-    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
-    let mut spare_call = spare.take();
-    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        listener.call_owned(
-            messages.clone(),
-            context,
-            &mut spare_call,
-            &mut poll_context,
-        )
-    }));
-    spare.set(spare_call);
+    let polled = first_poll(spare, |spare_call, cx| {
+        listener.call_owned(messages.clone(), context, spare_call, cx)
+    });
     match polled {
         Ok(OwnedPoll::Ready((status, context))) => {
             *held = Some(permit);
@@ -971,12 +978,9 @@ impl ConsumeDispatcher {
             context.queue.queue_id,
         );
         let batch = Messages::from(messages);
-        let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
-        let mut spare_call = self.spare_orderly_call.take();
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            listener.call_owned(batch.clone(), context, &mut spare_call, &mut poll_context)
-        }));
-        self.spare_orderly_call.set(spare_call);
+        let polled = first_poll(&self.spare_orderly_call, |spare_call, cx| {
+            listener.call_owned(batch.clone(), context, spare_call, cx)
+        });
         match polled {
             Ok(OwnedPoll::Ready((status, context))) => {
                 *held = Some(permit);
