@@ -203,7 +203,9 @@ impl Properties {
     /// Fails when the bytes are not UTF-8 (Java would substitute U+FFFD; a stored record
     /// written by a real producer is always valid UTF-8, so garbage is reported instead).
     pub fn from_wire(bytes: Bytes) -> Result<Self, ProtocolError> {
-        if std::str::from_utf8(&bytes).is_err() {
+        // Properties are almost always ASCII, which is checked a word at a time; the full
+        // UTF-8 validation runs only for the rest.
+        if !bytes.is_ascii() && std::str::from_utf8(&bytes).is_err() {
             return Err(ProtocolError::InvalidMessage(
                 "properties are not valid UTF-8".into(),
             ));

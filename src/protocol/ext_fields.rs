@@ -68,18 +68,28 @@ impl ExtFields {
             .unwrap_or_default()
     }
 
+    /// A key's bytes: comparing bytes orders like comparing the strings, without the char
+    /// boundary checks of slicing a `str` (this runs several times per header field).
+    fn key_bytes(&self, span: &Span) -> &[u8] {
+        self.text
+            .as_bytes()
+            .get(span.key_start as usize..span.key_end as usize)
+            .unwrap_or_default()
+    }
+
     fn find(&self, key: &str) -> Result<usize, usize> {
+        let key = key.as_bytes();
         // Decoded headers arrive sorted, so a new key usually goes last.
         match self.index.last() {
             None => return Err(0),
-            Some(last) => match self.key_of(last).cmp(key) {
+            Some(last) => match self.key_bytes(last).cmp(key) {
                 Ordering::Less => return Err(self.index.len()),
                 Ordering::Equal => return Ok(self.index.len() - 1),
                 Ordering::Greater => {}
             },
         }
         self.index
-            .binary_search_by(|span| self.key_of(span).cmp(key))
+            .binary_search_by(|span| self.key_bytes(span).cmp(key))
     }
 
     /// Appends `key` then `value` to the text; the span covering both.

@@ -16,37 +16,69 @@ pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
     out.put_u8(b'"');
     let bytes = s.as_bytes();
     let mut run_start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let short = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0x00..=0x1f => 0,
-            _ => continue,
-        };
-        out.put_slice(bytes.get(run_start..i).unwrap_or_default());
-        if short == 0 {
-            // Property separators (\x01, \x02) land here several times per send header.
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.put_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 0xf)],
-            ]);
-        } else {
-            out.put_slice(&[b'\\', short]);
+    let mut at = 0;
+    while at < bytes.len() {
+        // Header keys and values rarely need escaping: skip clean 8-byte words whole and look
+        // at single bytes only in a word that holds something to escape.
+        let word_end = (at + 8).min(bytes.len());
+        let chunk = bytes.get(at..word_end).unwrap_or_default();
+        if let Ok(word) = <[u8; 8]>::try_from(chunk) {
+            if !word_needs_escape(u64::from_le_bytes(word)) {
+                at = word_end;
+                continue;
+            }
         }
-        run_start = i + 1;
+        for (offset, &b) in chunk.iter().enumerate() {
+            let short = match b {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                b'\n' => b'n',
+                b'\r' => b'r',
+                b'\t' => b't',
+                0x08 => b'b',
+                0x0c => b'f',
+                0x00..=0x1f => 0,
+                _ => continue,
+            };
+            let i = at + offset;
+            out.put_slice(bytes.get(run_start..i).unwrap_or_default());
+            if short == 0 {
+                // Property separators (\x01, \x02) land here several times per send header.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.put_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ]);
+            } else {
+                out.put_slice(&[b'\\', short]);
+            }
+            run_start = i + 1;
+        }
+        at = word_end;
     }
     out.put_slice(bytes.get(run_start..).unwrap_or_default());
     out.put_u8(b'"');
+}
+
+/// Whether any byte of `word` is a control character, `"` or `\` (the bytes JSON escapes).
+///
+/// The classic "has a byte below n" test: subtracting n from every byte borrows into the high
+/// bit exactly where a byte is below n (n ≤ 0x80), masked by bytes that had the high bit
+/// clear; a zero byte after XOR with a repeated character marks that character. It may flag
+/// extra bytes above a real hit, which only sends the word to the byte-wise path.
+const fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const fn has_byte_below(word: u64, n: u8) -> u64 {
+        word.wrapping_sub(ONES * n as u64) & !word & HIGHS
+    }
+    let quote = word ^ (ONES * b'"' as u64);
+    let backslash = word ^ (ONES * b'\\' as u64);
+    (has_byte_below(word, 0x20) | has_byte_below(quote, 1) | has_byte_below(backslash, 1)) != 0
 }
 
 /// Writes a decimal integer without going through `fmt` (the header writer's hot path).
@@ -614,6 +646,11 @@ mod tests {
             let _ = cursor.skip_value(0);
             let mut cursor = JsonCursor::new(&text);
             let _ = cursor.object(0, |c, _| c.skip_value(1));
+        }
+
+        #[test]
+        fn escaping_matches_serde_json(s in "[ -~\\x00-\\x1f\\x7f-\\u{ff}中]{0,40}") {
+            prop_assert_eq!(escaped(&s), serde_json::to_string(&s).unwrap());
         }
 
         #[test]
