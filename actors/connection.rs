@@ -760,22 +760,23 @@ impl Handler<Request> for Connection {
         );
         let peer = self.peer.clone();
         let timeout = msg.timeout;
-        Box::pin(await_reply(response, peer, code, timeout))
+        Box::pin(async move { await_reply(response, &peer, code, timeout).await })
     }
 }
 
 /// Waits up to `timeout` for the answer to a request of `code` sent to `peer`.
 async fn await_reply(
     response: oneshot::Receiver<Result<RemotingCommand>>,
-    peer: String,
+    peer: &str,
     code: i32,
     timeout: Duration,
 ) -> Result<RemotingCommand> {
+    // The peer's name is copied only into an error (a request that succeeds allocates none).
     match tokio::time::timeout(timeout, response).await {
         Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(Error::ConnectionClosed(peer)),
+        Ok(Err(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
         Err(_) => Err(Error::Timeout {
-            peer,
+            peer: peer.to_owned(),
             code: RequestCode(code),
             timeout,
         }),
@@ -793,7 +794,7 @@ pub(crate) async fn call_command(
     let code = command.code;
     let (reply, response) = oneshot::channel();
     enqueue(conn, peer, CommandRequest { command, reply }).await?;
-    await_reply(response, peer.to_owned(), code, timeout).await
+    await_reply(response, peer, code, timeout).await
 }
 
 /// Queues `request` on `conn` with `try_send`, which respects the mailbox capacity; only when
@@ -838,7 +839,7 @@ pub async fn call_encoded(
     let code = frame.code();
     let (reply, response) = oneshot::channel();
     enqueue(conn, peer, EncodedRequest { frame, reply }).await?;
-    await_reply(response, peer.to_owned(), code, timeout).await
+    await_reply(response, peer, code, timeout).await
 }
 
 impl Handler<Oneway> for Connection {

@@ -21,7 +21,8 @@
 //! once per consumer kind, each time from offset 0:
 //!
 //! 1. **raw**: PULL_MESSAGE with FLAG_SUBSCRIPTION, 32 messages per call, every queue
-//!    concurrently, each body decoded and counted — no consumer runtime (as `raw_pull`);
+//!    concurrently, each request encoded straight into its frame and each body decoded and
+//!    counted — no consumer runtime (as `raw_pull`);
 //! 2. **push**: a push consumer with the default configuration (a new group starting at the first
 //!    offset) and a listener that only counts;
 //! 3. **pull**: a pull consumer's hand loop, every queue concurrently, `pull` of 32 and
@@ -57,8 +58,8 @@ use rocketmq_actor::consumer::OrderlyStatus;
 use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::message::decode_messages;
 use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
-use rocketmq_actor::protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
-use rocketmq_actor::protocol::RemotingCommand;
+use rocketmq_actor::protocol::command::RequestFrame;
+use rocketmq_actor::protocol::header::PullMessageResponseHeader;
 use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
 use rocketmq_actor::tls::{ServerTlsConfig, TlsConfig, TlsMode};
 use rocketmq_actor::PushConsumer;
@@ -195,24 +196,25 @@ async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, St
         .to_owned();
     let (mut offset, mut count) = (0i64, 0usize);
     loop {
-        let header = PullMessageRequestHeader {
-            consumer_group: "consume_bench_raw".into(),
-            topic: queue.topic.clone(),
-            queue_id: queue.queue_id,
-            queue_offset: offset,
-            max_msg_nums: RAW_PULL_BATCH,
-            sys_flag: pull_sys_flag::SUBSCRIPTION,
-            commit_offset: 0,
-            suspend_timeout_millis: 0,
-            subscription: Some("*".into()),
-            sub_version: 0,
-            expression_type: Some("TAG".into()),
-            max_msg_bytes: None,
-            bname: Some(queue.broker_name.clone()),
-        };
-        let command = RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header);
+        // Encoded straight into its frame, the cheapest request a client can send (the
+        // push consumer's pulls are encoded the same way).
+        let frame = RequestFrame::json(request_code::PULL_MESSAGE, b"", |ext| {
+            ext.str("bname", &queue.broker_name);
+            ext.int("commitOffset", 0);
+            ext.str("consumerGroup", "consume_bench_raw");
+            ext.str("expressionType", "TAG");
+            ext.int("maxMsgNums", i64::from(RAW_PULL_BATCH));
+            ext.int("queueId", i64::from(queue.queue_id));
+            ext.int("queueOffset", offset);
+            ext.int("subVersion", 0);
+            ext.str("subscription", "*");
+            ext.int("suspendTimeoutMillis", 0);
+            ext.int("sysFlag", i64::from(pull_sys_flag::SUBSCRIPTION));
+            ext.str("topic", &queue.topic);
+        })
+        .map_err(|e| e.to_string())?;
         let response = client
-            .request(&addr, command, Duration::from_secs(10))
+            .request_encoded(&addr, frame, Duration::from_secs(10))
             .await
             .map_err(|e| e.to_string())?;
         let reply: PullMessageResponseHeader =

@@ -7,19 +7,23 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::error::{Error, RequestCode, ResponseCode, Result};
+use crate::error::{Error, ProtocolError, RequestCode, ResponseCode, Result};
 use crate::filter::TagExpression;
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::protocol::body::{
     encode_json, LockBatchRequestBody, SubscriptionData, UnlockBatchRequestBody,
 };
 use crate::protocol::codes::{pull_sys_flag, request_code, response_code};
+use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{
     ConsumerSendMsgBackRequestHeader, LockBatchMqRequestHeader, PullMessageRequestHeader,
     PullMessageResponseHeader, QueryConsumerOffsetRequestHeader, UnlockBatchMqRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 };
 use crate::protocol::RemotingCommand;
+
+/// The `expressionType` of tag subscriptions (the only kind this client sends).
+const EXPRESSION_TYPE_TAG: &str = "TAG";
 
 pub use crate::consumer::flow::PullStatus;
 
@@ -70,7 +74,7 @@ impl Subscription {
             tags_set: self.expression.tags().to_vec(),
             code_set: self.expression.codes().to_vec(),
             sub_version: self.sub_version,
-            expression_type: "TAG".into(),
+            expression_type: EXPRESSION_TYPE_TAG.into(),
         }
     }
 }
@@ -163,6 +167,58 @@ impl PullRequest {
 
     /// The PULL_MESSAGE command.
     pub fn to_command(&self) -> RemotingCommand {
+        let header = PullMessageRequestHeader {
+            consumer_group: self.group.to_string(),
+            topic: self.queue.topic.clone(),
+            queue_id: self.queue.queue_id,
+            queue_offset: self.offset,
+            max_msg_nums: self.max_messages,
+            sys_flag: self.sys_flag(),
+            commit_offset: self.commit_offset.unwrap_or(0),
+            suspend_timeout_millis: self.suspend_millis(),
+            subscription: self
+                .send_subscription
+                .then(|| self.subscription.expression.sub_string().to_owned()),
+            sub_version: self.subscription.sub_version,
+            expression_type: Some(EXPRESSION_TYPE_TAG.into()),
+            max_msg_bytes: self.max_bytes,
+            bname: Some(self.queue.broker_name.clone()),
+        };
+        RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header)
+    }
+
+    /// The PULL_MESSAGE request encoded at once, the same command as
+    /// [`PullRequest::to_command`] without building its header and ext fields first (the
+    /// pull path's form when no RPC hook needs to see the command).
+    pub(crate) fn to_frame(&self) -> std::result::Result<RequestFrame, ProtocolError> {
+        RequestFrame::json(request_code::PULL_MESSAGE, b"", |ext| {
+            // In ascending key order, as the command's encoding sorts them.
+            ext.str("bname", &self.queue.broker_name);
+            ext.int("commitOffset", self.commit_offset.unwrap_or(0));
+            ext.str("consumerGroup", &self.group);
+            ext.str("expressionType", EXPRESSION_TYPE_TAG);
+            if let Some(max_bytes) = self.max_bytes {
+                ext.int("maxMsgBytes", i64::from(max_bytes));
+            }
+            ext.int("maxMsgNums", i64::from(self.max_messages));
+            ext.int("queueId", i64::from(self.queue.queue_id));
+            ext.int("queueOffset", self.offset);
+            ext.int("subVersion", self.subscription.sub_version);
+            if self.send_subscription {
+                ext.str("subscription", self.subscription.expression.sub_string());
+            }
+            ext.int("suspendTimeoutMillis", self.suspend_millis());
+            ext.int("sysFlag", i64::from(self.sys_flag()));
+            ext.str("topic", &self.queue.topic);
+        })
+    }
+
+    fn suspend_millis(&self) -> i64 {
+        self.suspend
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn sys_flag(&self) -> i32 {
         let mut sys_flag = 0;
         // A slave does not take commits (Java clears the flag for a pull from a slave).
         if self.commit_offset.is_some() && self.broker_id == 0 {
@@ -174,26 +230,7 @@ impl PullRequest {
         if self.send_subscription {
             sys_flag |= pull_sys_flag::SUBSCRIPTION;
         }
-        let header = PullMessageRequestHeader {
-            consumer_group: self.group.to_string(),
-            topic: self.queue.topic.clone(),
-            queue_id: self.queue.queue_id,
-            queue_offset: self.offset,
-            max_msg_nums: self.max_messages,
-            sys_flag,
-            commit_offset: self.commit_offset.unwrap_or(0),
-            suspend_timeout_millis: self
-                .suspend
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-            subscription: self
-                .send_subscription
-                .then(|| self.subscription.expression.sub_string().to_owned()),
-            sub_version: self.subscription.sub_version,
-            expression_type: Some("TAG".into()),
-            max_msg_bytes: self.max_bytes,
-            bname: Some(self.queue.broker_name.clone()),
-        };
-        RemotingCommand::request_with_header(request_code::PULL_MESSAGE, &header)
+        sys_flag
     }
 
     /// Reads the broker's answer: the status, the offsets, and the messages kept after the
@@ -497,6 +534,49 @@ mod tests {
         assert_eq!(long.ext("commitOffset"), Some("5"));
         assert_eq!(long.ext("suspendTimeoutMillis"), Some("15000"));
         assert_eq!(long.ext("queueOffset"), Some("7"));
+    }
+
+    #[test]
+    fn the_encoded_pull_is_the_pull_command() {
+        let queue = MessageQueue::new("Topic\u{1}\"x", "broker-a", 3);
+        let variants = [
+            PullRequest::new("g", queue.clone(), 7),
+            PullRequest::new("group-中", queue.clone(), 1 << 40)
+                .subscription(Subscription::new("TagA || TagB", 17))
+                .max_messages(64)
+                .long_poll(Duration::from_secs(15))
+                .commit_offset(5),
+            PullRequest {
+                max_bytes: Some(262_144),
+                send_subscription: false,
+                broker_id: 1,
+                ..PullRequest::new("g", queue, -1).commit_offset(3)
+            },
+        ];
+        for request in variants {
+            let mut frame = request.to_frame().unwrap();
+            frame.set_opaque(9);
+            let from_frame = RemotingCommand::decode(frame.into_bytes().slice(4..)).unwrap();
+            let mut command = request.to_command();
+            command.opaque = 9;
+            let mut wire = bytes::BytesMut::new();
+            command.encode(&mut wire).unwrap();
+            let from_command = RemotingCommand::decode(wire.freeze().slice(4..)).unwrap();
+            assert_eq!(from_frame.code, from_command.code);
+            assert_eq!(from_frame.opaque, from_command.opaque);
+            let fields = |c: &RemotingCommand| {
+                c.ext_fields
+                    .as_ref()
+                    .map(|ext| {
+                        ext.iter()
+                            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            };
+            assert_eq!(fields(&from_frame), fields(&from_command), "{request:?}");
+            assert!(fields(&from_frame).len() >= 11);
+        }
     }
 
     #[test]
