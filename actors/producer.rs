@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::filter::java_hash_code;
 use crate::hooks::{guarded, Hooks, SendHook, SendHookContext};
 use crate::message::{
-    self, property, sys_flag, CompressionType, Message, MessageQueue, UniqueIdGenerator,
+    self, property, sys_flag, CompressionType, Message, MessageQueue, Topic, UniqueIdGenerator,
 };
 use crate::namespace::Namespace;
 use crate::protocol::codes::{request_code, response_code};
@@ -209,9 +209,9 @@ impl Producer {
     }
 
     /// `topic` as it goes on the wire.
-    fn wire_topic(&self, topic: &mut String) {
+    fn wire_topic(&self, topic: &mut Topic) {
         if let std::borrow::Cow::Owned(wrapped) = self.shared.namespace.wrap(topic) {
-            *topic = wrapped;
+            *topic = wrapped.into();
         }
     }
 
@@ -388,7 +388,7 @@ impl Producer {
                 QueueChoice::Hash(hash) => {
                     let queues = &route.produce_queues;
                     if queues.is_empty() {
-                        return Err(Error::TopicRouteNotFound(message.topic.clone()));
+                        return Err(Error::TopicRouteNotFound(message.topic.to_string()));
                     }
                     &queues[*hash as usize % queues.len()]
                 }

@@ -346,7 +346,7 @@ impl Namespace {
             crate::consumer::retry::restore_original_topic(message, group);
         }
         if let Some(topic) = self.unwrapped(&message.message.topic) {
-            message.message.topic = topic;
+            message.message.topic = topic.into();
         }
     }
 
@@ -357,7 +357,7 @@ impl Namespace {
             Cow::Borrowed(_) => Cow::Borrowed(message),
             Cow::Owned(topic) => {
                 let mut wire = message.clone();
-                wire.message.topic = topic;
+                wire.message.topic = topic.into();
                 Cow::Owned(wire)
             }
         }

@@ -291,7 +291,7 @@ impl SendHook for Sends {
     fn after_send(&self, ctx: &SendHookContext<'_>, result: Result<&SendResult, &Error>) {
         lock(&self.0).push((
             true,
-            ctx.messages[0].topic.clone(),
+            ctx.messages[0].topic.to_string(),
             ctx.broker_addr.to_owned(),
             result.map(|r| r.msg_id.clone()).map_err(|e| e.to_string()),
         ));

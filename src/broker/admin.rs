@@ -494,7 +494,7 @@ impl BrokerCore {
             .map_err(|f| f.remark)?;
         let raw = self.record_for_msg_id(msg_id).map_err(|f| f.remark)?;
         let topic = record::decode_stored(&raw)
-            .map(|m| m.message.topic)
+            .map(|m| String::from(m.message.topic))
             .unwrap_or_default();
         let header = ConsumeMessageDirectlyRequestHeader {
             consumer_group: group.to_owned(),

@@ -85,7 +85,7 @@ mod tests {
     fn sample(topic: &str, body: &[u8], flag: i32) -> MessageExt {
         MessageExt {
             message: Message {
-                topic: topic.to_owned(),
+                topic: topic.into(),
                 flag: 7,
                 properties: Properties::parse("TAGS\u{1}TagA\u{2}KEYS\u{1}k1\u{2}"),
                 body: Bytes::copy_from_slice(body),

@@ -339,7 +339,7 @@ impl MessageStore {
         let queue_id = msg.queue_id;
         let ext = MessageExt {
             message: Message {
-                topic: msg.topic,
+                topic: msg.topic.into(),
                 flag: msg.flag,
                 properties: msg.properties,
                 body: msg.body,

@@ -170,8 +170,7 @@ pub fn restore_original_topic(msg: &mut MessageExt, group: &str) -> bool {
     if original == msg.topic() {
         return false;
     }
-    let original = original.to_owned();
-    msg.message.topic = original;
+    msg.message.topic = original.into();
     true
 }
 
@@ -199,7 +198,7 @@ pub fn restore_original_topic(msg: &mut MessageExt, group: &str) -> bool {
 /// ```
 pub fn build_retry_message(msg: &MessageExt, group: &str, max_reconsume_times: i32) -> Message {
     let mut retry = Message {
-        topic: retry_topic(group),
+        topic: retry_topic(group).into(),
         flag: msg.flag(),
         properties: msg.properties().clone(),
         body: msg.body().clone(),

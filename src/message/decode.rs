@@ -11,6 +11,7 @@ use super::compression::{decompress, CompressionType};
 use super::model::{Message, MessageExt};
 use super::properties::{property, Properties};
 use super::sys_flag;
+use super::topic::Topic;
 use crate::error::ProtocolError;
 
 /// `MAGICCODE` of a V1 record (topic length is an i8).
@@ -219,9 +220,16 @@ fn decode_into(
         i64::from(cursor.i8("TOPICLEN")?)
     };
     let topic_len = Cursor::len_from(topic_len, "TOPICLEN")?;
-    let topic = std::str::from_utf8(cursor.take(topic_len, "TOPIC")?)
-        .map_err(|_| invalid("topic is not valid UTF-8"))?
-        .to_owned();
+    let topic_bytes = cursor.take(topic_len, "TOPIC")?;
+    // The records of one pull name one topic: they share the first one's name.
+    let topic = match out.last() {
+        Some(previous) if previous.message.topic.as_bytes() == topic_bytes => {
+            previous.message.topic.clone()
+        }
+        _ => Topic::from(
+            std::str::from_utf8(topic_bytes).map_err(|_| invalid("topic is not valid UTF-8"))?,
+        ),
+    };
 
     let properties_len =
         Cursor::len_from(i64::from(cursor.i16("PROPERTIESLEN")?), "PROPERTIESLEN")?;
@@ -396,7 +404,7 @@ pub fn decode_batch_body(body: Bytes) -> Result<Vec<Message>, ProtocolError> {
         let (record, next) = decode_compact_at(&body, pos)?;
         pos = next;
         messages.push(Message {
-            topic: String::new(),
+            topic: Topic::default(),
             flag: record.flag,
             properties: record.properties,
             body: record.body,
@@ -720,6 +728,44 @@ pub(crate) mod tests {
         };
         let msg = decode_one(golden.bytes());
         assert_eq!(&msg.body()[..], b"opaque");
+    }
+
+    #[test]
+    fn records_naming_one_topic_share_its_name_and_others_get_their_own() {
+        let mut body = Golden::simple(b"one", PROPS).bytes();
+        body.extend(Golden::simple(b"two", b"").bytes());
+        body.extend(
+            Golden {
+                topic: b"Other",
+                ..Golden::simple(b"three", b"")
+            }
+            .bytes(),
+        );
+        body.extend(
+            Golden {
+                topic: b"\xff\xfe",
+                ..Golden::simple(b"four", b"")
+            }
+            .bytes(),
+        );
+        assert!(
+            decode_messages(Bytes::from(body.clone())).is_err(),
+            "a topic that is not UTF-8 is still refused after a shared one"
+        );
+        let valid_len = body.len()
+            - Golden {
+                topic: b"\xff\xfe",
+                ..Golden::simple(b"four", b"")
+            }
+            .bytes()
+            .len();
+        body.truncate(valid_len);
+        let all = decode_messages(Bytes::from(body)).unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].message.topic, all[1].message.topic);
+        assert!(all[1].message.topic.shares_text_with(&all[0].message.topic));
+        assert_eq!(all[2].message.topic, "Other");
+        assert!(!all[2].message.topic.shares_text_with(&all[0].message.topic));
     }
 
     #[test]

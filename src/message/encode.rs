@@ -239,7 +239,7 @@ mod tests {
     fn golden_ext(body: &[u8], props: &str, born: &str, store: &str, topic: &str) -> MessageExt {
         MessageExt {
             message: Message {
-                topic: topic.to_owned(),
+                topic: topic.into(),
                 flag: golden::FLAG,
                 properties: Properties::parse(props),
                 body: Bytes::copy_from_slice(body),
@@ -412,7 +412,7 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..300),
         )
             .prop_map(|(topic, flag, properties, body)| Message {
-                topic,
+                topic: topic.into(),
                 flag,
                 properties,
                 body: Bytes::from(body),
@@ -485,7 +485,7 @@ mod tests {
             let decoded = decode_batch_body(encode_batch_body(&messages)).unwrap();
             let expected: Vec<Message> = messages
                 .into_iter()
-                .map(|m| Message { topic: String::new(), ..m })
+                .map(|m| Message { topic: crate::message::Topic::default(), ..m })
                 .collect();
             prop_assert_eq!(decoded, expected);
         }

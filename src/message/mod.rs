@@ -1,6 +1,7 @@
 //! The message model: messages to send, stored messages received, queues, properties.
 //!
 //! - [`Message`] / [`MessageExt`]: a message to send and a message as stored by a broker.
+//! - [`Topic`]: a topic name that clones without copying.
 //! - [`Properties`] and the [`property`] names.
 //! - [`decode_messages`] / [`decode_message`]: stored records (pull bodies) → [`MessageExt`].
 //! - [`encode_stored_message`], [`encode_batch_body`], [`decode_batch_body`]: the other
@@ -8,7 +9,9 @@
 //! - [`offset_msg_id`], [`UniqueIdGenerator`]: message ids; [`compress`]/[`decompress`].
 
 mod queue;
+mod topic;
 pub use queue::MessageQueue;
+pub use topic::Topic;
 
 pub mod compression;
 pub mod decode;

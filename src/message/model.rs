@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::id::offset_msg_id;
 use super::properties::{property, Properties};
+use super::topic::Topic;
 
 /// A message as a producer builds it: topic, user flag, properties and body.
 ///
@@ -24,7 +25,7 @@ use super::properties::{property, Properties};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
     /// Topic the message is sent to.
-    pub topic: String,
+    pub topic: Topic,
     /// Opaque user flag, stored and returned as is.
     pub flag: i32,
     /// Properties (tags, keys, ids and user properties).
@@ -93,7 +94,7 @@ impl<S: AsRef<str>> IntoKeys for &[S] {
 
 impl Message {
     /// A message with no properties and flag 0.
-    pub fn new(topic: impl Into<String>, body: impl Into<Bytes>) -> Self {
+    pub fn new(topic: impl Into<Topic>, body: impl Into<Bytes>) -> Self {
         Message {
             topic: topic.into(),
             flag: 0,

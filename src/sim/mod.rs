@@ -2758,7 +2758,7 @@ fn dead_letter_command(message: &crate::message::Message, queue: &MessageQueue) 
         .and_then(|v| v.parse().ok());
     let header = SendMessageRequestHeader {
         producer_group: "CLIENT_INNER_PRODUCER".into(),
-        topic: message.topic.clone(),
+        topic: message.topic.to_string(),
         default_topic: "TBW102".into(),
         default_topic_queue_nums: 4,
         queue_id: 0,
