@@ -353,6 +353,9 @@ pub(crate) struct QueueCore {
     /// The last pull was refused for authentication or permission.
     access_denied: bool,
     finished: bool,
+    /// The offsets of succeeded calls, collected before they leave the cache together (kept
+    /// between rounds so a round of calls allocates nothing).
+    done_offsets: Vec<i64>,
 }
 
 impl QueueCore {
@@ -377,6 +380,7 @@ impl QueueCore {
             last_activity_ms: now_ms,
             access_denied: false,
             finished: false,
+            done_offsets: Vec::new(),
         }
     }
 
@@ -789,7 +793,7 @@ impl QueueCore {
         out: &mut Vec<QueueAction>,
     ) {
         let mut ended = 0usize;
-        let mut done: Vec<&'m [MessageExt]> = Vec::new();
+        let mut done = std::mem::take(&mut self.done_offsets);
         for (batch, epoch, outcome) in calls {
             ended += 1;
             if epoch != self.epoch {
@@ -802,21 +806,15 @@ impl QueueCore {
             let all_succeeded =
                 failed_range(outcome.success, outcome.ack_index, batch.len()).is_empty();
             if all_succeeded && no_timeouts {
-                done.push(batch);
+                done.extend(batch.iter().map(|m| m.queue_offset));
             } else {
                 self.settle_call(batch, outcome, cfg, env, now_ms, out);
             }
         }
         // Every offset leaves before any settle: a drop that ends with the last call reports
         // the committed offset these calls raised.
-        self.remove_done(
-            done.iter()
-                .flat_map(|batch| batch.iter().map(|m| m.queue_offset)),
-            cfg,
-            env,
-            now_ms,
-            out,
-        );
+        self.remove_done(done.drain(..), cfg, env, now_ms, out);
+        self.done_offsets = done;
         for _ in 0..ended {
             self.settle(out);
         }
