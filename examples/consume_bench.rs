@@ -21,8 +21,8 @@
 //! once per consumer kind, each time from offset 0:
 //!
 //! 1. **raw**: PULL_MESSAGE with FLAG_SUBSCRIPTION, 32 messages per call, every queue
-//!    concurrently, each request encoded straight into its frame and each body decoded and
-//!    counted — no consumer runtime (as `raw_pull`);
+//!    concurrently through `Client::pull` (the base layer: request, connection, decoding),
+//!    each message counted — no consumer runtime (as `raw_pull`);
 //! 2. **push**: a push consumer with the default configuration (a new group starting at the first
 //!    offset) and a listener that only counts;
 //! 3. **pull**: a pull consumer's hand loop, every queue concurrently, `pull` of 32 and
@@ -56,11 +56,8 @@ use rocketmq_actor::consumer::ConsumeFromWhere;
 use rocketmq_actor::consumer::ConsumeStatus;
 use rocketmq_actor::consumer::OrderlyStatus;
 use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
-use rocketmq_actor::message::decode_messages;
-use rocketmq_actor::protocol::codes::{pull_sys_flag, request_code, response_code};
-use rocketmq_actor::protocol::command::RequestFrame;
-use rocketmq_actor::protocol::header::PullMessageResponseHeader;
 use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
+use rocketmq_actor::rpc::PullRequest;
 use rocketmq_actor::tls::{ServerTlsConfig, TlsConfig, TlsMode};
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
@@ -185,59 +182,24 @@ async fn produce(namesrv: &str, topic: &str, args: &Args) -> Result<usize, Strin
 }
 
 /// Pulls one queue from offset 0 to its end; returns the messages read.
+///
+/// Through `Client::pull`, the base layer's pull (the request encoding, connection and record
+/// decoding the consumers use, nothing of their runtime), so the ceiling moves with the client.
 async fn raw_pull_queue(client: Client, queue: MessageQueue) -> Result<usize, String> {
-    let route = client
-        .route(&queue.topic)
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = route
-        .pull_addr(&queue.broker_name, 0)
-        .ok_or_else(|| format!("no address for {}", queue.broker_name))?
-        .to_owned();
     let (mut offset, mut count) = (0i64, 0usize);
     loop {
-        // Encoded straight into its frame, the cheapest request a client can send (the
-        // push consumer's pulls are encoded the same way).
-        let frame = RequestFrame::json(request_code::PULL_MESSAGE, b"", |ext| {
-            ext.str("bname", &queue.broker_name);
-            ext.int("commitOffset", 0);
-            ext.str("consumerGroup", "consume_bench_raw");
-            ext.str("expressionType", "TAG");
-            ext.int("maxMsgNums", i64::from(RAW_PULL_BATCH));
-            ext.int("queueId", i64::from(queue.queue_id));
-            ext.int("queueOffset", offset);
-            ext.int("subVersion", 0);
-            ext.str("subscription", "*");
-            ext.int("suspendTimeoutMillis", 0);
-            ext.int("sysFlag", i64::from(pull_sys_flag::SUBSCRIPTION));
-            ext.str("topic", &queue.topic);
-        })
-        .map_err(|e| e.to_string())?;
-        let response = client
-            .request_encoded(&addr, frame, Duration::from_secs(10))
-            .await
-            .map_err(|e| e.to_string())?;
-        let reply: PullMessageResponseHeader =
-            response.decode_header().map_err(|e| e.to_string())?;
-        match response.code {
-            response_code::SUCCESS => {
-                let messages = decode_messages(response.body.clone().unwrap_or_default())
-                    .map_err(|e| e.to_string())?;
-                count += messages.len();
-            }
-            response_code::PULL_NOT_FOUND => return Ok(count),
-            response_code::PULL_RETRY_IMMEDIATELY | response_code::PULL_OFFSET_MOVED => {}
-            code => {
-                return Err(format!(
-                    "{queue}: pull answered {code} {}",
-                    response.remark.unwrap_or_default()
-                ))
-            }
+        let request = PullRequest::new("consume_bench_raw", queue.clone(), offset)
+            .max_messages(RAW_PULL_BATCH);
+        let answer = client.pull(&request).await.map_err(|e| e.to_string())?;
+        match answer.status {
+            PullStatus::Found => count += answer.messages.len(),
+            PullStatus::NoNewMsg => return Ok(count),
+            PullStatus::NoMatchedMsg | PullStatus::OffsetIllegal => {}
         }
-        if reply.next_begin_offset <= offset && response.code != response_code::SUCCESS {
+        if answer.next_begin_offset <= offset && answer.status != PullStatus::Found {
             return Ok(count);
         }
-        offset = reply.next_begin_offset;
+        offset = answer.next_begin_offset;
     }
 }
 

@@ -144,8 +144,11 @@ def main():
         w("\"before\" is the baseline given to the script (`BENCH_BASELINE`), built with the same")
         w("bench programs and run against the same broker process right after \"now\".")
     w("")
-    w("The raw loop is the ceiling: PULL_MESSAGE for 32 messages, every queue concurrently,")
-    w("each body decoded and counted — the client's codec and connection, no consumer runtime.")
+    w("The raw loop is the ceiling: `Client::pull` of 32 messages, every queue concurrently,")
+    w("each message counted — the client's own pull (request encoding, connection, record")
+    w("decoding: what every consumer kind uses), no consumer runtime. Each side runs its own")
+    w("version's `Client::pull`, so a change to that shared path moves both the ceiling and")
+    w("the consumers.")
     w("")
 
     # 1 and 2: consumers.
