@@ -31,7 +31,6 @@ use crate::protocol::body::{
     ResetOffsetBody, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{
     GetConsumerConnectionListRequestHeader, GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
@@ -729,43 +728,6 @@ impl Client {
     ) -> Result<RemotingCommand> {
         let conn = self.connection(addr).await?;
         call(&conn, addr, &self.shared.hooks, command, timeout).await
-    }
-
-    /// Sends a request already encoded (a [`RequestFrame`]) to `addr` and returns the
-    /// response whatever its code: [`Client::request`] without building a command first, for
-    /// loops where encoding shows in the profile. The client assigns the opaque.
-    ///
-    /// RPC hooks and ACL signing need the command as a value, so with either configured this
-    /// fails with [`Error::Config`]; use [`Client::request`] there.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: rocketmq_actor::Client) -> rocketmq_actor::Result<()> {
-    /// use std::time::Duration;
-    /// use rocketmq_actor::protocol::command::RequestFrame;
-    /// let frame = RequestFrame::json(105, b"", |ext| ext.str("topic", "TopicTest"))?;
-    /// let answer = client
-    ///     .request_encoded("127.0.0.1:9876", frame, Duration::from_secs(3))
-    ///     .await?;
-    /// println!("route answer code {}", answer.code);
-    /// # Ok(()) }
-    /// ```
-    pub async fn request_encoded(
-        &self,
-        addr: &str,
-        frame: RequestFrame,
-        timeout: Duration,
-    ) -> Result<RemotingCommand> {
-        if !self.shared.hooks.is_empty() {
-            return Err(Error::Config {
-                option: "rpc_hooks / credentials",
-                value: "set".into(),
-                allowed: "none for request_encoded: hooks and ACL signing need the command; \
-                          use Client::request"
-                    .into(),
-            });
-        }
-        let conn = self.connection(addr).await?;
-        connection::call_encoded(&conn, addr, frame, timeout).await
     }
 
     /// Sends `command` to `addr` and returns the response; a code other than SUCCESS is an
