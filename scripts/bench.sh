@@ -8,6 +8,7 @@
 #   BENCH_RUNS=5 scripts/bench.sh         # runs per throughput figure (median reported; default 3)
 #   BENCH_REAL_ONLY=1 scripts/bench.sh    # re-measure the real cluster only, keep the other results
 #   BENCH_PIN=0 scripts/bench.sh          # do not pin the broker and the client to CPUs of their own
+#   BENCH_CALLGRIND=0 scripts/bench.sh    # skip the instruction counts (taken when valgrind is installed)
 #
 # The broker under test runs as its own process (`rocketmq-actor broker --brokers 2`), so the
 # CPU figures are the client's alone. The baseline is built in a temporary git worktree with
@@ -97,6 +98,43 @@ run() {
   esac
 }
 
+# instructions SIDE BINDIR NAMESRV: client instructions per message of each consumer phase,
+# counted by callgrind (the same on a busy machine as on an idle one, unlike the timings). Each
+# client start begins a new profile part: setup, producing, raw, push, push32, orderly, keyord.
+instructions() {
+  local side=$1 bin=$2 ns=$3 count=100000
+  [ "${BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null || return 0
+  echo "== $side: callgrind consume_bench --count $count" >&2
+  local dir
+  dir=$(mktemp -d)
+  (cd "$dir" && valgrind --tool=callgrind --callgrind-out-file=phase \
+    --dump-before=rocketmq_actor::actors::client::Client::start \
+    "$bin/consume_bench" --namesrv "$ns" --count "$count" --phases push,push32,orderly,keyord >/dev/null 2>&1) || {
+    echo "$side: callgrind run failed; instruction counts left out" >&2
+    rm -rf "$dir"
+    return 0
+  }
+  python3 - "$dir" "$side" "$count" >>"$OUT/instructions.jsonl" <<'PY'
+import json, os, re, sys
+directory, side, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def summary(path):
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    return None
+parts = sorted((int(m.group(1)), f) for f in os.listdir(directory) if (m := re.fullmatch(r"phase\.(\d+)", f)))
+files = [f for _, f in parts] + ["phase"]  # the final part has no number
+names = ["setup", "produce", "raw", "push", "push32", "orderly", "keyord"]
+if len(files) == len(names):
+    counts = {n: summary(os.path.join(directory, f)) / count for n, f in zip(names, files)}
+    print(json.dumps({"label": side, "count": count, "per_message": counts}))
+else:
+    print(f"{side}: {len(files)} profile parts, expected {len(names)}", file=sys.stderr)
+PY
+  rm -rf "$dir"
+}
+
 # suite SIDE BINDIR NAMESRV: the embedded-broker benchmarks for one side (after/before).
 suite() {
   local side=$1 bin=$2 ns=$3
@@ -110,6 +148,7 @@ suite() {
   pin_broker off
   run "$side" "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$ns" --rates 1000,10000 --seconds 5
   run "$side" "$OUT/scale.jsonl" "$bin/scale_bench" --namesrv "$ns" --queues 1000,10000 --members 50 --member-queues 1000 --idle-seconds 5
+  instructions "$side" "$bin" "$ns"
 }
 
 if [ "${BENCH_REAL_ONLY:-0}" != 1 ]; then

@@ -96,6 +96,10 @@ def ratio(result, name, key, base="raw"):
     return a / b
 
 
+def runs_of(values):
+    return [v for v in values if v is not None]
+
+
 def consume_rows(rows):
     """Median figures of consume_bench runs: per phase rate and CPU, and the ratios."""
     out = {}
@@ -106,6 +110,14 @@ def consume_rows(rows):
             "rate_ratio": median([ratio(r["result"], name, "msgs_per_sec") for r in rows]),
             "cpu_ratio": median([ratio(r["result"], name, "process_cpu_us_per_msg") for r in rows]),
             "over_push": median(
+                [ratio(r["result"], name, "msgs_per_sec", base="push") for r in rows]
+            ),
+            # Each run's own ratios: a target counts as met only when every run meets it.
+            "rate_ratio_runs": runs_of([ratio(r["result"], name, "msgs_per_sec") for r in rows]),
+            "cpu_ratio_runs": runs_of(
+                [ratio(r["result"], name, "process_cpu_us_per_msg") for r in rows]
+            ),
+            "over_push_runs": runs_of(
                 [ratio(r["result"], name, "msgs_per_sec", base="push") for r in rows]
             ),
         }
@@ -182,6 +194,30 @@ def main():
                 f"{fmt(f['over_push']) if name in ('orderly', 'keyord') else ''} |"
             )
     w("")
+
+    # Instruction counts: the stable view of the same phases.
+    instructions = load(directory, "instructions.jsonl")
+    if instructions:
+        w("### Client instructions per message (callgrind)")
+        w("")
+        w("The timings above move with the machine's load; instruction counts do not. Each phase's")
+        w("client instructions over its messages, each client start beginning a new profile part:")
+        w("")
+        w("`valgrind --tool=callgrind --dump-before=rocketmq_actor::actors::client::Client::start "
+          "target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 100000 "
+          "--phases push,push32,orderly,keyord`")
+        w("")
+        w("| | raw loop | push | push, batch 32 | orderly | key-ordered | push ÷ raw | batch 32 ÷ raw |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for label, title in sides:
+            for row in by_label(instructions, label):
+                n = row["per_message"]
+                w(
+                    f"| {title} | {fmt(n['raw'], 0)} | {fmt(n['push'], 0)} | {fmt(n['push32'], 0)} | "
+                    f"{fmt(n['orderly'], 0)} | {fmt(n['keyord'], 0)} | {fmt(n['push'] / n['raw'])} | "
+                    f"{fmt(n['push32'] / n['raw'])} |"
+                )
+        w("")
 
     # 3: producer.
     w("## Producer against a raw send loop")
@@ -304,7 +340,11 @@ def main():
     after = consume_rows(by_label(consume, "after")) if by_label(consume, "after") else None
     w("## Targets (issue 15)")
     w("")
-    w("| target | measured now | met |")
+    w("The machine's speed swings between runs (the raw loop alone has varied 2× within one")
+    w("script run), so a ratio target is \"met\" only when every run meets it; \"median only\"")
+    w("when the median does but some run does not. Each run's ratio is listed.")
+    w("")
+    w("| target | measured now (median; each run) | met |")
     w("|---|---|---|")
 
     def target(desc, value, ok, shown):
@@ -313,21 +353,30 @@ def main():
         else:
             w(f"| {desc} | {shown} | {'yes' if ok else 'no'} |")
 
+    def ratio_target(desc, value, runs, ok):
+        if value is None:
+            w(f"| {desc} | not measured | – |")
+            return
+        every = bool(runs) and all(ok(v) for v in runs)
+        verdict = "yes" if every else ("median only" if ok(value) else "no")
+        each = ", ".join(fmt(v) for v in runs)
+        w(f"| {desc} | {fmt(value)} ({each}) | {verdict} |")
+
     if after:
         p = after["push"]
-        target("push ≥ 0.9 × raw throughput", p["rate_ratio"], (p["rate_ratio"] or 0) >= 0.9, fmt(p["rate_ratio"]))
-        target("push ≤ 1.3 × raw CPU per message", p["cpu_ratio"], (p["cpu_ratio"] or 9) <= 1.3, fmt(p["cpu_ratio"]))
+        ratio_target("push ≥ 0.9 × raw throughput", p["rate_ratio"], p["rate_ratio_runs"], lambda v: v >= 0.9)
+        ratio_target("push ≤ 1.3 × raw CPU per message", p["cpu_ratio"], p["cpu_ratio_runs"], lambda v: v <= 1.3)
         b = after["push32"]
-        target("push, batch 32 ≥ 0.95 × raw throughput", b["rate_ratio"], (b["rate_ratio"] or 0) >= 0.95, fmt(b["rate_ratio"]))
+        ratio_target("push, batch 32 ≥ 0.95 × raw throughput", b["rate_ratio"], b["rate_ratio_runs"], lambda v: v >= 0.95)
         for name, desc in [("orderly", "orderly"), ("keyord", "key-ordered")]:
             o = after[name]
-            target(f"{desc} ≥ 0.7 × push throughput", o["over_push"], (o["over_push"] or 0) >= 0.7, fmt(o["over_push"]))
+            ratio_target(f"{desc} ≥ 0.7 × push throughput", o["over_push"], o["over_push_runs"], lambda v: v >= 0.7)
     prows = by_label(produce, "after")
     if prows:
         cpu = median([phase(r["result"], "send", "process_cpu_us_per_msg") for r in prows])
         target("producer ≤ 2 µs CPU per single send", cpu, (cpu or 99) <= 2.0, fmt(cpu, 2, " µs"))
-        rr = median([ratio(r["result"], "send", "msgs_per_sec") for r in prows])
-        target("producer ≥ 0.9 × raw send loop", rr, (rr or 0) >= 0.9, fmt(rr))
+        rr_runs = runs_of([ratio(r["result"], "send", "msgs_per_sec") for r in prows])
+        ratio_target("producer ≥ 0.9 × raw send loop", median(rr_runs), rr_runs, lambda v: v >= 0.9)
     for label, limit, desc in [("after", 2.0, "embedded"), ("real", 5.0, "real cluster")]:
         p99 = None
         for row in by_label(latency, label):
