@@ -7,7 +7,7 @@ use std::fmt;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::header::CommandHeader;
-use super::json::{write_i64, write_json_string, JsonCursor};
+use super::json::{plain_prefix_len, write_i64, write_json_string, JsonCursor};
 use crate::error::ProtocolError;
 
 pub use super::ext_fields::ExtFields;
@@ -512,7 +512,7 @@ const OPAQUE_SLOT_WIDTH: usize = 11;
 /// ```
 #[derive(Debug)]
 pub struct RequestFrame {
-    frame: BytesMut,
+    frame: Vec<u8>,
     code: i32,
     opaque_at: usize,
 }
@@ -520,7 +520,7 @@ pub struct RequestFrame {
 /// Writes the ext fields of a [`RequestFrame`] as JSON members; keys must come in ascending
 /// order to match what [`RemotingCommand::encode`] (and fastjson) emit.
 pub struct ExtWriter<'a> {
-    dst: &'a mut BytesMut,
+    dst: &'a mut Vec<u8>,
     first: bool,
 }
 
@@ -563,7 +563,8 @@ impl RequestFrame {
         body: &[u8],
         write_ext: impl FnOnce(&mut ExtWriter<'_>),
     ) -> Result<Self, ProtocolError> {
-        let mut dst = BytesMut::with_capacity(8 + 512 + body.len());
+        // A plain `Vec` is the cheapest sink for the many short writes of a header.
+        let mut dst = Vec::with_capacity(8 + 512 + body.len());
         dst.put_u64(0); // length and serType/headerLen, patched below
         dst.put_slice(b"{\"code\":");
         write_i64(&mut dst, i64::from(code));
@@ -643,7 +644,7 @@ impl RequestFrame {
 
     /// The finished frame, ready for the socket.
     pub fn into_bytes(self) -> Bytes {
-        self.frame.freeze()
+        Bytes::from(self.frame)
     }
 }
 
@@ -673,10 +674,174 @@ fn header_int(
         })
 }
 
-/// Parses a JSON header as fastjson or the Rust broker writes it: any key order, `null` or
-/// absent optional fields, unknown keys ignored, ext values of any scalar type as strings.
+/// Decodes a JSON header: the plain form brokers write in one pass, anything else with the
+/// lenient parser.
 fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, ProtocolError> {
     let text = std::str::from_utf8(header).map_err(|e| invalid_header(e.to_string()))?;
+    if let Some(command) = decode_plain_json_header(text) {
+        return Ok(command);
+    }
+    decode_any_json_header(text)
+}
+
+/// The header as brokers write it — quoted keys, strings without escapes, plain integers, no
+/// whitespace, only the keys a command has — read in one pass over the bytes. `None` for
+/// anything else (including every malformed header), which [`decode_any_json_header`] then
+/// reads or rejects with its error: this path only ever agrees with it, faster (a send's
+/// answer is decoded per message).
+fn decode_plain_json_header(text: &str) -> Option<RemotingCommand> {
+    let mut reader = PlainJson { text, pos: 0 };
+    let mut command = RemotingCommand::request(0);
+    command.version = 0;
+    let mut saw_code = false;
+    reader.byte(b'{')?;
+    loop {
+        let key = reader.string()?;
+        reader.byte(b':')?;
+        match key {
+            "code" => {
+                command.code = reader.int()?;
+                saw_code = true;
+            }
+            "opaque" => command.opaque = reader.int()?,
+            "flag" => command.flag = reader.int()?,
+            "version" => command.version = reader.int()?,
+            "language" => {
+                let name = reader.string()?;
+                // A numeric language code is the general path's business.
+                if name
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_digit() || b == b'+')
+                {
+                    return None;
+                }
+                command.language = LanguageCode::from_name(name);
+            }
+            "remark" => {
+                command.remark = if reader.null() {
+                    None
+                } else {
+                    Some(reader.string()?.to_owned())
+                };
+            }
+            "serializeTypeCurrentRPC" => {
+                reader.string()?;
+            }
+            "extFields" => {
+                if !reader.null() {
+                    command.ext_fields = Some(reader.ext_fields()?);
+                }
+            }
+            _ => reader.skip_scalar()?,
+        }
+        match reader.next()? {
+            b',' => {}
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    (saw_code && reader.pos == text.len()).then_some(command)
+}
+
+/// The reader of [`decode_plain_json_header`]: every method is `None` where the text leaves
+/// the plain form.
+struct PlainJson<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> PlainJson<'a> {
+    fn next(&mut self) -> Option<u8> {
+        let b = *self.text.as_bytes().get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn byte(&mut self, expected: u8) -> Option<()> {
+        (self.next()? == expected).then_some(())
+    }
+
+    /// A string literal without escapes.
+    fn string(&mut self) -> Option<&'a str> {
+        self.byte(b'"')?;
+        let start = self.pos;
+        let rest = self.text.as_bytes().get(start..)?;
+        let len = plain_prefix_len(rest);
+        let end = start + len;
+        if rest.get(len) != Some(&b'"') {
+            return None;
+        }
+        self.pos = end + 1;
+        self.text.get(start..end)
+    }
+
+    /// `null`, consumed; false (and nothing consumed) for anything else.
+    fn null(&mut self) -> bool {
+        let is_null = self.text.as_bytes().get(self.pos..self.pos + 4) == Some(b"null");
+        if is_null {
+            self.pos += 4;
+        }
+        is_null
+    }
+
+    /// The value of a key this reader does not know, if it is a string, an integer or `null`.
+    fn skip_scalar(&mut self) -> Option<()> {
+        match self.text.as_bytes().get(self.pos)? {
+            b'"' => self.string().map(|_| ()),
+            b'n' => self.null().then_some(()),
+            _ => self.int().map(|_| ()),
+        }
+    }
+
+    /// A plain integer within `i32`.
+    fn int(&mut self) -> Option<i32> {
+        let bytes = self.text.as_bytes();
+        let negative = bytes.get(self.pos) == Some(&b'-');
+        let start = self.pos + usize::from(negative);
+        let digits = bytes
+            .get(start..)?
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        // At most 10 digits fit an i32; longer runs (or none) go the general way.
+        if digits == 0 || digits > 10 {
+            return None;
+        }
+        let mut value: i64 = 0;
+        for &b in bytes.get(start..start + digits)? {
+            value = value * 10 + i64::from(b - b'0');
+        }
+        self.pos = start + digits;
+        i32::try_from(if negative { -value } else { value }).ok()
+    }
+
+    /// `{"key":"value",…}` with string values only.
+    fn ext_fields(&mut self) -> Option<ExtFields> {
+        self.byte(b'{')?;
+        // Keys and values are shorter than the header text they come from.
+        let mut ext = ExtFields::with_capacity(self.text.len(), 16);
+        if self.text.as_bytes().get(self.pos) == Some(&b'}') {
+            self.pos += 1;
+            return Some(ext);
+        }
+        loop {
+            let key = self.string()?;
+            self.byte(b':')?;
+            let value = self.string()?;
+            ext.insert_str(key, value);
+            match self.next()? {
+                b',' => {}
+                b'}' => return Some(ext),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Parses a JSON header as fastjson or the Rust broker writes it: any key order, `null` or
+/// absent optional fields, unknown keys ignored, ext values of any scalar type as strings.
+fn decode_any_json_header(text: &str) -> Result<RemotingCommand, ProtocolError> {
     let mut cursor = JsonCursor::new(text);
     let mut command = RemotingCommand::request(0);
     command.version = 0;
@@ -1055,6 +1220,27 @@ mod tests {
         assert!(oneway.is_oneway() && !oneway.is_response());
     }
 
+    #[test]
+    fn broker_answers_take_the_plain_header_path() {
+        let answer = RemotingCommand::response_to(&RemotingCommand::request(10), 0, None)
+            .with_ext("msgId", "7F00000100002A9F0000000000000001")
+            .with_ext("queueId", "3")
+            .with_ext("queueOffset", "42")
+            .with_ext("MSG_REGION", "DefaultRegion");
+        let mut header = BytesMut::new();
+        answer.write_json_header(&mut header);
+        let text = std::str::from_utf8(&header).unwrap();
+        let plain = decode_plain_json_header(text).expect("a broker's answer is plain JSON");
+        assert_eq!(plain.ext("queueOffset"), Some("42"));
+        assert_eq!(Some(plain), decode_any_json_header(text).ok());
+        // fastjson's key for the Java broker's region, unknown to us, is passed over.
+        let with_unknown =
+            text.replacen('{', "{\"serializeTypeCurrentRPC\":\"JSON\",\"zone\":7,", 1);
+        assert!(decode_plain_json_header(&with_unknown).is_some());
+        // Whitespace is the lenient parser's business.
+        assert!(decode_plain_json_header(&text.replacen(':', ": ", 1)).is_none());
+    }
+
     fn arb_language() -> impl Strategy<Value = LanguageCode> {
         (0u8..14).prop_map(LanguageCode::from_code)
     }
@@ -1105,6 +1291,25 @@ mod tests {
             let mut header = vec![0u8; 13];
             header.extend(tail);
             let _ = decode_binary_header(&header);
+        }
+
+        #[test]
+        fn the_plain_header_path_agrees_with_the_lenient_parser(command in arb_command(false)) {
+            let mut header = BytesMut::new();
+            command.write_json_header(&mut header);
+            let text = std::str::from_utf8(&header).unwrap();
+            if let Some(plain) = decode_plain_json_header(text) {
+                prop_assert_eq!(Some(plain), decode_any_json_header(text).ok());
+            }
+        }
+
+        #[test]
+        fn plain_reads_of_arbitrary_headers_agree_with_the_lenient_parser(
+            text in "\\{(\"(code|opaque|flag|version|language|remark|extFields|serializeTypeCurrentRPC|x)\":(null|-?[0-9]{1,11}|\"[a-zA-Z0-9+\\\\]{0,6}\"|\\{(\"[a-z]{1,3}\":(\"[a-z]{0,3}\"|1),?){0,3}\\}| 1),?){0,7}\\}?"
+        ) {
+            if let Some(plain) = decode_plain_json_header(&text) {
+                prop_assert_eq!(Some(plain), decode_any_json_header(&text).ok());
+            }
         }
 
         #[test]

@@ -13,20 +13,59 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// the short forms `\b \f \n \r \t`, other control characters as `\u00XX`; everything else
 /// (including non-ASCII) raw.
 pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
-    out.put_u8(b'"');
     let bytes = s.as_bytes();
+    out.put_u8(b'"');
+    if needs_escape(bytes) {
+        write_escaped(out, bytes);
+    } else {
+        // Header keys and values almost never need escaping: one copy, no byte-wise pass.
+        out.put_slice(bytes);
+    }
+    out.put_u8(b'"');
+}
+
+/// Whether any byte of `bytes` is one JSON escapes, looked at a word at a time.
+#[inline]
+fn needs_escape(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    for chunk in words.by_ref() {
+        if word_needs_escape(word_at(chunk)) {
+            return true;
+        }
+    }
+    let tail = words.remainder();
+    match bytes.len().checked_sub(8) {
+        // The last 8 bytes as one word: the bytes it shares with words already looked at are
+        // clean, so this only tells about the tail.
+        Some(last_word) if !tail.is_empty() => {
+            word_needs_escape(word_at(bytes.get(last_word..).unwrap_or_default()))
+        }
+        _ => tail.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\'),
+    }
+}
+
+/// Eight bytes as a little-endian word (the first eight of `chunk`; zeros if it is shorter).
+#[inline]
+fn word_at(chunk: &[u8]) -> u64 {
+    chunk
+        .get(..8)
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// The escaping pass of [`write_json_string`], for text that needs it (quotes excluded).
+#[cold]
+fn write_escaped<B: BufMut>(out: &mut B, bytes: &[u8]) {
     let mut run_start = 0;
     let mut at = 0;
     while at < bytes.len() {
-        // Header keys and values rarely need escaping: skip clean 8-byte words whole and look
-        // at single bytes only in a word that holds something to escape.
         let word_end = (at + 8).min(bytes.len());
         let chunk = bytes.get(at..word_end).unwrap_or_default();
-        if let Ok(word) = <[u8; 8]>::try_from(chunk) {
-            if !word_needs_escape(u64::from_le_bytes(word)) {
-                at = word_end;
-                continue;
-            }
+        // Clean words are passed over whole: a properties string has two separators per
+        // property and plain text between them.
+        if chunk.len() == 8 && !word_needs_escape(word_at(chunk)) {
+            at = word_end;
+            continue;
         }
         for (offset, &b) in chunk.iter().enumerate() {
             let short = match b {
@@ -61,7 +100,19 @@ pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
         at = word_end;
     }
     out.put_slice(bytes.get(run_start..).unwrap_or_default());
-    out.put_u8(b'"');
+}
+
+/// The bytes of `word` that are `"` or `\\`, as the high bit of each such byte — exact for the
+/// lowest one (the zero-byte test can only add false hits above a real one), which is all a
+/// scan for the end of a string needs.
+#[inline]
+const fn quote_or_backslash(word: u64) -> u64 {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const fn zero_bytes(word: u64) -> u64 {
+        word.wrapping_sub(ONES) & !word & HIGHS
+    }
+    zero_bytes(word ^ (ONES * b'"' as u64)) | zero_bytes(word ^ (ONES * b'\\' as u64))
 }
 
 /// Whether any byte of `word` is a control character, `"` or `\` (the bytes JSON escapes).
@@ -100,6 +151,26 @@ pub(crate) fn write_i64<B: BufMut>(out: &mut B, value: i64) {
         out.put_u8(b'-');
     }
     out.put_slice(buf.get(pos..).unwrap_or_default());
+}
+
+/// How many bytes `bytes` starts with that are neither `"` nor `\\`: the plain run of a
+/// string literal's text.
+#[inline]
+pub(crate) fn plain_prefix_len(bytes: &[u8]) -> usize {
+    // Header keys and values are short: a look at the first words one at a time finds their
+    // end sooner than memchr's set-up; long strings go on to memchr.
+    const WORDS_BEFORE_MEMCHR: usize = 4;
+    let mut words = bytes.chunks_exact(8);
+    for (n, chunk) in words.by_ref().take(WORDS_BEFORE_MEMCHR).enumerate() {
+        let hits = quote_or_backslash(word_at(chunk));
+        if hits != 0 {
+            // Little-endian: the lowest set bit is in the first such byte.
+            return n * 8 + (hits.trailing_zeros() / 8) as usize;
+        }
+    }
+    let scanned = (bytes.len() - words.remainder().len()).min(WORDS_BEFORE_MEMCHR * 8);
+    let unscanned = bytes.get(scanned..).unwrap_or_default();
+    scanned + memchr::memchr2(b'"', b'\\', unscanned).unwrap_or(unscanned.len())
 }
 
 /// A forward-only cursor over JSON text that tolerates fastjson's non-standard keys.
@@ -184,24 +255,30 @@ impl<'a> JsonCursor<'a> {
     /// How many bytes from `at` on are neither `"` nor `\\` (up to the end of the text).
     #[inline]
     fn plain_run(&self, at: usize) -> usize {
-        let rest = self.bytes().get(at..).unwrap_or_default();
-        memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len())
+        plain_prefix_len(self.bytes().get(at..).unwrap_or_default())
     }
 
     /// Decodes the string literal at the cursor (which must be at `"`).
     pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, String> {
         self.expect(b'"')?;
         let start = self.pos;
-        let i = start + self.plain_run(start);
-        match self.byte_at(i) {
-            None => return Err("unterminated string".to_owned()),
-            Some(b'"') => {
-                self.pos = i + 1;
-                return self.slice(start, i).map(Cow::Borrowed);
-            }
-            Some(_) => {}
+        let end = start + self.plain_run(start);
+        if self.byte_at(end) == Some(b'"') {
+            self.pos = end + 1;
+            return self.slice(start, end).map(Cow::Borrowed);
         }
-        let mut i = i;
+        self.escaped_string(start, end)
+    }
+
+    /// The rest of [`Self::string`] for a literal with escapes (or no end): `start` is where
+    /// its text begins, `i` the first `\\` (or the end of the input). Kept apart so the
+    /// common case stays small.
+    #[cold]
+    #[inline(never)]
+    fn escaped_string(&mut self, start: usize, mut i: usize) -> Result<Cow<'a, str>, String> {
+        if self.byte_at(i).is_none() {
+            return Err("unterminated string".to_owned());
+        }
         let mut out = String::with_capacity(i - start + 16);
         out.push_str(self.slice(start, i)?);
         loop {
@@ -421,12 +498,49 @@ impl<'a> JsonCursor<'a> {
 
     /// An integer given as a JSON number or a numeric string; `null` as `None`.
     pub(crate) fn integer(&mut self, depth: usize) -> Result<Option<i64>, String> {
+        if let Some(value) = self.plain_integer() {
+            return Ok(Some(value));
+        }
         match self.scalar_as_string(depth)? {
             None => Ok(None),
             Some(text) => parse_lenient_i64(&text)
                 .map(Some)
                 .ok_or_else(|| format!("`{text}` is not an integer")),
         }
+    }
+
+    /// A bare decimal integer (`-?[0-9]+`, ending where a JSON value ends) read in place, the
+    /// form of every number in a command header; `None` leaves the cursor for the general path
+    /// (strings, floats, exponents, out-of-range values).
+    fn plain_integer(&mut self) -> Option<i64> {
+        self.peek()?;
+        let bytes = self.bytes();
+        let negative = bytes.get(self.pos) == Some(&b'-');
+        let digits_start = self.pos + usize::from(negative);
+        let mut end = digits_start;
+        // Accumulated negated: i64::MIN has no positive counterpart.
+        let mut negated: i64 = 0;
+        while let Some(&b) = bytes.get(end) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            negated = negated.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+            end += 1;
+        }
+        if end == digits_start {
+            return None;
+        }
+        match bytes.get(end) {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
+            Some(_) => return None,
+        }
+        let value = if negative {
+            negated
+        } else {
+            negated.checked_neg()?
+        };
+        self.pos = end;
+        Some(value)
     }
 }
 
@@ -658,6 +772,44 @@ mod tests {
             let text = escaped(&s);
             let mut cursor = JsonCursor::new(&text);
             prop_assert_eq!(cursor.string().unwrap(), s);
+        }
+
+        #[test]
+        fn strings_end_at_their_closing_quote_whatever_follows(
+            s in "[a-z\"\\\\\u{1}中]{0,80}",
+            rest in "(,\"k\\\\\"\":\"v\"\\}|\\}|)",
+        ) {
+            let text = format!("{}{rest}", escaped(&s));
+            let mut cursor = JsonCursor::new(&text);
+            prop_assert_eq!(cursor.string().unwrap(), s.as_str());
+            prop_assert_eq!(&text[cursor.pos..], rest.as_str());
+            let mut cursor = JsonCursor::new(&text);
+            prop_assert_eq!(cursor.value_span(0).unwrap(), escaped(&s));
+        }
+
+        #[test]
+        fn integers_read_as_the_lenient_parser_reads_them(
+            number in "-?[0-9]{1,21}(\\.0|e2|x)?",
+            end in "[,} \\]]?",
+        ) {
+            let text = format!("{number}{end}");
+            let mut cursor = JsonCursor::new(&text);
+            match cursor.integer(0) {
+                Ok(value) => {
+                    prop_assert_eq!(value, parse_lenient_i64(&number));
+                    prop_assert_eq!(&text[cursor.pos..], end.as_str());
+                }
+                Err(_) => prop_assert_eq!(parse_lenient_i64(&number), None),
+            }
+        }
+
+        #[test]
+        fn written_integers_read_back(value in any::<i64>()) {
+            let mut text = Vec::new();
+            write_i64(&mut text, value);
+            text.push(b'}');
+            let text = String::from_utf8(text).unwrap();
+            prop_assert_eq!(JsonCursor::new(&text).integer(0), Ok(Some(value)));
         }
     }
 }
