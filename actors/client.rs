@@ -31,6 +31,7 @@ use crate::protocol::body::{
     ResetOffsetBody, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
+use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{
     GetConsumerConnectionListRequestHeader, GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
@@ -136,8 +137,8 @@ pub(crate) struct ClientShared {
     client_id: String,
     client_ip: IpAddr,
     request_timeout: Duration,
-    connections: RwLock<HashMap<String, Addr<Connection>>>,
-    routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
+    connections: RwLock<HashMap<String, Addr<Connection>, foldhash::fast::RandomState>>,
+    routes: RwLock<HashMap<String, Arc<TopicRoute>, foldhash::fast::RandomState>>,
     /// Run around every request (the RPC hooks, then the ACL signature).
     hooks: RequestHooks,
     /// The configured name-server list, as given (a namespace may be derived from it).
@@ -148,6 +149,21 @@ impl ClientShared {
     fn cached_connection(&self, addr: &str) -> Option<Addr<Connection>> {
         let connections = self.connections.read().unwrap_or_else(|e| e.into_inner());
         connections.get(addr).filter(|c| c.connected()).cloned()
+    }
+
+    /// Queues `request` on the cached, live connection to `addr` if its mailbox has room,
+    /// without taking a handle of its own (cloning an `Addr` allocates); hands `request` back
+    /// otherwise, for the path that can wait.
+    fn try_send_cached<M>(&self, addr: &str, request: M) -> std::result::Result<(), M>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        Connection: Handler<M>,
+    {
+        let connections = self.connections.read().unwrap_or_else(|e| e.into_inner());
+        match connections.get(addr).filter(|c| c.connected()) {
+            Some(conn) => conn.try_send(request).map_err(|e| e.into_inner()),
+            None => Err(request),
+        }
     }
 
     fn cached_route(&self, topic: &str) -> Option<Arc<TopicRoute>> {
@@ -607,8 +623,8 @@ impl Client {
             client_id: format!("{}@{}", config.client_ip, instance_name),
             client_ip,
             request_timeout: config.request_timeout,
-            connections: RwLock::new(HashMap::new()),
-            routes: RwLock::new(HashMap::new()),
+            connections: RwLock::new(HashMap::default()),
+            routes: RwLock::new(HashMap::default()),
             hooks: RequestHooks::new(config.rpc_hooks.clone(), config.credentials.clone()),
             namesrv_addr: config.namesrv_addr.clone(),
         });
@@ -659,7 +675,8 @@ impl Client {
         if let Some(route) = self.shared.cached_route(topic) {
             return Ok(route);
         }
-        self.get_route(topic, false).await
+        // Boxed: the name-server round trip would otherwise enlarge every pull's future.
+        Box::pin(self.get_route(topic, false)).await
     }
 
     /// The route of `topic`, fetched from the name servers now.
@@ -718,16 +735,68 @@ impl Client {
         self.addr.send(GetConnection(addr.to_owned())).await?
     }
 
+    /// Sends `frame` to `addr` and waits up to `timeout` for the response (any response code):
+    /// the data path's request (sends and pulls), which no hook sees.
+    pub(crate) async fn call_encoded(
+        &self,
+        addr: &str,
+        frame: RequestFrame,
+        timeout: Duration,
+    ) -> Result<RemotingCommand> {
+        let code = frame.code();
+        let (reply, response) = tokio::sync::oneshot::channel();
+        self.enqueue(addr, connection::EncodedRequest { frame, reply })
+            .await?;
+        connection::await_reply(response, addr, code, timeout).await
+    }
+
+    /// Queues `request` on the connection to `addr`: straight on the cached one when it is up
+    /// and has room in its mailbox, and otherwise the way that can wait (opening the
+    /// connection, or waiting for mailbox room, as [`connection::enqueue`] does).
+    async fn enqueue<M>(&self, addr: &str, request: M) -> Result<()>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        Connection: Handler<M>,
+    {
+        match self.shared.try_send_cached(addr, request) {
+            Ok(()) => Ok(()),
+            // Boxed: the rare path's futures would otherwise enlarge every request's future,
+            // which callers move around (a send's is stored in whatever collects it).
+            Err(request) => Box::pin(self.enqueue_opening(addr, request)).await,
+        }
+    }
+
+    /// [`Client::enqueue`] when the cached connection cannot take `request` at once.
+    async fn enqueue_opening<M>(&self, addr: &str, request: M) -> Result<()>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        Connection: Handler<M>,
+    {
+        let conn = self.connection(addr).await?;
+        connection::enqueue(&conn, addr, request).await
+    }
+
     /// Sends `command` to `addr` and returns the response whatever its code: the escape hatch
     /// for admin requests this layer does not type.
     pub async fn request(
         &self,
         addr: &str,
-        command: RemotingCommand,
+        mut command: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand> {
-        let conn = self.connection(addr).await?;
-        call(&conn, addr, &self.shared.hooks, command, timeout).await
+        let hooks = &self.shared.hooks;
+        if !hooks.is_empty() {
+            hooks.before(addr, &mut command);
+        }
+        let code = command.code;
+        let (reply, response) = tokio::sync::oneshot::channel();
+        self.enqueue(addr, connection::CommandRequest { command, reply })
+            .await?;
+        let response = connection::await_reply(response, addr, code, timeout).await?;
+        if !hooks.is_empty() {
+            hooks.after(addr, code, &response);
+        }
+        Ok(response)
     }
 
     /// Sends `command` to `addr` and returns the response; a code other than SUCCESS is an
@@ -786,19 +855,13 @@ impl Client {
             .ok_or_else(|| {
                 Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
             })?;
-        let conn = self.connection(addr).await?;
         // Without hooks nobody needs the command as a value: it is encoded at once.
         let response = if self.shared.hooks.is_empty() {
-            connection::call_encoded(&conn, addr, request.to_frame()?, request.timeout).await?
+            self.call_encoded(addr, request.to_frame()?, request.timeout)
+                .await?
         } else {
-            call(
-                &conn,
-                addr,
-                &self.shared.hooks,
-                request.to_command(),
-                request.timeout,
-            )
-            .await?
+            // Boxed: only clients with request hooks take this path.
+            Box::pin(self.request(addr, request.to_command(), request.timeout)).await?
         };
         request.read_raw_response(addr, response)
     }

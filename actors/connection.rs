@@ -104,9 +104,9 @@ pub struct Request {
 }
 
 /// Sends a request already encoded by the caller (the producer's fast path); the connection
-/// only fills in the opaque and answers through `reply`. Use [`call_encoded`], which also
-/// applies the timeout: keeping the wait out of the actor saves a boxed future and a second
-/// channel per request.
+/// only fills in the opaque and answers through `reply`. Sent by `Client::call_encoded`, which
+/// also applies the timeout: keeping the wait out of the actor saves a boxed future and a
+/// second channel per request.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EncodedRequest {
@@ -765,7 +765,7 @@ impl Handler<Request> for Connection {
 }
 
 /// Waits up to `timeout` for the answer to a request of `code` sent to `peer`.
-async fn await_reply(
+pub(crate) async fn await_reply(
     response: oneshot::Receiver<Result<RemotingCommand>>,
     peer: &str,
     code: i32,
@@ -800,7 +800,7 @@ pub(crate) async fn call_command(
 /// Queues `request` on `conn` with `try_send`, which respects the mailbox capacity; only when
 /// the mailbox is full does the caller wait for room (`send`), so a flood of requests is slowed
 /// down instead of piling up without bound. A stopped connection reads as closed.
-async fn enqueue<M>(conn: &Addr<Connection>, peer: &str, request: M) -> Result<()>
+pub(crate) async fn enqueue<M>(conn: &Addr<Connection>, peer: &str, request: M) -> Result<()>
 where
     M: Message<Result = ()> + Send + 'static,
     Connection: Handler<M>,
@@ -829,8 +829,10 @@ impl Handler<EncodedRequest> for Connection {
 }
 
 /// Sends `frame` on `conn` and waits up to `timeout` for the response (any response code),
-/// queued as [`enqueue`] does.
-pub async fn call_encoded(
+/// queued as [`enqueue`] does. (The data path goes through `Client::call_encoded`, which skips
+/// taking a handle of the connection when it can.)
+#[cfg(test)]
+pub(crate) async fn call_encoded(
     conn: &Addr<Connection>,
     peer: &str,
     frame: RequestFrame,

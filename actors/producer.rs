@@ -13,7 +13,6 @@ use bytes::Bytes;
 use futures::future::Either;
 
 use crate::actors::client::Client;
-use crate::actors::connection::call_encoded;
 use crate::actors::now_ms;
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
@@ -445,7 +444,7 @@ impl Producer {
                 return Err(error);
             }
             tracing::debug!(broker = %queue.broker_name, error = %error, ?pause, "send failed; retrying once the broker is back");
-            tokio::time::sleep(pause).await;
+            Box::pin(tokio::time::sleep(pause)).await;
             pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
             failed_broker = None;
         }
@@ -540,11 +539,14 @@ impl Producer {
     ) -> Result<SendResult> {
         let response = match request {
             SendRequest::Frame(frame) => {
-                let conn = self.shared.client.connection(addr).await?;
-                call_encoded(&conn, addr, frame, timeout).await?
+                self.shared
+                    .client
+                    .call_encoded(addr, frame, timeout)
+                    .await?
             }
+            // Boxed: only clients with request hooks take this path.
             SendRequest::Command(command) => {
-                self.shared.client.request(addr, command, timeout).await?
+                Box::pin(self.shared.client.request(addr, command, timeout)).await?
             }
         };
         let status = match response.code {

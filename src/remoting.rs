@@ -31,7 +31,7 @@ pub(crate) struct Pending<T> {
 #[derive(Debug)]
 pub(crate) struct RequestTable<T> {
     next_opaque: i32,
-    pending: HashMap<i32, Pending<T>>,
+    pending: HashMap<i32, Pending<T>, foldhash::fast::RandomState>,
     /// Table size at which the next sweep of abandoned requests runs.
     sweep_at: usize,
 }
@@ -40,7 +40,7 @@ impl<T> Default for RequestTable<T> {
     fn default() -> Self {
         RequestTable {
             next_opaque: 0,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             sweep_at: ABANDONED_SWEEP_MIN,
         }
     }
