@@ -32,6 +32,7 @@ use bench_common::{CpuSample, Phase};
 use bytes::Bytes;
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
+use rocketmq_actor::message::Topic;
 use rocketmq_actor::protocol::codes::{request_code, response_code};
 use rocketmq_actor::protocol::header::{SendMessageRequestHeader, SendMessageRequestHeaderV2};
 use rocketmq_actor::protocol::RemotingCommand;
@@ -156,6 +157,8 @@ async fn producer_phase(
         },
     );
     let payload = body(args.size);
+    // One shared topic name for every message, as an application sending to one topic keeps it.
+    let topic = Topic::from(topic);
     let name = if batch > 1 { "batch" } else { "send" };
     let requests = args.count.div_ceil(batch);
     let before = CpuSample::now();
@@ -167,10 +170,11 @@ async fn producer_phase(
             let n = batch.min(args.count - issued * batch);
             let producer = &producer;
             let payload = payload.clone();
+            let topic = topic.clone();
             in_flight.push(async move {
                 let result = if n > 1 {
                     let messages = (0..n)
-                        .map(|_| Message::new(topic, payload.clone()))
+                        .map(|_| Message::new(topic.clone(), payload.clone()))
                         .collect();
                     producer.send_batch(messages).await
                 } else {

@@ -175,6 +175,10 @@ enum Wire {
 #[derive(Clone)]
 pub struct Properties {
     wire: Wire,
+    /// The text is known to be canonical (see [`Properties::is_canonical`]): true for text
+    /// this type wrote itself, so a send does not check what it built; false means "not
+    /// checked", not "not canonical".
+    known_canonical: bool,
 }
 
 impl Default for Properties {
@@ -188,6 +192,7 @@ impl Properties {
     pub fn new() -> Self {
         Properties {
             wire: Wire::Shared(Bytes::new()),
+            known_canonical: true,
         }
     }
 
@@ -195,6 +200,7 @@ impl Properties {
     pub fn parse(text: &str) -> Self {
         Properties {
             wire: Wire::Owned(text.to_owned()),
+            known_canonical: false,
         }
     }
 
@@ -212,6 +218,7 @@ impl Properties {
         }
         Ok(Properties {
             wire: Wire::Shared(bytes),
+            known_canonical: false,
         })
     }
 
@@ -255,7 +262,9 @@ impl Properties {
         if self.contains(name) {
             self.rebuild_without(name);
         }
-        let mut text = self.take_owned();
+        // Canonical text plus a pair whose name it lacks is canonical again.
+        let canonical = self.known_canonical;
+        let mut text = self.take_owned(name.len() + value.len() + 3);
         if text
             .as_bytes()
             .last()
@@ -263,12 +272,12 @@ impl Properties {
         {
             text.push(PROPERTY_SEPARATOR as char);
         }
-        text.reserve(name.len() + value.len() + 2);
         text.push_str(name);
         text.push(NAME_VALUE_SEPARATOR as char);
         text.push_str(value);
         text.push(PROPERTY_SEPARATOR as char);
         self.wire = Wire::Owned(text);
+        self.known_canonical = canonical;
         true
     }
 
@@ -340,6 +349,11 @@ impl Properties {
     /// Whether the raw text is exactly what Java would write: only valid pairs, each
     /// terminated, no repeated names.
     fn is_canonical(&self) -> bool {
+        self.known_canonical || self.scan_is_canonical()
+    }
+
+    /// [`Properties::is_canonical`] by looking at the text.
+    fn scan_is_canonical(&self) -> bool {
         let raw = self.raw_wire();
         if raw.is_empty() {
             return true;
@@ -379,10 +393,20 @@ impl Properties {
         Cow::Owned(self.to_wire())
     }
 
-    fn take_owned(&mut self) -> String {
+    /// The text as an owned string with room for `extra` more bytes (the properties are left
+    /// empty until it is put back).
+    fn take_owned(&mut self, extra: usize) -> String {
+        self.known_canonical = true;
         match std::mem::replace(&mut self.wire, Wire::Shared(Bytes::new())) {
-            Wire::Owned(text) => text,
-            Wire::Shared(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Wire::Owned(mut text) => {
+                text.reserve(extra);
+                text
+            }
+            Wire::Shared(bytes) => {
+                let mut text = String::with_capacity(bytes.len() + extra);
+                text.push_str(&String::from_utf8_lossy(&bytes));
+                text
+            }
         }
     }
 
@@ -395,6 +419,8 @@ impl Properties {
             out.push(PROPERTY_SEPARATOR as char);
         }
         self.wire = Wire::Owned(out);
+        // Rebuilt from the pairs Java would see: canonical.
+        self.known_canonical = true;
     }
 }
 
@@ -751,6 +777,31 @@ mod tests {
         ) {
             let props = Properties::parse(&text);
             prop_assert_eq!(props.get_two(first, second), (props.get(first), props.get(second)));
+        }
+
+        #[test]
+        fn text_known_canonical_is_canonical_and_edits_keep_the_pairs(
+            text in "[ab\u{1}\u{2}]{0,24}",
+            edits in proptest::collection::vec(
+                (any::<bool>(), prop::sample::select(vec!["a", "ab", "b"]), "[xy]{0,2}"),
+                0..6,
+            ),
+        ) {
+            let mut props = Properties::parse(&text);
+            let mut expected = java_parse(&text);
+            for (insert, name, value) in edits {
+                if insert {
+                    if props.insert(name, &value) {
+                        expected.insert(name.to_owned(), value);
+                    }
+                } else {
+                    props.remove(name);
+                    expected.remove(name);
+                }
+                prop_assert!(!props.known_canonical || props.scan_is_canonical());
+                prop_assert_eq!(as_map(&props), expected.clone());
+                prop_assert_eq!(as_map(&Properties::parse(&props.to_wire())), expected.clone());
+            }
         }
 
         #[test]

@@ -145,13 +145,28 @@ impl ExtFields {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        let at = self.find(key).ok()?;
+        let at = self.position(key)?;
         self.index.get(at).map(|span| self.value_of(span))
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.find(key).is_ok()
+        self.position(key).is_some()
+    }
+
+    /// Where `key` is in the index. A header's handful of fields is looked at in turn, by
+    /// length first, which rules most out without comparing text (a typed header reads each
+    /// of its fields this way); bigger tables are searched.
+    fn position(&self, key: &str) -> Option<usize> {
+        const LINEAR_UP_TO: usize = 16;
+        if self.index.len() > LINEAR_UP_TO {
+            return self.find(key).ok();
+        }
+        let key = key.as_bytes();
+        self.index.iter().position(|span| {
+            span.key_end.saturating_sub(span.key_start) as usize == key.len()
+                && self.key_bytes(span) == key
+        })
     }
 
     /// Removes `key`; returns its value.
@@ -326,6 +341,10 @@ mod tests {
                 prop_assert_eq!(pairs, expected);
                 for (k, v) in &model {
                     prop_assert_eq!(ext.get(k), Some(v.as_str()));
+                }
+                for probe in ["", "a", "ab", "abc", "b", "dd", "e"] {
+                    prop_assert_eq!(ext.get(probe), model.get(probe).map(String::as_str));
+                    prop_assert_eq!(ext.contains_key(probe), model.contains_key(probe));
                 }
             }
         }
