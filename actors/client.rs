@@ -547,15 +547,32 @@ pub(crate) async fn call(
     conn: &Addr<Connection>,
     peer: &str,
     hooks: &RequestHooks,
-    mut command: RemotingCommand,
+    command: RemotingCommand,
     timeout: Duration,
 ) -> Result<RemotingCommand> {
+    hooked(hooks, peer, command, |command| {
+        connection::call_command(conn, peer, command, timeout)
+    })
+    .await
+}
+
+/// Runs `hooks` around `send`, which sends `command` to `peer` and waits for its response.
+async fn hooked<F, Fut>(
+    hooks: &RequestHooks,
+    peer: &str,
+    mut command: RemotingCommand,
+    send: F,
+) -> Result<RemotingCommand>
+where
+    F: FnOnce(RemotingCommand) -> Fut,
+    Fut: std::future::Future<Output = Result<RemotingCommand>>,
+{
     if hooks.is_empty() {
-        return connection::call_command(conn, peer, command, timeout).await;
+        return send(command).await;
     }
     hooks.before(peer, &mut command);
     let code = command.code;
-    let response = connection::call_command(conn, peer, command, timeout).await?;
+    let response = send(command).await?;
     hooks.after(peer, code, &response);
     Ok(response)
 }
@@ -781,22 +798,17 @@ impl Client {
     pub async fn request(
         &self,
         addr: &str,
-        mut command: RemotingCommand,
+        command: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand> {
-        let hooks = &self.shared.hooks;
-        if !hooks.is_empty() {
-            hooks.before(addr, &mut command);
-        }
-        let code = command.code;
-        let (reply, response) = tokio::sync::oneshot::channel();
-        self.enqueue(addr, connection::CommandRequest { command, reply })
-            .await?;
-        let response = connection::await_reply(response, addr, code, timeout).await?;
-        if !hooks.is_empty() {
-            hooks.after(addr, code, &response);
-        }
-        Ok(response)
+        hooked(&self.shared.hooks, addr, command, |command| async move {
+            let code = command.code;
+            let (reply, response) = tokio::sync::oneshot::channel();
+            self.enqueue(addr, connection::CommandRequest { command, reply })
+                .await?;
+            connection::await_reply(response, addr, code, timeout).await
+        })
+        .await
     }
 
     /// Sends `command` to `addr` and returns the response; a code other than SUCCESS is an
