@@ -102,34 +102,32 @@ fn write_escaped<B: BufMut>(out: &mut B, bytes: &[u8]) {
     out.put_slice(bytes.get(run_start..).unwrap_or_default());
 }
 
-/// The bytes of `word` that are `"` or `\\`, as the high bit of each such byte — exact for the
-/// lowest one (the zero-byte test can only add false hits above a real one), which is all a
-/// scan for the end of a string needs.
-#[inline]
-const fn quote_or_backslash(word: u64) -> u64 {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    const fn zero_bytes(word: u64) -> u64 {
-        word.wrapping_sub(ONES) & !word & HIGHS
-    }
-    zero_bytes(word ^ (ONES * b'"' as u64)) | zero_bytes(word ^ (ONES * b'\\' as u64))
-}
+/// A word of 0x01 bytes: `ONES * b` repeats byte `b` in every lane.
+const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+/// The high bit of every byte.
+const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
 
-/// Whether any byte of `word` is a control character, `"` or `\` (the bytes JSON escapes).
+/// The bytes of `word` below `n` (n ≤ 0x80), as the high bit of each such byte.
 ///
 /// The classic "has a byte below n" test: subtracting n from every byte borrows into the high
-/// bit exactly where a byte is below n (n ≤ 0x80), masked by bytes that had the high bit
-/// clear; a zero byte after XOR with a repeated character marks that character. It may flag
-/// extra bytes above a real hit, which only sends the word to the byte-wise path.
+/// bit exactly where a byte is below n, masked by bytes that had the high bit clear. A borrow
+/// can also flag bytes above a real hit, never below one: the lowest flagged byte is exact.
+#[inline]
+const fn bytes_below(word: u64, n: u8) -> u64 {
+    word.wrapping_sub(ONES * n as u64) & !word & HIGHS
+}
+
+/// The bytes of `word` that are `"` or `\\` (a zero byte after XOR with a repeated character
+/// marks that character), exact for the lowest one — all a scan for the end of a string needs.
+#[inline]
+const fn quote_or_backslash(word: u64) -> u64 {
+    bytes_below(word ^ (ONES * b'"' as u64), 1) | bytes_below(word ^ (ONES * b'\\' as u64), 1)
+}
+
+/// Whether any byte of `word` is a control character, `"` or `\\` (the bytes JSON escapes);
+/// an extra flag above a real hit only sends the word to the byte-wise path.
 const fn word_needs_escape(word: u64) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    const fn has_byte_below(word: u64, n: u8) -> u64 {
-        word.wrapping_sub(ONES * n as u64) & !word & HIGHS
-    }
-    let quote = word ^ (ONES * b'"' as u64);
-    let backslash = word ^ (ONES * b'\\' as u64);
-    (has_byte_below(word, 0x20) | has_byte_below(quote, 1) | has_byte_below(backslash, 1)) != 0
+    (bytes_below(word, 0x20) | quote_or_backslash(word)) != 0
 }
 
 /// Writes a decimal integer without going through `fmt` (the header writer's hot path).
