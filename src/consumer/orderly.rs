@@ -449,8 +449,14 @@ impl OrderlyQueueState {
 
     fn commit<M: CachedMessage>(&mut self, pq: &mut ProcessQueue<M>) -> Option<i64> {
         let offset = pq.commit()?;
-        self.reconsume_times = self.reconsume_times.split_off(&offset);
-        self.dead_lettered = self.dead_lettered.split_off(&offset);
+        // Usually both are empty: then there is nothing to split off (and no map to drop per
+        // committed batch).
+        if !self.reconsume_times.is_empty() {
+            self.reconsume_times = self.reconsume_times.split_off(&offset);
+        }
+        if !self.dead_lettered.is_empty() {
+            self.dead_lettered = self.dead_lettered.split_off(&offset);
+        }
         Some(offset)
     }
 
