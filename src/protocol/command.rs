@@ -7,7 +7,7 @@ use std::fmt;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::header::CommandHeader;
-use super::json::{plain_prefix_len, write_i64, write_json_string, JsonCursor};
+use super::json::{plain_integer_at, plain_prefix_len, write_i64, write_json_string, JsonCursor};
 use crate::error::ProtocolError;
 
 pub use super::ext_fields::ExtFields;
@@ -796,24 +796,9 @@ impl<'a> PlainJson<'a> {
 
     /// A plain integer within `i32`.
     fn int(&mut self) -> Option<i32> {
-        let bytes = self.text.as_bytes();
-        let negative = bytes.get(self.pos) == Some(&b'-');
-        let start = self.pos + usize::from(negative);
-        let digits = bytes
-            .get(start..)?
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        // At most 10 digits fit an i32; longer runs (or none) go the general way.
-        if digits == 0 || digits > 10 {
-            return None;
-        }
-        let mut value: i64 = 0;
-        for &b in bytes.get(start..start + digits)? {
-            value = value * 10 + i64::from(b - b'0');
-        }
-        self.pos = start + digits;
-        i32::try_from(if negative { -value } else { value }).ok()
+        let (value, end) = plain_integer_at(self.text.as_bytes(), self.pos)?;
+        self.pos = end;
+        i32::try_from(value).ok()
     }
 
     /// `{"key":"value",…}` with string values only.

@@ -513,33 +513,41 @@ impl<'a> JsonCursor<'a> {
     fn plain_integer(&mut self) -> Option<i64> {
         self.peek()?;
         let bytes = self.bytes();
-        let negative = bytes.get(self.pos) == Some(&b'-');
-        let digits_start = self.pos + usize::from(negative);
-        let mut end = digits_start;
-        // Accumulated negated: i64::MIN has no positive counterpart.
-        let mut negated: i64 = 0;
-        while let Some(&b) = bytes.get(end) {
-            if !b.is_ascii_digit() {
-                break;
-            }
-            negated = negated.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
-            end += 1;
-        }
-        if end == digits_start {
-            return None;
-        }
+        let (value, end) = plain_integer_at(bytes, self.pos)?;
         match bytes.get(end) {
             None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
             Some(_) => return None,
         }
-        let value = if negative {
-            negated
-        } else {
-            negated.checked_neg()?
-        };
         self.pos = end;
         Some(value)
     }
+}
+
+/// The bare decimal integer (`-?[0-9]+`) starting at `at` in `bytes`, and where it ends;
+/// `None` when there is none there or it does not fit an `i64`. What follows it is the
+/// caller's to check.
+pub(crate) fn plain_integer_at(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
+    let negative = bytes.get(at) == Some(&b'-');
+    let digits_start = at + usize::from(negative);
+    let mut end = digits_start;
+    // Accumulated negated: i64::MIN has no positive counterpart.
+    let mut negated: i64 = 0;
+    while let Some(&b) = bytes.get(end) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        negated = negated.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+        end += 1;
+    }
+    if end == digits_start {
+        return None;
+    }
+    let value = if negative {
+        negated
+    } else {
+        negated.checked_neg()?
+    };
+    Some((value, end))
 }
 
 /// Parses an integer written as `123`, `"123"` content, `1.0` or `1e3` (integral values only).
