@@ -308,12 +308,26 @@ impl Stats {
     }
 
     pub(crate) fn record_consumed(&self, ok: usize, failed: usize, rt: Duration) {
-        self.metrics.consumed(ok, failed, rt);
+        self.record_consumed_calls(ok, failed, 1, rt);
+    }
+
+    /// [`Stats::record_consumed`] for `calls` calls that took `rt` each, with `ok` and
+    /// `failed` messages in all.
+    pub(crate) fn record_consumed_calls(
+        &self,
+        ok: usize,
+        failed: usize,
+        calls: usize,
+        rt: Duration,
+    ) {
+        self.metrics.consumed_calls(ok, failed, calls, rt);
         self.consumed_ok.set(self.consumed_ok.get() + ok as u64);
         self.consumed_failed
             .set(self.consumed_failed.get() + failed as u64);
-        self.consume_calls.set(self.consume_calls.get() + 1);
-        self.consume_rt_total.set(self.consume_rt_total.get() + rt);
+        self.consume_calls
+            .set(self.consume_calls.get() + calls as u64);
+        self.consume_rt_total
+            .set(self.consume_rt_total.get() + rt * u32::try_from(calls).unwrap_or(u32::MAX));
     }
 
     pub(crate) fn record_sent_back(&self, count: usize) {

@@ -162,6 +162,17 @@ impl<'a> IntoIterator for &'a Messages {
     }
 }
 
+impl From<crate::consumer::queue_core::OrderlyBatch> for Messages {
+    /// Shares the batch as it is (nothing is copied).
+    fn from(batch: crate::consumer::queue_core::OrderlyBatch) -> Self {
+        use crate::consumer::queue_core::OrderlyBatch;
+        match batch {
+            OrderlyBatch::Pull { messages, range } => Messages::slice(messages, range),
+            OrderlyBatch::Owned(messages) => Messages::from(messages),
+        }
+    }
+}
+
 impl From<Arc<[MessageExt]>> for Messages {
     /// Shares the batch as it is (nothing is copied).
     fn from(batch: Arc<[MessageExt]>) -> Self {
@@ -956,19 +967,19 @@ impl ConsumeDispatcher {
     /// `elapsed` is zero; the caller times the run that began at `run_started`).
     pub(crate) fn consume_orderly_now(
         &self,
-        messages: Arc<[MessageExt]>,
+        batch: Messages,
         context: OrderlyContext,
         run_started: Instant,
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<OrderlyOutcome, PendingOrderly> {
         let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
-            return Err(Box::pin(self.consume_orderly(messages, context)));
+            return Err(Box::pin(self.consume_orderly(batch, context)));
         };
         let permit = match held.take() {
             Some(permit) => permit,
             None => match self.permits.clone().try_acquire_owned() {
                 Ok(permit) => permit,
-                Err(_) => return Err(Box::pin(self.consume_orderly(messages, context))),
+                Err(_) => return Err(Box::pin(self.consume_orderly(batch, context))),
             },
         };
         let started = run_started;
@@ -977,7 +988,6 @@ impl ConsumeDispatcher {
             context.suspend_time,
             context.queue.queue_id,
         );
-        let batch = Messages::from(messages);
         let polled = first_poll(&self.spare_orderly_call, |spare_call, cx| {
             listener.call_owned(batch.clone(), context, spare_call, cx)
         });
@@ -1019,7 +1029,7 @@ impl ConsumeDispatcher {
     /// Runs an orderly batch once a permit is free; a panic becomes a suspend.
     pub fn consume_orderly(
         &self,
-        messages: Arc<[MessageExt]>,
+        messages: Messages,
         mut context: OrderlyContext,
     ) -> impl Future<Output = OrderlyOutcome> + 'static {
         let listener = self.listener.clone();

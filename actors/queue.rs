@@ -8,7 +8,6 @@
 //! `queue_orderly.rs`.
 
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -22,6 +21,7 @@ use crate::actors::listener::{
 };
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
+use crate::actors::queue_orderly::orderly_failures;
 use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
 use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::offset::{start_offset, StartOffset};
@@ -95,7 +95,7 @@ pub(crate) struct Finished {
     started: Option<std::time::Instant>,
     calls: Vec<(Messages, u64, ConsumeOutcome)>,
     /// Orderly calls that finished at once (each timed by itself).
-    pub(crate) orderly: Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
+    pub(crate) orderly: Vec<(Messages, u64, OrderlyOutcome)>,
 }
 
 impl Finished {
@@ -113,7 +113,7 @@ impl Finished {
     ) -> (
         std::time::Instant,
         Vec<(Messages, u64, ConsumeOutcome)>,
-        Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
+        Vec<(Messages, u64, OrderlyOutcome)>,
     ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
         (started, self.calls, self.orderly)
@@ -160,13 +160,28 @@ pub struct QueueActor {
     /// The same for the listener calls of a round that finished at once.
     finished_buffer: Vec<(Messages, u64, ConsumeOutcome)>,
     /// The same for orderly calls.
-    finished_orderly_buffer: Vec<(Arc<[MessageExt]>, u64, OrderlyOutcome)>,
+    finished_orderly_buffer: Vec<(Messages, u64, OrderlyOutcome)>,
     /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
     pub(crate) orderly_calls_left: u32,
 }
 
 /// Orderly calls one turn of a queue actor runs at once before it lets the thread go.
 pub(crate) const ORDERLY_CALLS_PER_TURN: u32 = 64;
+
+/// Orderly rounds (one listener call each) that share one clock read when their calls finish
+/// at once: the core's `now` is at most this many calls old.
+const ORDERLY_ROUNDS_PER_CLOCK_READ: u32 = 8;
+
+/// Orderly calls that finished at once since the last clock read.
+#[derive(Default)]
+struct UntimedCalls {
+    /// When the first of them began.
+    since: Option<std::time::Instant>,
+    rounds: u32,
+    calls: usize,
+    ok: usize,
+    failed: usize,
+}
 
 impl QueueActor {
     /// An actor for `queue`.
@@ -298,11 +313,14 @@ impl QueueActor {
         // One listener permit serves every call that finishes at once, in every round; it is
         // released when the last round ends.
         let mut held_permit = None;
-        // The end of the first round with calls in both clocks, and the end of the last: the
-        // next round's calls begin at the last end, and a monotonic reading plus the first
-        // gives the wall-clock time too (one clock read per round).
+        // The end of the first round with calls in both clocks, and the end of the last timed
+        // one: the next round's calls begin at the last end, and a monotonic reading plus the
+        // first gives the wall-clock time too (at most one clock read per round).
         let mut base: Option<(std::time::Instant, i64)> = None;
         let mut last_end: Option<std::time::Instant> = None;
+        let mut now = 0;
+        // Orderly calls settled since the last clock read, timed together at the next one.
+        let mut untimed = UntimedCalls::default();
         // Listener calls that finish at once (the usual case) are timed together (one clock
         // read per round, not two per call); their outcomes go to the core together, and what
         // it decides is carried out in the next round, so a pull's calls cost one buffer.
@@ -312,19 +330,45 @@ impl QueueActor {
                 self.finished_buffer = finished.calls;
                 self.finished_orderly_buffer = finished.orderly;
                 self.keep_actions(actions);
+                if untimed.calls > 0 {
+                    let ended = std::time::Instant::now();
+                    self.record_untimed(&mut untimed, ended, 0);
+                }
                 return;
             }
             let (started, mut calls, mut orderly) = finished.into_parts();
-            let ended = std::time::Instant::now();
-            let (base_at, base_ms) = *base.get_or_insert_with(|| (ended, now_ms()));
-            let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
-            let now = base_ms.saturating_add(since_base);
-            last_end = Some(ended);
+            let round_calls = calls.len() + orderly.len();
+            // An orderly round is one call whose outcome decides the next, so a run of them is
+            // a round each: they share a clock read every few rounds instead (the core's `now`
+            // is then at most that many calls old).
+            let read_clock = base.is_none()
+                || !calls.is_empty()
+                || untimed.rounds + 1 >= ORDERLY_ROUNDS_PER_CLOCK_READ;
+            let mut share = Duration::ZERO;
+            if read_clock {
+                let ended = std::time::Instant::now();
+                let (base_at, base_ms) = *base.get_or_insert_with(|| (ended, now_ms()));
+                let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
+                now = base_ms.saturating_add(since_base);
+                last_end = Some(ended);
+                untimed.since.get_or_insert(started);
+                share = self.record_untimed(&mut untimed, ended, round_calls);
+            } else {
+                untimed.since.get_or_insert(started);
+                untimed.rounds += 1;
+            }
             let env = self.env();
-            let share = ended.saturating_duration_since(started)
-                / u32::try_from(calls.len() + orderly.len()).unwrap_or(u32::MAX);
-            for (batch, epoch, mut outcome) in orderly.drain(..) {
-                outcome.elapsed = share;
+            for (batch, epoch, outcome) in orderly.drain(..) {
+                let failed = orderly_failures(&batch, outcome.status);
+                if read_clock {
+                    self.shared
+                        .stats
+                        .record_consumed(batch.len() - failed, failed, share);
+                } else {
+                    untimed.calls += 1;
+                    untimed.ok += batch.len() - failed;
+                    untimed.failed += failed;
+                }
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
             }
             self.finished_orderly_buffer = orderly;
@@ -350,6 +394,34 @@ impl QueueActor {
             }
             self.finished_buffer = calls;
         }
+    }
+
+    /// Records the orderly calls settled since the last clock read, sharing the time from
+    /// their start to `ended` with `more` calls that ended with them; returns each call's
+    /// share.
+    fn record_untimed(
+        &self,
+        untimed: &mut UntimedCalls,
+        ended: std::time::Instant,
+        more: usize,
+    ) -> Duration {
+        let calls = untimed.calls + more;
+        let share = match untimed.since {
+            Some(since) if calls > 0 => {
+                ended.saturating_duration_since(since) / u32::try_from(calls).unwrap_or(u32::MAX)
+            }
+            _ => Duration::ZERO,
+        };
+        if untimed.calls > 0 {
+            self.shared.stats.record_consumed_calls(
+                untimed.ok,
+                untimed.failed,
+                untimed.calls,
+                share,
+            );
+        }
+        *untimed = UntimedCalls::default();
+        share
     }
 
     /// Carries out one round of actions (leaving `actions` empty); returns the listener calls

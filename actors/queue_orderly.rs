@@ -3,7 +3,6 @@
 //! actor — these are more of its methods — so ordering comes from the queue actor's mailbox:
 //! nothing else ever touches the queue's cache, and no user-visible lock exists.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -11,14 +10,14 @@ use tracing::Instrument;
 
 use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
-use crate::actors::listener::OrderlyOutcome;
+use crate::actors::listener::{Messages, OrderlyOutcome};
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_CALLS_PER_TURN};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, DeadLetter};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
-use crate::consumer::queue_core::{Mode, QueueAction, QueueEnv};
+use crate::consumer::queue_core::{Mode, OrderlyBatch, QueueAction, QueueEnv};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::Result;
 use crate::message::{MessageExt, MessageQueue};
@@ -38,6 +37,14 @@ pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) 
         .client
         .unlock_batch(&shared.group, std::slice::from_ref(queue), LOCK_RPC_TIMEOUT)
         .await
+}
+
+/// How many messages of an orderly call's batch failed: all of them unless it succeeded.
+pub(crate) fn orderly_failures(batch: &[MessageExt], status: OrderlyStatus) -> usize {
+    match status {
+        OrderlyStatus::Success | OrderlyStatus::Commit => 0,
+        _ => batch.len(),
+    }
 }
 
 impl QueueActor {
@@ -112,7 +119,7 @@ impl QueueActor {
     /// so a queue with a deep cache does not keep the thread from the others.
     pub(crate) fn run_orderly(
         &mut self,
-        batch: Arc<[MessageExt]>,
+        batch: OrderlyBatch,
         epoch: u64,
         ctx: &mut Context<Self>,
         finished: &mut Finished,
@@ -128,6 +135,7 @@ impl QueueActor {
             return;
         }
         self.orderly_calls_left -= 1;
+        let batch = Messages::from(batch);
         let queue = self
             .spare_queues
             .pop()
@@ -149,12 +157,16 @@ impl QueueActor {
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let mut out = act.take_actions();
             let env = act.env();
+            let failed = orderly_failures(&batch, outcome.status);
+            act.shared
+                .stats
+                .record_consumed(batch.len() - failed, failed, outcome.elapsed);
             act.settle_orderly(&batch, epoch, outcome, &env, now_ms(), &mut out);
             act.execute(out, ctx);
         }));
     }
 
-    /// Records an orderly call's outcome and hands it to the core.
+    /// Hands an orderly call's outcome to the core (the caller records it in the stats).
     pub(crate) fn settle_orderly(
         &mut self,
         batch: &[MessageExt],
@@ -164,14 +176,6 @@ impl QueueActor {
         now: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        let ok = matches!(
-            outcome.status,
-            OrderlyStatus::Success | OrderlyStatus::Commit
-        );
-        let failed = if ok { 0 } else { batch.len() };
-        self.shared
-            .stats
-            .record_consumed(batch.len() - failed, failed, outcome.elapsed);
         self.core.on_orderly_consumed(
             batch,
             epoch,

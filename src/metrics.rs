@@ -127,14 +127,18 @@ impl ConsumerMetrics {
         self.pulled.increment(count as u64);
     }
 
-    pub(crate) fn consumed(&self, ok: usize, failed: usize, rt: Duration) {
+    /// `calls` listener calls that took `rt` each, with `ok` and `failed` messages in all.
+    pub(crate) fn consumed_calls(&self, ok: usize, failed: usize, calls: usize, rt: Duration) {
         if ok > 0 {
             self.consumed_ok.increment(ok as u64);
         }
         if failed > 0 {
             self.consumed_failed.increment(failed as u64);
         }
-        self.consume_rt.record(rt.as_secs_f64());
+        let seconds = rt.as_secs_f64();
+        for _ in 0..calls {
+            self.consume_rt.record(seconds);
+        }
     }
 
     pub(crate) fn sent_back(&self, count: usize) {

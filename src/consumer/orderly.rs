@@ -262,26 +262,12 @@ impl OrderlyQueueState {
         cfg: &PushConsumerConfig,
         now_ms: i64,
     ) -> BatchStep<M> {
-        if self.in_flight {
-            return BatchStep::Busy;
-        }
-        if pq.is_dropped() {
-            self.run_started_ms = None;
-            return BatchStep::Dropped;
-        }
-        if !lock_allows_consume(cfg, lock, now_ms) {
-            self.run_started_ms = None;
-            return BatchStep::NeedsLock;
-        }
-        let batch_size = usize::try_from(cfg.consume_message_batch_max_size.max(1)).unwrap_or(1);
+        let batch_size = match self.batch_size_now(pq, lock, cfg, now_ms) {
+            Ok(size) => size,
+            Err(step) => return step,
+        };
         let counts = &self.reconsume_times;
-        let batch = pq.take_messages_with(batch_size, now_ms, |msg| {
-            let times = counts
-                .get(&msg.queue_offset())
-                .copied()
-                .unwrap_or_else(|| msg.reconsume_times());
-            msg.set_reconsume_times(times);
-        });
+        let batch = pq.take_messages_with(batch_size, now_ms, |msg| set_count(counts, msg));
         if batch.is_empty() {
             self.run_started_ms = None;
             return BatchStep::Idle;
@@ -289,6 +275,50 @@ impl OrderlyQueueState {
         self.in_flight = true;
         self.run_started_ms.get_or_insert(now_ms);
         BatchStep::Consume(batch)
+    }
+
+    /// [`Self::next_batch`] for cheap-to-copy cache entries, which the process queue keeps
+    /// itself ([`ProcessQueue::take_messages_kept`]): the batch, or the step that is not
+    /// [`BatchStep::Consume`].
+    pub(crate) fn next_batch_kept<'q, M: CachedMessage>(
+        &mut self,
+        pq: &'q mut ProcessQueue<M>,
+        lock: &LockState,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+    ) -> Result<&'q [M], BatchStep<M>> {
+        let batch_size = self.batch_size_now(pq, lock, cfg, now_ms)?;
+        let counts = &self.reconsume_times;
+        let batch = pq.take_messages_kept(batch_size, now_ms, |msg| set_count(counts, msg));
+        if batch.is_empty() {
+            self.run_started_ms = None;
+            return Err(BatchStep::Idle);
+        }
+        self.in_flight = true;
+        self.run_started_ms.get_or_insert(now_ms);
+        Ok(batch)
+    }
+
+    /// How many messages the next batch may take, if one may start now.
+    fn batch_size_now<M: CachedMessage>(
+        &mut self,
+        pq: &ProcessQueue<M>,
+        lock: &LockState,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+    ) -> Result<usize, BatchStep<M>> {
+        if self.in_flight {
+            return Err(BatchStep::Busy);
+        }
+        if pq.is_dropped() {
+            self.run_started_ms = None;
+            return Err(BatchStep::Dropped);
+        }
+        if !lock_allows_consume(cfg, lock, now_ms) {
+            self.run_started_ms = None;
+            return Err(BatchStep::NeedsLock);
+        }
+        Ok(usize::try_from(cfg.consume_message_batch_max_size.max(1)).unwrap_or(1))
     }
 
     /// Applies the listener's `status` for `batch` (the messages [`Self::next_batch`] handed
@@ -305,15 +335,19 @@ impl OrderlyQueueState {
     /// On a dropped queue the batch's commit still counts (the broker lock is held until the
     /// drop sequence releases it, so the next owner starts after it); nothing else happens
     /// and the loop stops.
-    pub fn on_orderly_result<M: CachedMessage + Clone>(
+    ///
+    /// `batch` holds the messages as the listener saw them (`B`), which may be another type
+    /// than the cache's entries (`M`): a cache of light entries hands out the messages they
+    /// point to.
+    pub fn on_orderly_result<M: CachedMessage + Clone, B: CachedMessage + Clone>(
         &mut self,
         pq: &mut ProcessQueue<M>,
-        batch: &[M],
+        batch: &[B],
         status: OrderlyStatus,
         ctx: &OrderlyContext,
         cfg: &PushConsumerConfig,
         now_ms: i64,
-    ) -> OrderlyStep<M> {
+    ) -> OrderlyStep<B> {
         self.in_flight = false;
         let status = match (ctx.auto_commit, status) {
             (true, OrderlyStatus::Commit) => OrderlyStatus::Success,
@@ -388,13 +422,13 @@ impl OrderlyQueueState {
     /// message whose send failed goes back with the rest and the queue keeps suspending, as
     /// in Java. When everything of the batch went to the DLQ, the batch is committed
     /// (auto-commit) and consumption continues.
-    pub fn on_dead_letter_result<M: CachedMessage + Clone>(
+    pub fn on_dead_letter_result<M: CachedMessage + Clone, B>(
         &mut self,
         pq: &mut ProcessQueue<M>,
         sent: &[i64],
         cfg: &PushConsumerConfig,
         now_ms: i64,
-    ) -> OrderlyStep<M> {
+    ) -> OrderlyStep<B> {
         let Some(pending) = self.pending.take() else {
             self.in_flight = false;
             return OrderlyStep {
@@ -491,6 +525,15 @@ impl OrderlyQueueState {
             _ => OrderlyNext::Continue,
         }
     }
+}
+
+/// Sets a message's count to what the listener is to see: the local one, if it failed here.
+fn set_count<M: CachedMessage>(counts: &BTreeMap<i64, i32>, msg: &mut M) {
+    let times = counts
+        .get(&msg.queue_offset())
+        .copied()
+        .unwrap_or_else(|| msg.reconsume_times());
+    msg.set_reconsume_times(times);
 }
 
 /// The broker-side reconsume count of a message in the consuming set, if it is there.
@@ -782,7 +825,7 @@ mod tests {
         assert!(st.is_in_flight());
         assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
         // The send succeeded: committed, and the next message is consumed.
-        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[0], &c, 0);
         assert_eq!(
             step,
             OrderlyStep {
@@ -805,7 +848,7 @@ mod tests {
         let batch = take(&mut st, &mut pq, &c, 0);
         let step = st.on_orderly_result(&mut pq, &batch, SUSPEND, &ctx(&c), &c, 0);
         assert!(matches!(step.next, OrderlyNext::SendToDeadLetter(_)));
-        let step = st.on_dead_letter_result(&mut pq, &[], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[], &c, 0);
         assert_eq!(
             step,
             OrderlyStep {
@@ -821,7 +864,7 @@ mod tests {
             panic!()
         };
         assert_eq!(dead[0].reconsume_times, 1);
-        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[0], &c, 0);
         assert_eq!(step.commit_offset, Some(1));
     }
 
@@ -852,7 +895,7 @@ mod tests {
         };
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].message.offset, 0);
-        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[0], &c, 0);
         assert!(matches!(step.next, OrderlyNext::SuspendFor(_)));
         // Only offset 1 comes back; once it succeeds the commit covers both.
         let batch = take(&mut st, &mut pq, &c, 0);
@@ -1075,7 +1118,7 @@ mod tests {
         let batch = take(&mut st, &mut pq, &c, 0);
         st.on_orderly_result(&mut pq, &batch, SUSPEND, &ctx(&c), &c, 0);
         pq.set_dropped(true);
-        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[0], &c, 0);
         assert_eq!(
             step,
             OrderlyStep {
@@ -1116,7 +1159,7 @@ mod tests {
         st.clear();
         pq.put_messages(msgs(5..6));
         assert_eq!(st.next_batch(&mut pq, &NO_LOCK, &c, 0), BatchStep::Busy);
-        let step = st.on_dead_letter_result(&mut pq, &[0], &c, 0);
+        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &[0], &c, 0);
         assert_eq!(step.commit_offset, None);
         assert_eq!(offsets(&take(&mut st, &mut pq, &c, 0)), vec![5]);
     }
@@ -1245,7 +1288,7 @@ mod tests {
                                 sent.push(m.offset);
                             }
                         }
-                        let step = st.on_dead_letter_result(&mut pq, &sent, &c, 0);
+                        let step = st.on_dead_letter_result::<_, Msg>(&mut pq, &sent, &c, 0);
                         for o in &sent { done.insert(*o); }
                         match step.next {
                             OrderlyNext::Continue | OrderlyNext::Yield => {

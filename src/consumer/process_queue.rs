@@ -169,6 +169,10 @@ pub struct ProcessQueue<M> {
     /// keeping copies: a commit (the usual outcome) only drops them; a message goes back to
     /// waiting as a copy of its lent self (rollback, suspend).
     lent: Vec<Arc<[M]>>,
+    /// Orderly: the messages handed out by [`ProcessQueue::take_messages_kept`] since the last
+    /// commit, in the order taken — kept here rather than lent, for entries that are cheap to
+    /// copy (no allocation per batch).
+    kept: Vec<M>,
     body_bytes: u64,
     highest_offset_put: Option<i64>,
     dispatching: bool,
@@ -198,6 +202,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
             waiting: OffsetMap::default(),
             consuming: OffsetMap::default(),
             lent: Vec::new(),
+            kept: Vec::new(),
             body_bytes: 0,
             highest_offset_put: None,
             dispatching: false,
@@ -457,6 +462,34 @@ impl<M: CachedMessage> ProcessQueue<M> {
         taken
     }
 
+    /// [`ProcessQueue::take_messages_with`] for cheap-to-copy messages: the cache keeps the
+    /// batch itself (reusing one buffer, so taking a batch allocates nothing) and the caller
+    /// reads it from the returned slice.
+    pub(crate) fn take_messages_kept(
+        &mut self,
+        batch: usize,
+        now_ms: i64,
+        mut prepare: impl FnMut(&mut M),
+    ) -> &[M] {
+        self.last_consume_ms = now_ms;
+        let count = batch.min(self.waiting.len());
+        if count == 0 {
+            self.dispatching = false;
+            return &[];
+        }
+        let start = self.kept.len();
+        for _ in 0..count {
+            let Some((offset, entry)) = self.waiting.pop_first() else {
+                break;
+            };
+            self.consuming.insert(offset, entry.body_len);
+            let mut message = entry.message;
+            prepare(&mut message);
+            self.kept.push(message);
+        }
+        self.kept.get(start..).unwrap_or_default()
+    }
+
     /// Orderly: the batch was consumed; forgets it and returns the new consume offset (one past
     /// the batch's highest offset), `None` if no batch was taken.
     pub fn commit(&mut self) -> Option<i64> {
@@ -465,6 +498,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
         self.body_bytes = self.body_bytes.saturating_sub(released);
         self.consuming.clear();
         self.lent.clear();
+        self.kept.clear();
         Some(last + 1)
     }
 
@@ -499,6 +533,8 @@ impl<M: CachedMessage> ProcessQueue<M> {
             }
         }
         let consuming = &self.consuming;
+        self.kept
+            .retain(|m| consuming.contains_key(&m.queue_offset()));
         self.lent.retain(|batch| {
             batch
                 .iter()
@@ -522,6 +558,18 @@ impl<M: CachedMessage> ProcessQueue<M> {
         if !self.consuming.contains_key(&offset) {
             return None;
         }
+        // Kept messages are in offset order unless one went back to waiting from the middle
+        // of what is consuming (then it is taken again after higher ones).
+        let kept = match self
+            .kept
+            .binary_search_by_key(&offset, CachedMessage::queue_offset)
+        {
+            Ok(at) => self.kept.get(at),
+            Err(_) => self.kept.iter().rev().find(|m| m.queue_offset() == offset),
+        };
+        if kept.is_some() {
+            return kept;
+        }
         // Batches are lent in offset order, each sorted.
         self.lent.iter().rev().find_map(|batch| {
             batch
@@ -536,6 +584,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
         self.waiting.clear();
         self.consuming.clear();
         self.lent.clear();
+        self.kept.clear();
         self.body_bytes = 0;
         self.highest_offset_put = None;
     }
@@ -847,6 +896,47 @@ mod tests {
                     prop_assert!(cached.iter().all(|o| *o >= commit));
                     last_commit = commit;
                 }
+            }
+        }
+
+        #[test]
+        fn kept_batches_behave_like_lent_ones(
+            total in 1i64..40,
+            steps in proptest::collection::vec((1usize..6, 0u8..4, any::<prop::sample::Index>()), 1..40),
+        ) {
+            let mut lent = ProcessQueue::new(0);
+            let mut kept = ProcessQueue::new(0);
+            lent.put_messages(msgs(0..total));
+            kept.put_messages(msgs(0..total));
+            for (batch, action, pick) in steps {
+                let from_lent: Vec<i64> = lent.take_messages(batch, 0).iter().map(|m| m.offset).collect();
+                let from_kept: Vec<i64> = kept.take_messages_kept(batch, 0, |_| {}).iter().map(|m| m.offset).collect();
+                prop_assert_eq!(&from_lent, &from_kept);
+                match action {
+                    0 => {
+                        lent.rollback();
+                        kept.rollback();
+                    }
+                    1 => {
+                        // One message of what is being consumed goes back.
+                        let consuming = lent.consuming_offsets();
+                        if !consuming.is_empty() {
+                            let back = [consuming[pick.index(consuming.len())]];
+                            lent.make_messages_consume_again(&back);
+                            kept.make_messages_consume_again(&back);
+                        }
+                    }
+                    2 => prop_assert_eq!(lent.commit(), kept.commit()),
+                    // Auto-commit off: the batch stays consuming while the next is taken.
+                    _ => {}
+                }
+                prop_assert_eq!(lent.consuming_offsets(), kept.consuming_offsets());
+                for offset in lent.consuming_offsets() {
+                    prop_assert_eq!(lent.consuming_message(offset), kept.consuming_message(offset));
+                    prop_assert!(kept.consuming_message(offset).is_some());
+                }
+                prop_assert_eq!(lent.cached_count(), kept.cached_count());
+                prop_assert_eq!(lent.cached_body_bytes(), kept.cached_body_bytes());
             }
         }
 

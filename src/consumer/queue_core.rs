@@ -58,18 +58,31 @@ fn corrected_next_offset(response: &PullResponse, requested: i64) -> i64 {
     }
 }
 
-/// What the concurrent cache keeps per message: what flow control and offsets need, and where
-/// the message itself is — in the pull it came with (shared with its listener calls), for
-/// consume-timeout send-backs.
+/// What the concurrent and orderly caches keep per message: what flow control and offsets
+/// need, and where the message itself is — in the pull it came with (shared with its listener
+/// calls, so a message is never moved or copied between the pull and the listener).
 #[derive(Debug, Clone)]
 pub(crate) struct CachedEntry {
     offset: i64,
     body_len: usize,
     batch: Arc<Vec<MessageExt>>,
     index: usize,
+    /// Orderly: the count the listener sees (the broker's plus local suspends).
+    reconsume_times: i32,
 }
 
 impl CachedEntry {
+    /// Entries for every message of a pull.
+    fn of_pull(batch: &Arc<Vec<MessageExt>>) -> impl Iterator<Item = CachedEntry> + '_ {
+        batch.iter().enumerate().map(|(index, m)| CachedEntry {
+            offset: m.queue_offset,
+            body_len: m.body().len(),
+            batch: batch.clone(),
+            index,
+            reconsume_times: m.reconsume_times,
+        })
+    }
+
     fn message(&self) -> Option<&MessageExt> {
         self.batch.get(self.index)
     }
@@ -82,6 +95,75 @@ impl CachedMessage for CachedEntry {
 
     fn body_len(&self) -> usize {
         self.body_len
+    }
+
+    fn reconsume_times(&self) -> i32 {
+        self.reconsume_times
+    }
+
+    fn set_reconsume_times(&mut self, times: i32) {
+        self.reconsume_times = times;
+    }
+}
+
+/// The messages of one orderly listener call.
+#[derive(Debug, Clone)]
+pub(crate) enum OrderlyBatch {
+    /// `messages[range]` of one pull, shared with the cache: the usual batch, whose messages
+    /// follow each other in one pull and carry the broker's reconsume counts.
+    Pull {
+        /// The pull's messages.
+        messages: Arc<Vec<MessageExt>>,
+        /// The batch's part of them.
+        range: Range<usize>,
+    },
+    /// Messages of their own: a key-ordered message, or a batch that spans pulls or carries
+    /// local reconsume counts (copies of the cached messages).
+    Owned(Arc<[MessageExt]>),
+}
+
+impl OrderlyBatch {
+    /// The batch of cache `entries` (in offset order): a range of their pull when they are
+    /// one, otherwise copies with their reconsume counts set.
+    fn of_entries(entries: &[CachedEntry]) -> Self {
+        if let Some(first) = entries.first() {
+            let in_one_pull = entries.iter().enumerate().all(|(i, entry)| {
+                Arc::ptr_eq(&entry.batch, &first.batch)
+                    && entry.index == first.index + i
+                    && entry
+                        .message()
+                        .is_some_and(|m| m.reconsume_times == entry.reconsume_times)
+            });
+            if in_one_pull {
+                return OrderlyBatch::Pull {
+                    messages: first.batch.clone(),
+                    range: first.index..first.index + entries.len(),
+                };
+            }
+        }
+        OrderlyBatch::Owned(
+            entries
+                .iter()
+                .filter_map(|entry| {
+                    let mut message = entry.message()?.clone();
+                    message.reconsume_times = entry.reconsume_times;
+                    Some(message)
+                })
+                .collect(),
+        )
+    }
+}
+
+impl std::ops::Deref for OrderlyBatch {
+    type Target = [MessageExt];
+
+    fn deref(&self) -> &[MessageExt] {
+        match self {
+            OrderlyBatch::Pull { messages, range } => {
+                messages.get(range.clone()).unwrap_or_default()
+            }
+            OrderlyBatch::Owned(messages) => messages,
+        }
     }
 }
 
@@ -96,8 +178,9 @@ pub(crate) enum Mode {
     },
     /// One batch at a time, in offset order.
     Orderly {
-        /// The cached messages.
-        pq: ProcessQueue<MessageExt>,
+        /// Unfinished messages: offsets, body sizes, reconsume counts and where each
+        /// message is.
+        pq: ProcessQueue<CachedEntry>,
         /// Batch in flight, reconsume counts, dead-lettering, run time.
         state: OrderlyQueueState,
     },
@@ -227,7 +310,7 @@ pub(crate) enum QueueAction {
     /// [`QueueCore::on_orderly_consumed`].
     ConsumeOrderly {
         /// The messages, in offset order (one message in key-ordered mode).
-        batch: Arc<[MessageExt]>,
+        batch: OrderlyBatch,
         /// Epoch to answer with.
         epoch: u64,
     },
@@ -714,17 +797,11 @@ impl QueueCore {
             Mode::Concurrent { pq, .. } => {
                 let batch = Arc::new(messages);
                 // Dispatched whole right after the next pull is decided: consumption starts now.
-                let entries = batch.iter().enumerate().map(|(index, m)| CachedEntry {
-                    offset: m.queue_offset,
-                    body_len: m.body().len(),
-                    batch: batch.clone(),
-                    index,
-                });
-                pq.put_messages_consuming(entries, now_ms);
+                pq.put_messages_consuming(CachedEntry::of_pull(&batch), now_ms);
                 Some(Delivered::Concurrent(batch))
             }
             Mode::Orderly { pq, .. } => {
-                pq.put_messages(messages);
+                pq.put_messages(CachedEntry::of_pull(&Arc::new(messages)));
                 Some(Delivered::Ordered)
             }
             Mode::KeyOrdered { queue } => {
@@ -1165,16 +1242,19 @@ impl QueueCore {
         let Mode::Orderly { pq, state } = &mut self.mode else {
             return;
         };
-        match state.next_batch(pq, &self.lock, cfg, now_ms) {
-            BatchStep::Consume(batch) => {
+        let next = state
+            .next_batch_kept(pq, &self.lock, cfg, now_ms)
+            .map(OrderlyBatch::of_entries);
+        match next {
+            Ok(batch) => {
                 self.unsettled += 1;
                 out.push(QueueAction::ConsumeOrderly {
                     batch,
                     epoch: self.epoch,
                 });
             }
-            BatchStep::NeedsLock => self.schedule_consume(cfg.pull_delay_on_error, out),
-            BatchStep::Idle | BatchStep::Busy | BatchStep::Dropped => {}
+            Err(BatchStep::NeedsLock) => self.schedule_consume(cfg.pull_delay_on_error, out),
+            Err(_) => {}
         }
     }
 
@@ -1202,7 +1282,7 @@ impl QueueCore {
         for message in ready {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
-                batch: Arc::new([message]),
+                batch: OrderlyBatch::Owned(Arc::new([message])),
                 epoch: self.epoch,
             });
         }
@@ -1786,10 +1866,68 @@ mod tests {
         );
     }
 
+    #[test]
+    fn orderly_batches_share_the_pull_unless_they_span_pulls_or_were_suspended() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.consume_message_batch_max_size = 2;
+        let env = env(&cfg);
+        let mut core = QueueCore::new(Mode::for_config(&cfg, 0), 0);
+        let mut out = Vec::new();
+        core.start(&cfg, &mut out);
+        core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
+        let mut out = Vec::new();
+        core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
+        let order = first_pull(&out).expect("a first pull");
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        let second_pull = first_pull(&out).expect("a second pull");
+        let batch_of = |out: &[QueueAction]| {
+            out.iter()
+                .find_map(|a| match a {
+                    QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
+                    _ => None,
+                })
+                .expect("a batch")
+        };
+        let offsets =
+            |batch: &OrderlyBatch| batch.iter().map(|m| m.queue_offset).collect::<Vec<_>>();
+        let (first, epoch) = batch_of(&out);
+        assert!(matches!(first, OrderlyBatch::Pull { .. }), "{first:?}");
+        assert_eq!(offsets(&first), vec![0, 1]);
+        assert!(first.iter().all(|m| m.reconsume_times == 0));
+
+        // Suspended: the same messages again, each with its count bumped (copies).
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut out = Vec::new();
+        core.on_pull_answer(&second_pull, Ok(found(3..5)), None, &cfg, &env, 2, &mut out);
+        let mut out = Vec::new();
+        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
+        core.on_orderly_consumed(&first, epoch, status, &context, &cfg, &env, 3, &mut out);
+        let mut out = Vec::new();
+        core.on_consume_timer(&cfg, 4_000, &mut out);
+        let (again, epoch) = batch_of(&out);
+        assert!(matches!(again, OrderlyBatch::Owned(_)), "{again:?}");
+        assert_eq!(offsets(&again), vec![0, 1]);
+        assert!(again.iter().all(|m| m.reconsume_times == 1), "{again:?}");
+
+        // Offsets 2 and 3 came with different pulls: copied into one batch, in order.
+        let out = orderly_success(&mut core, &again, epoch, &cfg, &env, 5);
+        assert_eq!(commits(&out), vec![2]);
+        let (spanning, epoch) = batch_of(&out);
+        assert!(matches!(spanning, OrderlyBatch::Owned(_)), "{spanning:?}");
+        assert_eq!(offsets(&spanning), vec![2, 3]);
+        assert!(spanning.iter().all(|m| m.reconsume_times == 0));
+        let out = orderly_success(&mut core, &spanning, epoch, &cfg, &env, 6);
+        assert_eq!(commits(&out), vec![4]);
+        let (last, _) = batch_of(&out);
+        assert!(matches!(last, OrderlyBatch::Pull { .. }), "{last:?}");
+        assert_eq!(offsets(&last), vec![4]);
+    }
+
     /// An orderly queue that consumed offset 0 of 0..4 and runs the batch of offset 1, then
     /// lost its lock and got it back.
-    fn orderly_relocked_during_a_batch() -> (PushConsumerConfig, QueueCore, Arc<[MessageExt]>, u64)
-    {
+    fn orderly_relocked_during_a_batch() -> (PushConsumerConfig, QueueCore, OrderlyBatch, u64) {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         let env = env(&cfg);

@@ -36,7 +36,9 @@ use crate::consumer::flow::QueueThresholds;
 use crate::consumer::lite_core::SlotId;
 use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
 use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
-use crate::consumer::queue_core::{CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv};
+use crate::consumer::queue_core::{
+    CallOutcome, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore, QueueEnv,
+};
 use crate::consumer::rebalance::{plan_changes, topic_share};
 use crate::consumer::retry;
 use crate::error::{Error, RequestCode};
@@ -295,7 +297,7 @@ enum QueueTimer {
     Consume,
     /// An orderly listener call ends.
     OrderlyConsumed {
-        batch: Arc<[MessageExt]>,
+        batch: OrderlyBatch,
         epoch: u64,
         success: bool,
     },
@@ -2381,7 +2383,7 @@ impl World {
         c: usize,
         mq: &MessageQueue,
         instance: u64,
-        batch: Arc<[MessageExt]>,
+        batch: OrderlyBatch,
         epoch: u64,
     ) {
         self.check_order(mq, &batch);
