@@ -215,18 +215,39 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// ([`KeyOrderedQueue::give_back`]) before it is retried.
     pub fn next_ready(&mut self, max: usize, now_ms: i64) -> Vec<M> {
         let mut out = Vec::new();
+        self.hand_out_ready(max, now_ms, &mut out, Option::take);
+        out
+    }
+
+    /// [`KeyOrderedQueue::next_ready`] for cheap-to-copy messages: appends copies to `out`
+    /// and keeps the messages, so a failed one needs no [`KeyOrderedQueue::give_back`].
+    pub(crate) fn next_ready_copies(&mut self, max: usize, now_ms: i64, out: &mut Vec<M>)
+    where
+        M: Clone,
+    {
+        self.hand_out_ready(max, now_ms, out, |message| message.clone());
+    }
+
+    fn hand_out_ready(
+        &mut self,
+        max: usize,
+        now_ms: i64,
+        out: &mut Vec<M>,
+        mut hand_out: impl FnMut(&mut Option<M>) -> Option<M>,
+    ) {
         let mut at = 0;
-        while at < self.ready.len() && out.len() < max {
+        let mut handed = 0;
+        while at < self.ready.len() && handed < max {
             let offset = self.ready[at];
             let Some(Some(entry)) = self.entries.get_mut(&offset) else {
                 self.ready.remove(at);
                 continue;
             };
-            if entry.not_before_ms > now_ms || entry.message.is_none() {
+            if entry.not_before_ms > now_ms {
                 at += 1;
                 continue;
             }
-            let Some(mut message) = entry.message.take() else {
+            let Some(mut message) = hand_out(&mut entry.message) else {
                 at += 1;
                 continue;
             };
@@ -237,10 +258,10 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
             );
             entry.slot = Slot::InFlight;
             out.push(message);
+            handed += 1;
             self.ready.remove(at);
             self.in_flight += 1;
         }
-        out
     }
 
     /// Returns a message [`KeyOrderedQueue::next_ready`] lent out (one that failed, to be
@@ -500,6 +521,63 @@ mod tests {
         assert_eq!(offsets(&q.next_ready(10, 0)), vec![0, 1, 4]);
         assert!(q.complete(0, true));
         assert_eq!(offsets(&q.next_ready(10, 0)), vec![2]);
+    }
+
+    #[test]
+    fn copies_need_no_give_back_and_carry_the_failure_count() {
+        #[derive(Debug, Clone, PartialEq)]
+        struct Counted {
+            offset: i64,
+            times: i32,
+        }
+        impl CachedMessage for Counted {
+            fn queue_offset(&self) -> i64 {
+                self.offset
+            }
+            fn body_len(&self) -> usize {
+                100
+            }
+            fn reconsume_times(&self) -> i32 {
+                self.times
+            }
+            fn set_reconsume_times(&mut self, times: i32) {
+                self.times = times;
+            }
+        }
+        let mut q = KeyOrderedQueue::new();
+        for (offset, key) in [(0, "a"), (1, "a"), (2, "b")] {
+            assert!(q.push(Counted { offset, times: 2 }, Some(key)));
+        }
+        let mut out = Vec::new();
+        q.next_ready_copies(10, 0, &mut out);
+        let offsets = |out: &[Counted]| out.iter().map(|m| m.offset).collect::<Vec<_>>();
+        assert_eq!(offsets(&out), vec![0, 2]);
+        assert_eq!(out[0].times, 2, "the broker's count");
+        // The failed copy is not given back: it runs again, counted, once its pause ends, and
+        // the next message of its key still waits.
+        assert!(q.retry_at(0, 1_000));
+        out.clear();
+        q.next_ready_copies(10, 999, &mut out);
+        assert!(out.is_empty());
+        q.next_ready_copies(10, 1_000, &mut out);
+        assert_eq!(
+            out,
+            vec![Counted {
+                offset: 0,
+                times: 3
+            }]
+        );
+        assert!(q.complete(0, true));
+        out.clear();
+        q.next_ready_copies(10, 1_000, &mut out);
+        assert_eq!(
+            out,
+            vec![Counted {
+                offset: 1,
+                times: 2
+            }]
+        );
+        assert_eq!(q.in_flight_offsets(), vec![1, 2]);
     }
 
     #[test]

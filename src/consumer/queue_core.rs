@@ -186,8 +186,8 @@ pub(crate) enum Mode {
     },
     /// Strictly ordered per key, concurrent across keys.
     KeyOrdered {
-        /// The cached messages, chained per key.
-        queue: KeyOrderedQueue<MessageExt>,
+        /// Unfinished messages (entries pointing into their pull), chained per key.
+        queue: KeyOrderedQueue<CachedEntry>,
     },
 }
 
@@ -439,6 +439,8 @@ pub(crate) struct QueueCore {
     /// The offsets of succeeded calls, collected before they leave the cache together (kept
     /// between rounds so a round of calls allocates nothing).
     done_offsets: Vec<i64>,
+    /// Key-ordered: the messages that may run now (kept between calls, allocating nothing).
+    ready_buffer: Vec<CachedEntry>,
 }
 
 impl QueueCore {
@@ -464,6 +466,7 @@ impl QueueCore {
             access_denied: false,
             finished: false,
             done_offsets: Vec::new(),
+            ready_buffer: Vec::new(),
         }
     }
 
@@ -805,9 +808,10 @@ impl QueueCore {
                 Some(Delivered::Ordered)
             }
             Mode::KeyOrdered { queue } => {
-                for message in messages {
-                    let key = crate::consumer::key_order::ordering_key(&message).map(str::to_owned);
-                    queue.push_keyed(message, key);
+                let pull = Arc::new(messages);
+                for (entry, message) in CachedEntry::of_pull(&pull).zip(pull.iter()) {
+                    let key = crate::consumer::key_order::ordering_key(message).map(str::to_owned);
+                    queue.push_keyed(entry, key);
                 }
                 Some(Delivered::Ordered)
             }
@@ -1277,15 +1281,17 @@ impl QueueCore {
         };
         let room = limit.saturating_sub(queue.in_flight_count());
         // Each carries its reconsume count: the broker's plus its failures here.
-        let ready = queue.next_ready(room, now_ms);
+        let mut ready = std::mem::take(&mut self.ready_buffer);
+        queue.next_ready_copies(room, now_ms, &mut ready);
         let wakeup = queue.next_wakeup_ms(now_ms);
-        for message in ready {
+        for entry in ready.drain(..) {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
-                batch: OrderlyBatch::Owned(Arc::new([message])),
+                batch: OrderlyBatch::of_entries(std::slice::from_ref(&entry)),
                 epoch: self.epoch,
             });
         }
+        self.ready_buffer = ready;
         if let Some(at) = wakeup {
             let delay = Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64);
             self.schedule_consume(delay, out);
@@ -1380,9 +1386,6 @@ impl QueueCore {
             self.after_key_change(cfg, env, now_ms, out);
             return;
         }
-        // The queue lent the message; it needs it back to hand it out again (the listener
-        // may still hold the batch, so this is a copy — failures only).
-        queue.give_back(message.clone());
         if max.is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
         {
             // At the maximum: to the dead-letter queue, then the key moves on.
