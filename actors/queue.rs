@@ -295,6 +295,7 @@ impl QueueActor {
     /// Carries out the core's decisions.
     pub(crate) fn execute(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
+        self.orderly_calls_left = ORDERLY_CALLS_PER_TURN;
         self.execute_rounds(actions, ctx);
         self.report_gauges();
     }

@@ -12,7 +12,7 @@ use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::listener::{Messages, OrderlyOutcome};
 use crate::actors::offset_store::LoadOffset;
-use crate::actors::queue::{Finished, QueueActor, ORDERLY_CALLS_PER_TURN};
+use crate::actors::queue::{Finished, QueueActor};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, DeadLetter};
@@ -115,8 +115,9 @@ impl QueueActor {
 
     /// Runs an orderly batch: at once when the listener finishes on its first poll (the
     /// outcome goes to `finished`, settled with the round), otherwise as a task of this actor.
-    /// After [`ORDERLY_CALLS_PER_TURN`] calls at once the next waits for the actor's next turn,
-    /// so a queue with a deep cache does not keep the thread from the others.
+    /// After [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN) calls at once in one turn (one [`QueueActor::execute`])
+    /// the next waits until the thread has run the others' tasks, so a queue with a deep
+    /// cache does not keep the thread from them.
     pub(crate) fn run_orderly(
         &mut self,
         batch: OrderlyBatch,
@@ -126,12 +127,17 @@ impl QueueActor {
         held_permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
         if self.orderly_calls_left == 0 {
-            ctx.run_later(Duration::ZERO, move |act, ctx| {
-                act.orderly_calls_left = ORDERLY_CALLS_PER_TURN;
-                let mut out = act.take_actions();
-                out.push(QueueAction::ConsumeOrderly { batch, epoch });
-                act.execute(out, ctx);
-            });
+            // A yield, not a zero-length timer: tokio's timer would hold the queue until its
+            // next millisecond tick.
+            ctx.spawn(
+                tokio::task::yield_now()
+                    .into_actor(self)
+                    .map(move |(), act, ctx| {
+                        let mut out = act.take_actions();
+                        out.push(QueueAction::ConsumeOrderly { batch, epoch });
+                        act.execute(out, ctx);
+                    }),
+            );
             return;
         }
         self.orderly_calls_left -= 1;
