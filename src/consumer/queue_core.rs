@@ -1869,33 +1869,40 @@ mod tests {
         );
     }
 
+    /// An orderly core of `cfg` that holds its lock and asked for its first pull.
+    fn locked_orderly_core(cfg: &PushConsumerConfig, env: &QueueEnv) -> (QueueCore, PullOrder) {
+        let mut core = QueueCore::new(Mode::for_config(cfg, 0), 0);
+        let mut out = Vec::new();
+        core.start(cfg, &mut out);
+        core.on_lock_result(Ok(true), cfg, env, 0, &mut out);
+        let mut out = Vec::new();
+        core.on_start_offset(Ok(0), cfg, env, 0, &mut out);
+        (core, first_pull(&out).expect("a first pull"))
+    }
+
+    /// The orderly batch among `out`, with its epoch.
+    fn orderly_batch_of(out: &[QueueAction]) -> (OrderlyBatch, u64) {
+        out.iter()
+            .find_map(|a| match a {
+                QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
+                _ => None,
+            })
+            .expect("a batch")
+    }
+
     #[test]
     fn orderly_batches_share_the_pull_unless_they_span_pulls_or_were_suspended() {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         cfg.consume_message_batch_max_size = 2;
         let env = env(&cfg);
-        let mut core = QueueCore::new(Mode::for_config(&cfg, 0), 0);
-        let mut out = Vec::new();
-        core.start(&cfg, &mut out);
-        core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
-        let mut out = Vec::new();
-        core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
-        let order = first_pull(&out).expect("a first pull");
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
         let second_pull = first_pull(&out).expect("a second pull");
-        let batch_of = |out: &[QueueAction]| {
-            out.iter()
-                .find_map(|a| match a {
-                    QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
-                    _ => None,
-                })
-                .expect("a batch")
-        };
         let offsets =
             |batch: &OrderlyBatch| batch.iter().map(|m| m.queue_offset).collect::<Vec<_>>();
-        let (first, epoch) = batch_of(&out);
+        let (first, epoch) = orderly_batch_of(&out);
         assert!(matches!(first, OrderlyBatch::Pull { .. }), "{first:?}");
         assert_eq!(offsets(&first), vec![0, 1]);
         assert!(first.iter().all(|m| m.reconsume_times == 0));
@@ -1909,7 +1916,7 @@ mod tests {
         core.on_orderly_consumed(&first, epoch, status, &context, &cfg, &env, 3, &mut out);
         let mut out = Vec::new();
         core.on_consume_timer(&cfg, 4_000, &mut out);
-        let (again, epoch) = batch_of(&out);
+        let (again, epoch) = orderly_batch_of(&out);
         assert!(matches!(again, OrderlyBatch::Owned(_)), "{again:?}");
         assert_eq!(offsets(&again), vec![0, 1]);
         assert!(again.iter().all(|m| m.reconsume_times == 1), "{again:?}");
@@ -1917,13 +1924,13 @@ mod tests {
         // Offsets 2 and 3 came with different pulls: copied into one batch, in order.
         let out = orderly_success(&mut core, &again, epoch, &cfg, &env, 5);
         assert_eq!(commits(&out), vec![2]);
-        let (spanning, epoch) = batch_of(&out);
+        let (spanning, epoch) = orderly_batch_of(&out);
         assert!(matches!(spanning, OrderlyBatch::Owned(_)), "{spanning:?}");
         assert_eq!(offsets(&spanning), vec![2, 3]);
         assert!(spanning.iter().all(|m| m.reconsume_times == 0));
         let out = orderly_success(&mut core, &spanning, epoch, &cfg, &env, 6);
         assert_eq!(commits(&out), vec![4]);
-        let (last, _) = batch_of(&out);
+        let (last, _) = orderly_batch_of(&out);
         assert!(matches!(last, OrderlyBatch::Pull { .. }), "{last:?}");
         assert_eq!(offsets(&last), vec![4]);
     }
@@ -1934,27 +1941,13 @@ mod tests {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         let env = env(&cfg);
-        let mut core = QueueCore::new(Mode::for_config(&cfg, 0), 0);
-        let mut out = Vec::new();
-        core.start(&cfg, &mut out);
-        core.on_lock_result(Ok(true), &cfg, &env, 0, &mut out);
-        let mut out = Vec::new();
-        core.on_start_offset(Ok(0), &cfg, &env, 0, &mut out);
-        let order = first_pull(&out).expect("a first pull");
-        let batch_of = |out: &[QueueAction]| {
-            out.iter()
-                .find_map(|a| match a {
-                    QueueAction::ConsumeOrderly { batch, epoch } => Some((batch.clone(), *epoch)),
-                    _ => None,
-                })
-                .expect("a batch")
-        };
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..4)), None, &cfg, &env, 1, &mut out);
-        let (first, epoch) = batch_of(&out);
+        let (first, epoch) = orderly_batch_of(&out);
         let out = orderly_success(&mut core, &first, epoch, &cfg, &env, 2);
         assert_eq!(commits(&out), vec![1]);
-        let (second, epoch) = batch_of(&out);
+        let (second, epoch) = orderly_batch_of(&out);
         assert_eq!(second[0].queue_offset, 1);
         let mut out = Vec::new();
         core.on_lock_result(Ok(false), &cfg, &env, 3, &mut out);
