@@ -308,7 +308,7 @@ impl Producer {
             return id.to_owned();
         }
         let id = self.shared.ids.next_id(now_ms());
-        message.properties.insert(property::UNIQ_KEY, &id);
+        message.properties.insert_absent(property::UNIQ_KEY, &id);
         id
     }
 

@@ -1,7 +1,7 @@
 //! Message ids: the broker's offset id and the producer's unique id (`UNIQ_KEY`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::ProtocolError;
@@ -127,7 +127,14 @@ pub fn decode_offset_msg_id(id: &str) -> Result<OffsetMsgId, ProtocolError> {
 pub struct UniqueIdGenerator {
     prefix: String,
     counter: AtomicU32,
+    /// The UTC month of the last id: its first day since the epoch (high half) and its
+    /// length in days (low half; 0 before the first id), so the calendar is worked out
+    /// once a month rather than per id (Java's producer keeps the same two bounds).
+    month: AtomicU64,
 }
+
+/// Milliseconds in a day.
+const MS_PER_DAY: i64 = 86_400_000;
 
 impl UniqueIdGenerator {
     /// A generator for a producer on `ip` in process `pid`; `instance_hash` stands for Java's
@@ -144,6 +151,7 @@ impl UniqueIdGenerator {
         UniqueIdGenerator {
             prefix,
             counter: AtomicU32::new(0),
+            month: AtomicU64::new(0),
         }
     }
 
@@ -159,7 +167,7 @@ impl UniqueIdGenerator {
 
     /// The next id, for a message created at `now_ms` (ms since the epoch).
     pub fn next_id(&self, now_ms: i64) -> String {
-        let since_month = now_ms.saturating_sub(start_of_month_utc_ms(now_ms));
+        let since_month = now_ms.saturating_sub(self.month_start_ms(now_ms));
         let counter = self.counter.fetch_add(1, Ordering::Relaxed) as u16;
         let mut id = String::with_capacity(self.prefix.len() + 12);
         id.push_str(&self.prefix);
@@ -169,12 +177,44 @@ impl UniqueIdGenerator {
     }
 }
 
+impl UniqueIdGenerator {
+    /// The first instant (ms since the epoch) of the UTC month containing `now_ms`, from the
+    /// remembered month when it is the same.
+    fn month_start_ms(&self, now_ms: i64) -> i64 {
+        let day = now_ms.div_euclid(MS_PER_DAY);
+        let month = self.month.load(Ordering::Relaxed);
+        let first = i64::from((month >> 32) as u32 as i32);
+        let length = i64::from(month as u32);
+        if day >= first && day < first + length {
+            return first.saturating_mul(MS_PER_DAY);
+        }
+        let (first, next) = utc_month(day);
+        if let (Ok(first), Ok(length)) = (i32::try_from(first), u32::try_from(next - first)) {
+            let packed = (u64::from(first as u32) << 32) | u64::from(length);
+            self.month.store(packed, Ordering::Relaxed);
+        }
+        first.saturating_mul(MS_PER_DAY)
+    }
+}
+
+/// The UTC month containing `day` (days since the epoch): its first day and the first day of
+/// the next.
+fn utc_month(day: i64) -> (i64, i64) {
+    let (year, month, _) = civil_from_days(day);
+    let next = if month == 12 {
+        days_from_civil(year + 1, 1, 1)
+    } else {
+        days_from_civil(year, month + 1, 1)
+    };
+    (days_from_civil(year, month, 1), next)
+}
+
 /// Milliseconds since the epoch of the first instant of the UTC month containing `ms`.
+#[cfg(test)]
 fn start_of_month_utc_ms(ms: i64) -> i64 {
-    const MS_PER_DAY: i64 = 86_400_000;
-    let days = ms.div_euclid(MS_PER_DAY);
-    let (year, month, _) = civil_from_days(days);
-    days_from_civil(year, month, 1).saturating_mul(MS_PER_DAY)
+    utc_month(ms.div_euclid(MS_PER_DAY))
+        .0
+        .saturating_mul(MS_PER_DAY)
 }
 
 /// Proleptic Gregorian (year, month 1–12, day 1–31) of a day count since 1970-01-01.
@@ -205,6 +245,26 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_remembered_month_gives_the_calendar_month_start_at_every_boundary() {
+        let ids = UniqueIdGenerator::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 1, 1);
+        // Around month starts (a leap February and a year end among them), forwards and back.
+        let boundaries = [
+            1_704_067_200_000_i64, // 2024-01-01
+            1_706_745_600_000,     // 2024-02-01
+            1_709_251_200_000,     // 2024-03-01 (after 29 days)
+            1_735_689_600_000,     // 2025-01-01
+        ];
+        let mut times = Vec::new();
+        for b in boundaries {
+            times.extend([b - 1, b, b + 1, b - MS_PER_DAY, b + 27 * MS_PER_DAY]);
+        }
+        times.extend(times.clone().into_iter().rev());
+        for t in times {
+            assert_eq!(ids.month_start_ms(t), start_of_month_utc_ms(t), "at {t}");
+        }
+    }
     use proptest::prelude::*;
     use std::collections::HashSet;
 

@@ -262,6 +262,23 @@ impl Properties {
         if self.contains(name) {
             self.rebuild_without(name);
         }
+        self.append_pair(name, value);
+        true
+    }
+
+    /// [`Properties::insert`] of a `name` the caller has just found absent: one scan of the
+    /// properties instead of two (the producer's message id).
+    pub(crate) fn insert_absent(&mut self, name: &str, value: &str) -> bool {
+        debug_assert!(!self.contains(name), "{name} is present");
+        if !is_representable(name) || !is_representable(value) {
+            return false;
+        }
+        self.append_pair(name, value);
+        true
+    }
+
+    /// Appends a representable pair whose name is not present.
+    fn append_pair(&mut self, name: &str, value: &str) {
         // Canonical text plus a pair whose name it lacks is canonical again.
         let canonical = self.known_canonical;
         let mut text = self.take_owned(name.len() + value.len() + 3);
@@ -278,7 +295,6 @@ impl Properties {
         text.push(PROPERTY_SEPARATOR as char);
         self.wire = Wire::Owned(text);
         self.known_canonical = canonical;
-        true
     }
 
     /// Removes `name`, returning its value.

@@ -40,7 +40,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
         Some(last_word) if !tail.is_empty() => {
             word_needs_escape(word_at(bytes.get(last_word..).unwrap_or_default()))
         }
-        _ => tail.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\'),
+        _ => tail.iter().copied().any(byte_needs_escape),
     }
 }
 
@@ -59,45 +59,58 @@ fn write_escaped<B: BufMut>(out: &mut B, bytes: &[u8]) {
     let mut run_start = 0;
     let mut at = 0;
     while at < bytes.len() {
-        let word_end = (at + 8).min(bytes.len());
-        let chunk = bytes.get(at..word_end).unwrap_or_default();
-        // Clean words are passed over whole: a properties string has two separators per
-        // property and plain text between them.
-        if chunk.len() == 8 && !word_needs_escape(word_at(chunk)) {
-            at = word_end;
-            continue;
-        }
-        for (offset, &b) in chunk.iter().enumerate() {
-            let short = match b {
-                b'"' => b'"',
-                b'\\' => b'\\',
-                b'\n' => b'n',
-                b'\r' => b'r',
-                b'\t' => b't',
-                0x08 => b'b',
-                0x0c => b'f',
-                0x00..=0x1f => 0,
-                _ => continue,
-            };
-            let i = at + offset;
-            out.put_slice(bytes.get(run_start..i).unwrap_or_default());
-            if short == 0 {
-                // Property separators (\x01, \x02) land here several times per send header.
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.put_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[usize::from(b >> 4)],
-                    HEX[usize::from(b & 0xf)],
-                ]);
-            } else {
-                out.put_slice(&[b'\\', short]);
+        // The next byte to escape, found a word at a time: the lowest flagged byte of a word
+        // is exact, so a properties string (two separators per property, plain text between)
+        // costs a word test per eight bytes and one step per separator.
+        let hit = match bytes.get(at..at + 8) {
+            Some(chunk) => {
+                let flagged = escape_flags(word_at(chunk));
+                if flagged == 0 {
+                    at += 8;
+                    continue;
+                }
+                at + (flagged.trailing_zeros() / 8) as usize
             }
-            run_start = i + 1;
+            None => match bytes
+                .get(at..)
+                .unwrap_or_default()
+                .iter()
+                .position(|&b| byte_needs_escape(b))
+            {
+                Some(offset) => at + offset,
+                None => break,
+            },
+        };
+        let Some(&b) = bytes.get(hit) else {
+            break;
+        };
+        out.put_slice(bytes.get(run_start..hit).unwrap_or_default());
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            _ => 0,
+        };
+        if short == 0 {
+            // Property separators (\x01, \x02) land here several times per send header.
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.put_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
+        } else {
+            out.put_slice(&[b'\\', short]);
         }
-        at = word_end;
+        run_start = hit + 1;
+        at = hit + 1;
     }
     out.put_slice(bytes.get(run_start..).unwrap_or_default());
 }
@@ -124,10 +137,21 @@ const fn quote_or_backslash(word: u64) -> u64 {
     bytes_below(word ^ (ONES * b'"' as u64), 1) | bytes_below(word ^ (ONES * b'\\' as u64), 1)
 }
 
-/// Whether any byte of `word` is a control character, `"` or `\\` (the bytes JSON escapes);
-/// an extra flag above a real hit only sends the word to the byte-wise path.
+/// The bytes of `word` JSON escapes (control characters, `"` and `\\`) as the high bit of
+/// each; the lowest flag is exact (each part's lowest is), higher ones may be extra.
+const fn escape_flags(word: u64) -> u64 {
+    bytes_below(word, 0x20) | quote_or_backslash(word)
+}
+
+/// Whether JSON escapes `b`.
+#[inline]
+fn byte_needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Whether any byte of `word` is one JSON escapes.
 const fn word_needs_escape(word: u64) -> bool {
-    (bytes_below(word, 0x20) | quote_or_backslash(word)) != 0
+    escape_flags(word) != 0
 }
 
 /// Writes a decimal integer without going through `fmt` (the header writer's hot path).
