@@ -326,8 +326,10 @@ impl Stats {
             .set(self.consumed_failed.get() + failed as u64);
         self.consume_calls
             .set(self.consume_calls.get() + calls as u64);
-        self.consume_rt_total
-            .set(self.consume_rt_total.get() + rt * u32::try_from(calls).unwrap_or(u32::MAX));
+        self.consume_rt_total.set(
+            self.consume_rt_total.get()
+                + rt.saturating_mul(u32::try_from(calls).unwrap_or(u32::MAX)),
+        );
     }
 
     pub(crate) fn record_sent_back(&self, count: usize) {

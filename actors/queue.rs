@@ -338,13 +338,20 @@ impl QueueActor {
                 return;
             }
             let (started, mut calls, mut orderly) = finished.into_parts();
-            let round_calls = calls.len() + orderly.len();
+            for (batch, _, outcome) in &orderly {
+                let failed = orderly_failures(batch, outcome.status);
+                untimed.calls += 1;
+                untimed.ok += batch.len() - failed;
+                untimed.failed += failed;
+            }
+            untimed.since.get_or_insert(started);
+            untimed.rounds += 1;
             // An orderly round is one call whose outcome decides the next, so a run of them is
             // a round each: they share a clock read every few rounds instead (the core's `now`
             // is then at most that many calls old).
             let read_clock = base.is_none()
                 || !calls.is_empty()
-                || untimed.rounds + 1 >= ORDERLY_ROUNDS_PER_CLOCK_READ;
+                || untimed.rounds >= ORDERLY_ROUNDS_PER_CLOCK_READ;
             let mut share = Duration::ZERO;
             if read_clock {
                 let ended = std::time::Instant::now();
@@ -352,24 +359,10 @@ impl QueueActor {
                 let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
                 now = base_ms.saturating_add(since_base);
                 last_end = Some(ended);
-                untimed.since.get_or_insert(started);
-                share = self.record_untimed(&mut untimed, ended, round_calls);
-            } else {
-                untimed.since.get_or_insert(started);
-                untimed.rounds += 1;
+                share = self.record_untimed(&mut untimed, ended, calls.len());
             }
             let env = self.env();
             for (batch, epoch, outcome) in orderly.drain(..) {
-                let failed = orderly_failures(&batch, outcome.status);
-                if read_clock {
-                    self.shared
-                        .stats
-                        .record_consumed(batch.len() - failed, failed, share);
-                } else {
-                    untimed.calls += 1;
-                    untimed.ok += batch.len() - failed;
-                    untimed.failed += failed;
-                }
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
             }
             self.finished_orderly_buffer = orderly;
@@ -397,9 +390,9 @@ impl QueueActor {
         }
     }
 
-    /// Records the orderly calls settled since the last clock read, sharing the time from
-    /// their start to `ended` with `more` calls that ended with them; returns each call's
-    /// share.
+    /// Records the orderly calls finished since the last clock read, sharing the time from
+    /// their start to `ended` with `more` (concurrent) calls that ended with them; returns
+    /// each call's share.
     fn record_untimed(
         &self,
         untimed: &mut UntimedCalls,

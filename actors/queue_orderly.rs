@@ -115,9 +115,9 @@ impl QueueActor {
 
     /// Runs an orderly batch: at once when the listener finishes on its first poll (the
     /// outcome goes to `finished`, settled with the round), otherwise as a task of this actor.
-    /// After [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN) calls at once in one turn (one [`QueueActor::execute`])
-    /// the next waits until the thread has run the others' tasks, so a queue with a deep
-    /// cache does not keep the thread from them.
+    /// After [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN) calls at
+    /// once in one turn (one [`QueueActor::execute`]) the next waits until the thread has run
+    /// the others' tasks, so a queue with a deep cache does not keep the thread from them.
     pub(crate) fn run_orderly(
         &mut self,
         batch: OrderlyBatch,

@@ -268,12 +268,9 @@ impl OrderlyQueueState {
         };
         let counts = &self.reconsume_times;
         let batch = pq.take_messages_with(batch_size, now_ms, |msg| set_count(counts, msg));
-        if batch.is_empty() {
-            self.run_started_ms = None;
+        if !self.begin_batch(!batch.is_empty(), now_ms) {
             return BatchStep::Idle;
         }
-        self.in_flight = true;
-        self.run_started_ms.get_or_insert(now_ms);
         BatchStep::Consume(batch)
     }
 
@@ -290,13 +287,22 @@ impl OrderlyQueueState {
         let batch_size = self.batch_size_now(pq, lock, cfg, now_ms)?;
         let counts = &self.reconsume_times;
         let batch = pq.take_messages_kept(batch_size, now_ms, |msg| set_count(counts, msg));
-        if batch.is_empty() {
-            self.run_started_ms = None;
+        if !self.begin_batch(!batch.is_empty(), now_ms) {
             return Err(BatchStep::Idle);
         }
-        self.in_flight = true;
-        self.run_started_ms.get_or_insert(now_ms);
         Ok(batch)
+    }
+
+    /// A batch was `taken` (it is in flight and the run goes on) or nothing was waiting (the
+    /// run ends); returns `taken`.
+    fn begin_batch(&mut self, taken: bool, now_ms: i64) -> bool {
+        if taken {
+            self.in_flight = true;
+            self.run_started_ms.get_or_insert(now_ms);
+        } else {
+            self.run_started_ms = None;
+        }
+        taken
     }
 
     /// How many messages the next batch may take, if one may start now.

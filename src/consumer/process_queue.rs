@@ -439,13 +439,7 @@ impl<M: CachedMessage> ProcessQueue<M> {
     ) -> Arc<[M]> {
         self.last_consume_ms = now_ms;
         let count = batch.min(self.waiting.len());
-        let mut take_one = || {
-            let (offset, entry) = self.waiting.pop_first()?;
-            self.consuming.insert(offset, entry.body_len);
-            let mut message = entry.message;
-            prepare(&mut message);
-            Some(message)
-        };
+        let mut take_one = || self.take_first(&mut prepare);
         let taken: Arc<[M]> = match count {
             0 => {
                 self.dispatching = false;
@@ -479,15 +473,21 @@ impl<M: CachedMessage> ProcessQueue<M> {
         }
         let start = self.kept.len();
         for _ in 0..count {
-            let Some((offset, entry)) = self.waiting.pop_first() else {
+            let Some(message) = self.take_first(&mut prepare) else {
                 break;
             };
-            self.consuming.insert(offset, entry.body_len);
-            let mut message = entry.message;
-            prepare(&mut message);
             self.kept.push(message);
         }
         self.kept.get(start..).unwrap_or_default()
+    }
+
+    /// Moves the lowest waiting message to the consuming set, `prepare`d.
+    fn take_first(&mut self, prepare: &mut impl FnMut(&mut M)) -> Option<M> {
+        let (offset, entry) = self.waiting.pop_first()?;
+        self.consuming.insert(offset, entry.body_len);
+        let mut message = entry.message;
+        prepare(&mut message);
+        Some(message)
     }
 
     /// Orderly: the batch was consumed; forgets it and returns the new consume offset (one past
