@@ -7,7 +7,9 @@ use std::fmt;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::header::CommandHeader;
-use super::json::{plain_integer_at, plain_prefix_len, write_i64, write_json_string, JsonCursor};
+use super::json::{
+    plain_integer_at, plain_prefix_len, string_at, write_i64, write_json_string, JsonCursor,
+};
 use crate::error::ProtocolError;
 
 pub use super::ext_fields::ExtFields;
@@ -684,11 +686,13 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, ProtocolError> {
     decode_any_json_header(text)
 }
 
-/// The header as brokers write it — quoted keys, strings without escapes, plain integers, no
-/// whitespace, only the keys a command has — read in one pass over the bytes. `None` for
-/// anything else (including every malformed header), which [`decode_any_json_header`] then
-/// reads or rejects with its error: this path only ever agrees with it, faster (a send's
-/// answer is decoded per message).
+/// The header as brokers and clients write it — quoted keys, plain integers, no whitespace
+/// but spaces after a value, only the keys a command has, escapes only in ext values — read
+/// in one pass over the bytes.
+/// `None` for anything else (including every malformed header), which
+/// [`decode_any_json_header`] then reads or rejects with its error: this path only ever agrees
+/// with it, faster (a send's answer is decoded per message by the client, its request by the
+/// broker).
 fn decode_plain_json_header(text: &str) -> Option<RemotingCommand> {
     let mut reader = PlainJson { text, pos: 0 };
     let mut command = RemotingCommand::request(0);
@@ -735,7 +739,8 @@ fn decode_plain_json_header(text: &str) -> Option<RemotingCommand> {
             }
             _ => reader.skip_scalar()?,
         }
-        match reader.next()? {
+        // Our own requests pad the opaque with spaces, to be patched in place once it is known.
+        match reader.next_after_spaces()? {
             b',' => {}
             b'}' => break,
             _ => return None,
@@ -758,6 +763,15 @@ impl<'a> PlainJson<'a> {
         Some(b)
     }
 
+    fn next_after_spaces(&mut self) -> Option<u8> {
+        loop {
+            match self.next()? {
+                b' ' => {}
+                b => return Some(b),
+            }
+        }
+    }
+
     fn byte(&mut self, expected: u8) -> Option<()> {
         (self.next()? == expected).then_some(())
     }
@@ -774,6 +788,19 @@ impl<'a> PlainJson<'a> {
         }
         self.pos = end + 1;
         self.text.get(start..end)
+    }
+
+    /// A string literal that may hold escapes: a send's properties carry their `\x01`/`\x02`
+    /// separators as `\u0001`/`\u0002`, so every producer request has them. Escapes are
+    /// decoded by the lenient parser's own string reader, so both paths read them alike.
+    fn value_string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.pos;
+        if let Some(plain) = self.string() {
+            return Some(Cow::Borrowed(plain));
+        }
+        let (value, end) = string_at(self.text, start)?;
+        self.pos = end;
+        Some(value)
     }
 
     /// `null`, consumed; false (and nothing consumed) for anything else.
@@ -813,8 +840,8 @@ impl<'a> PlainJson<'a> {
         loop {
             let key = self.string()?;
             self.byte(b':')?;
-            let value = self.string()?;
-            ext.insert_str(key, value);
+            let value = self.value_string()?;
+            ext.insert_str(key, &value);
             match self.next()? {
                 b',' => {}
                 b'}' => return Some(ext),
@@ -1226,6 +1253,37 @@ mod tests {
         assert!(decode_plain_json_header(&text.replacen(':', ": ", 1)).is_none());
     }
 
+    #[test]
+    fn producer_requests_take_the_plain_header_path() {
+        let properties =
+            "UNIQ_KEY\u{1}7F0000010001\u{2}WAIT\u{1}true\u{2}KEYS\u{1}a\"b\\c\u{e9}\u{1F600}\u{2}";
+        // As the producer frames a send: the opaque is patched into a slot padded with spaces.
+        let mut frame = RequestFrame::json(310, b"body", |ext| {
+            ext.str("a", "group");
+            ext.str("b", "TopicTest");
+            ext.int("e", 3);
+            ext.str("i", properties);
+        })
+        .unwrap();
+        frame.set_opaque(42);
+        let bytes = frame.into_bytes();
+        let header_len = usize::from(u16::from_be_bytes([bytes[6], bytes[7]]));
+        let text = std::str::from_utf8(&bytes[8..8 + header_len]).unwrap();
+        assert!(
+            text.contains("\\u0001"),
+            "the separators are escaped: {text}"
+        );
+        assert!(text.contains("42 "), "the opaque is padded: {text}");
+        let plain = decode_plain_json_header(text).expect("a producer's request is plain JSON");
+        assert_eq!(plain.ext("i"), Some(properties));
+        assert_eq!(plain.opaque, 42);
+        assert_eq!(Some(plain), decode_any_json_header(text).ok());
+        // A broken escape is the lenient parser's to reject.
+        let broken = text.replacen("\\u0001", "\\u00x1", 1);
+        assert!(decode_plain_json_header(&broken).is_none());
+        assert!(decode_any_json_header(&broken).is_err());
+    }
+
     fn arb_language() -> impl Strategy<Value = LanguageCode> {
         (0u8..14).prop_map(LanguageCode::from_code)
     }
@@ -1290,11 +1348,29 @@ mod tests {
 
         #[test]
         fn plain_reads_of_arbitrary_headers_agree_with_the_lenient_parser(
-            text in "\\{(\"(code|opaque|flag|version|language|remark|extFields|serializeTypeCurrentRPC|x)\":(null|-?[0-9]{1,11}|\"[a-zA-Z0-9+\\\\]{0,6}\"|\\{(\"[a-z]{1,3}\":(\"[a-z]{0,3}\"|1),?){0,3}\\}| 1),?){0,7}\\}?"
+            // Ext values with every kind of escape, broken ones included.
+            text in r#"\{("(code|opaque|flag|version|language|remark|extFields|serializeTypeCurrentRPC|x)":(null|-?[0-9]{1,11}|"[a-zA-Z0-9+\\]{0,6}"|\{("[a-z]{1,3}":("([a-z]|\\(u000[12]|u00e9|ud83d\\ude00|ud83d|udc00|n|t|"|\\|/|x|u12)){0,3}"|1),?){0,3}\}| 1),?){0,7}\}?"#
         ) {
             if let Some(plain) = decode_plain_json_header(&text) {
                 prop_assert_eq!(Some(plain), decode_any_json_header(&text).ok());
             }
+        }
+
+        #[test]
+        fn escaped_ext_values_read_as_the_lenient_parser_reads_them(
+            values in proptest::collection::vec(
+                r#"([a-z]|\\(u000[12]|u00e9|ud83d\\ude00|ud83d|udc00|n|t|"|\\|/|x|u12)){0,4}"#,
+                1..4,
+            )
+        ) {
+            let fields: Vec<String> = values
+                .iter()
+                .enumerate()
+                .map(|(i, value)| format!("\"k{i}\":\"{value}\""))
+                .collect();
+            let text = format!("{{\"code\":0,\"extFields\":{{{}}}}}", fields.join(","));
+            // Broken escapes: neither reads them. Good ones: both, alike.
+            prop_assert_eq!(decode_plain_json_header(&text), decode_any_json_header(&text).ok());
         }
 
         #[test]

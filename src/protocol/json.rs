@@ -195,6 +195,17 @@ pub(crate) fn plain_prefix_len(bytes: &[u8]) -> usize {
     scanned + memchr::memchr2(b'"', b'\\', unscanned).unwrap_or(unscanned.len())
 }
 
+/// The string literal whose opening quote is at byte `at` of `text`, decoded, and the byte
+/// after its closing quote; `None` when there is no well-formed literal there.
+pub(crate) fn string_at(text: &str, at: usize) -> Option<(Cow<'_, str>, usize)> {
+    if text.as_bytes().get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut cursor = JsonCursor { text, pos: at };
+    let value = cursor.string().ok()?;
+    Some((value, cursor.pos))
+}
+
 /// A forward-only cursor over JSON text that tolerates fastjson's non-standard keys.
 pub(crate) struct JsonCursor<'a> {
     text: &'a str,
