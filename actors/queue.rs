@@ -93,7 +93,9 @@ pub struct ResetQueueOffset(pub i64);
 #[derive(Default)]
 pub(crate) struct Finished {
     started: Option<std::time::Instant>,
-    calls: Vec<(Messages, u64, ConsumeOutcome)>,
+    /// Concurrent calls, each as the core needs it (the listener's context is recycled as
+    /// soon as the call returns, so what is carried per call stays small).
+    calls: Vec<(Messages, u64, CallOutcome)>,
     /// Orderly calls that finished at once (each timed by itself).
     pub(crate) orderly: Vec<(Messages, u64, OrderlyOutcome)>,
 }
@@ -112,7 +114,7 @@ impl Finished {
         self,
     ) -> (
         std::time::Instant,
-        Vec<(Messages, u64, ConsumeOutcome)>,
+        Vec<(Messages, u64, CallOutcome)>,
         Vec<(Messages, u64, OrderlyOutcome)>,
     ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
@@ -158,7 +160,7 @@ pub struct QueueActor {
     /// listener calls would otherwise grow a fresh list several times per pull).
     action_buffer: Vec<QueueAction>,
     /// The same for the listener calls of a round that finished at once.
-    finished_buffer: Vec<(Messages, u64, ConsumeOutcome)>,
+    finished_buffer: Vec<(Messages, u64, CallOutcome)>,
     /// The same for orderly calls.
     finished_orderly_buffer: Vec<(Messages, u64, OrderlyOutcome)>,
     /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
@@ -370,22 +372,26 @@ impl QueueActor {
                 self.finished_buffer = calls;
                 continue;
             }
-            for (batch, _, outcome) in &mut calls {
-                outcome.elapsed = share;
-                self.record_call(batch, outcome.status, &outcome.context, share);
+            let (mut ok, mut failed) = (0, 0);
+            for (batch, _, outcome) in &calls {
+                let failures =
+                    retry::failed_range(outcome.success, outcome.ack_index, batch.len()).len();
+                ok += batch.len() - failures;
+                failed += failures;
             }
+            self.shared
+                .stats
+                .record_consumed_calls(ok, failed, calls.len(), share);
             self.core.on_consumed_all(
                 calls
                     .iter()
-                    .map(|(batch, epoch, outcome)| (&**batch, *epoch, call_outcome(outcome))),
+                    .map(|(batch, epoch, outcome)| (&**batch, *epoch, *outcome)),
                 &self.shared.config,
                 &env,
                 now,
                 &mut actions,
             );
-            for (_, _, outcome) in calls.drain(..) {
-                self.recycle_queue(outcome.context.queue);
-            }
+            calls.clear();
             self.finished_buffer = calls;
         }
     }
@@ -492,7 +498,10 @@ impl QueueActor {
                         held_permit,
                     );
                     match call {
-                        Ok(outcome) => finished.calls.push((batch, epoch, outcome)),
+                        Ok(outcome) => {
+                            finished.calls.push((batch, epoch, call_outcome(&outcome)));
+                            self.recycle_queue(outcome.context.queue);
+                        }
                         Err(pending) => {
                             // The listener's own log lines carry the consumer and queue.
                             let pending = pending.instrument(self.span.clone());

@@ -168,12 +168,23 @@ impl ExtFields {
         self.position(key).is_some()
     }
 
-    /// Where `key` is in the index.
+    /// Where `key` is in the index. A header's handful of fields is looked at in turn, by
+    /// length and first byte, which rules most out without comparing text (a typed header
+    /// reads each of its fields this way, and a V2 send header's keys are all one letter
+    /// long); bigger tables are searched.
     fn position(&self, key: &str) -> Option<usize> {
+        const LINEAR_UP_TO: usize = 16;
+        if self.index.len() > LINEAR_UP_TO {
+            return self.find(key).ok();
+        }
         let key = key.as_bytes();
-        self.index
-            .binary_search_by(|span| self.compare_key(span, key))
-            .ok()
+        let text = self.text.as_bytes();
+        let first = key.first();
+        self.index.iter().position(|span| {
+            span.key_end.saturating_sub(span.key_start) as usize == key.len()
+                && (first.is_none() || text.get(span.key_start as usize) == first)
+                && self.key_bytes(span) == key
+        })
     }
 
     /// Removes `key`; returns its value.
