@@ -374,8 +374,7 @@ impl QueueActor {
             }
             let (mut ok, mut failed) = (0, 0);
             for (batch, _, outcome) in &calls {
-                let failures =
-                    retry::failed_range(outcome.success, outcome.ack_index, batch.len()).len();
+                let failures = failed_count(batch.len(), outcome);
                 ok += batch.len() - failures;
                 failed += failures;
             }
@@ -729,29 +728,18 @@ impl QueueActor {
         out: &mut Vec<QueueAction>,
     ) {
         let call = call_outcome(&outcome);
-        self.record_call(&batch, outcome.status, &outcome.context, outcome.elapsed);
+        self.record_call(batch.len(), &call, outcome.elapsed);
         self.recycle_queue(outcome.context.queue);
         self.core
             .on_consumed(&batch, epoch, call, &self.shared.config, env, now, out);
     }
 
     /// Counts a listener call's messages as consumed or failed.
-    fn record_call(
-        &self,
-        batch: &[MessageExt],
-        status: ConsumeStatus,
-        context: &ConsumeContext,
-        elapsed: Duration,
-    ) {
-        let failed = retry::failed_range(
-            status == ConsumeStatus::Success,
-            context.ack_index,
-            batch.len(),
-        )
-        .len();
+    fn record_call(&self, batch_len: usize, outcome: &CallOutcome, elapsed: Duration) {
+        let failed = failed_count(batch_len, outcome);
         self.shared
             .stats
-            .record_consumed(batch.len() - failed, failed, elapsed);
+            .record_consumed(batch_len - failed, failed, elapsed);
     }
 
     /// Keeps a queue a listener context gave back for the next call's context.
@@ -1031,6 +1019,11 @@ impl Handler<ResetQueueOffset> for QueueActor {
 }
 
 /// What the core needs of a listener call's outcome.
+/// How many of a call's `batch_len` messages failed (the rest succeeded).
+fn failed_count(batch_len: usize, outcome: &CallOutcome) -> usize {
+    retry::failed_range(outcome.success, outcome.ack_index, batch_len).len()
+}
+
 fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
     CallOutcome {
         success: outcome.status == ConsumeStatus::Success,

@@ -175,9 +175,7 @@ impl UniqueIdGenerator {
         push_hex(&mut id, &counter.to_be_bytes());
         id
     }
-}
 
-impl UniqueIdGenerator {
     /// The first instant (ms since the epoch) of the UTC month containing `now_ms`, from the
     /// remembered month when it is the same.
     fn month_start_ms(&self, now_ms: i64) -> i64 {

@@ -688,11 +688,10 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, ProtocolError> {
 
 /// The header as brokers and clients write it — quoted keys, plain integers, no whitespace
 /// but spaces after a value, only the keys a command has, escapes only in ext values — read
-/// in one pass over the bytes.
-/// `None` for anything else (including every malformed header), which
-/// [`decode_any_json_header`] then reads or rejects with its error: this path only ever agrees
-/// with it, faster (a send's answer is decoded per message by the client, its request by the
-/// broker).
+/// in one pass over the bytes. `None` for anything else (including every malformed header),
+/// which [`decode_any_json_header`] then reads or rejects with its error: this path only ever
+/// agrees with it, faster (a send's answer is decoded per message by the client, its request
+/// by the broker).
 fn decode_plain_json_header(text: &str) -> Option<RemotingCommand> {
     let mut reader = PlainJson { text, pos: 0 };
     let mut command = RemotingCommand::request(0);

@@ -81,14 +81,18 @@ impl ExtFields {
     /// full, which orders as comparing the whole keys does without a `memcmp` call for most
     /// pairs (a V2 send header's keys are all one letter long).
     fn compare_key(&self, span: &Span, key: &[u8]) -> Ordering {
-        let first_of_span = if span.key_end > span.key_start {
+        self.first_key_byte(span)
+            .cmp(&key.first())
+            .then_with(|| self.key_bytes(span).cmp(key))
+    }
+
+    /// The first byte of the key of `span` (`None` for the empty key), without slicing.
+    fn first_key_byte(&self, span: &Span) -> Option<&u8> {
+        if span.key_end > span.key_start {
             self.text.as_bytes().get(span.key_start as usize)
         } else {
             None
-        };
-        first_of_span
-            .cmp(&key.first())
-            .then_with(|| self.key_bytes(span).cmp(key))
+        }
     }
 
     fn find(&self, key: &str) -> Result<usize, usize> {
@@ -178,11 +182,10 @@ impl ExtFields {
             return self.find(key).ok();
         }
         let key = key.as_bytes();
-        let text = self.text.as_bytes();
         let first = key.first();
         self.index.iter().position(|span| {
             span.key_end.saturating_sub(span.key_start) as usize == key.len()
-                && (first.is_none() || text.get(span.key_start as usize) == first)
+                && self.first_key_byte(span) == first
                 && self.key_bytes(span) == key
         })
     }
