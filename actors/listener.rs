@@ -600,7 +600,7 @@ impl ConsumeOutcome {
     }
 }
 
-/// A listener call that did not finish at once (see [`ConsumeDispatcher::consume_now`]).
+/// A listener call that did not finish at once (see [`ConsumeDispatcher::consume_run`]).
 pub(crate) type PendingConsume = std::pin::Pin<Box<dyn Future<Output = ConsumeOutcome>>>;
 
 /// Counts how often a future was polled.
@@ -623,7 +623,7 @@ impl<F: Future + Unpin> Future for CountPolls<F> {
 
 /// One concurrent listener call holding `permit`, from `started` on. With `untimed_if_at_once`
 /// a listener that finishes on its first poll is not timed (see
-/// [`ConsumeDispatcher::consume_now`]).
+/// [`ConsumeDispatcher::consume_run`]).
 async fn run_concurrent(
     listener: Rc<dyn MessageListener>,
     messages: Messages,
@@ -721,56 +721,42 @@ fn first_poll<T>(
     polled
 }
 
-/// [`ConsumeDispatcher::consume_now`] for a listener called by value: its future is polled once
-/// here and only boxed again (with the permit and a panic guard) if it has to wait.
-fn consume_owned_now(
-    listener: &dyn OwnedListener,
-    spare: &std::cell::Cell<Option<SpareCall>>,
-    messages: &Messages,
-    context: ConsumeContext,
-    permit: tokio::sync::OwnedSemaphorePermit,
+/// A by-value call that did not finish on its first poll, boxed with its permit and a panic
+/// guard for the caller to spawn; it is timed from `run_started`, the start of its run.
+fn owned_pending(
+    call: RunningCall<(ConsumeStatus, ConsumeContext)>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    messages: Messages,
+    queue_id: i32,
     run_started: Instant,
-    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
-) -> std::result::Result<ConsumeOutcome, PendingConsume> {
-    let queue_id = context.queue.queue_id;
-    let polled = first_poll(spare, |spare_call, cx| {
-        listener.call_owned(messages.clone(), context, spare_call, cx)
-    });
-    match polled {
-        Ok(OwnedPoll::Ready((status, context))) => {
-            *held = Some(permit);
-            Ok(ConsumeOutcome {
+) -> PendingConsume {
+    Box::pin(async move {
+        // The caller's actor context polls this again before it sleeps, which registers the
+        // real waker (the no-op one of the first poll is never woken).
+        let result = AssertUnwindSafe(call).catch_unwind().await;
+        drop(permit);
+        let elapsed = run_started.elapsed();
+        match result {
+            Ok((status, context)) => ConsumeOutcome {
                 status,
                 context,
-                elapsed: Duration::ZERO,
-            })
+                elapsed,
+            },
+            Err(panic) => ConsumeOutcome {
+                elapsed,
+                ..panicked_call(&messages, queue_id, panic.as_ref())
+            },
         }
-        Err(panic) => {
-            *held = Some(permit);
-            Ok(panicked_call(messages, queue_id, panic.as_ref()))
-        }
-        Ok(OwnedPoll::Pending(call)) => {
-            let messages = messages.clone();
-            Err(Box::pin(async move {
-                // The caller's actor context polls this again before it sleeps, which registers
-                // the real waker (the no-op one above is never woken).
-                let result = AssertUnwindSafe(call).catch_unwind().await;
-                drop(permit);
-                let elapsed = run_started.elapsed();
-                match result {
-                    Ok((status, context)) => ConsumeOutcome {
-                        status,
-                        context,
-                        elapsed,
-                    },
-                    Err(panic) => ConsumeOutcome {
-                        elapsed,
-                        ..panicked_call(&messages, queue_id, panic.as_ref())
-                    },
-                }
-            }))
-        }
-    }
+    })
+}
+
+/// Where a run of concurrent calls ([`ConsumeDispatcher::consume_run`]) gets each call's
+/// context and leaves each call that finished at once.
+pub(crate) trait CallSink {
+    /// A fresh context for the next call.
+    fn context(&mut self) -> ConsumeContext;
+    /// A call finished at once (untimed: its `elapsed` is zero).
+    fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome);
 }
 
 /// The outcome of a by-value call that panicked (its context went down with it): retried,
@@ -899,19 +885,120 @@ impl ConsumeDispatcher {
         }
     }
 
-    /// Runs a concurrent batch at once when a permit is free and the listener finishes without
-    /// waiting — the common case, which then costs no task of its own. Otherwise returns the
-    /// call (already started, if it got a permit) for the caller to spawn and poll to the end.
+    /// Runs the listener calls of one pull — `messages` cut by `calls` — at once, one after
+    /// another, for as long as each finds a free permit and finishes without waiting (the
+    /// common case, which then costs no task of its own). Each such call goes to `sink`; the
+    /// first that has to wait, or finds no permit, is returned (already started, if it got a
+    /// permit) for the caller to spawn and poll to the end; the calls after it stay in
+    /// `calls` for the caller's next run.
     ///
-    /// A call finished at once is not timed: its `elapsed` is zero and `started` is
-    /// `run_started`, for the caller that times a whole run of such calls with two clock reads
-    /// instead of two per call. Calls returned pending time themselves.
+    /// A listener called by value runs the whole run under one panic guard, taking the memory
+    /// kept from earlier calls once; a call that panics becomes `ReconsumeLater` and the run
+    /// goes on with the next.
+    ///
+    /// Calls finished at once are not timed: the caller times the run that began at
+    /// `run_started` with two clock reads instead of two per call. Calls returned pending time
+    /// themselves from `run_started`.
     ///
     /// `held` is a permit the caller keeps between the calls of one run (they follow each
     /// other without the caller yielding, so nobody else could take it in between): a call
     /// that finishes at once leaves its permit there for the next, saving the semaphore's
     /// traffic per call. The caller drops it when the run ends.
-    pub(crate) fn consume_now(
+    pub(crate) fn consume_run(
+        &self,
+        messages: &Arc<Vec<MessageExt>>,
+        calls: &mut impl Iterator<Item = std::ops::Range<usize>>,
+        sink: &mut impl CallSink,
+        run_started: Instant,
+        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Option<(Messages, PendingConsume)> {
+        let owned = match (&self.listener, &self.owned, &self.hooks) {
+            (AnyListener::Concurrent(_), Some(owned), None) => owned.as_ref(),
+            _ => {
+                for range in calls.by_ref() {
+                    let batch = Messages::slice(messages.clone(), range);
+                    match self.consume_one(&batch, sink.context(), run_started, held) {
+                        Ok(outcome) => sink.finished(batch, outcome),
+                        Err(pending) => return Some((batch, pending)),
+                    }
+                }
+                return None;
+            }
+        };
+        let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut spare_call = self.spare_call.take();
+        loop {
+            // The call under way, to report should it panic.
+            let mut current = None;
+            let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                for range in calls.by_ref() {
+                    // A free permit means nobody waits for one (released permits go to
+                    // waiters first), so taking it here keeps the first-come-first-served
+                    // order. It stays in `held` while the call runs.
+                    if held.is_none() {
+                        match self.permits.clone().try_acquire_owned() {
+                            Ok(permit) => *held = Some(permit),
+                            Err(_) => {
+                                let batch = Messages::slice(messages.clone(), range);
+                                let waiting = self.consume_batch(batch.clone(), sink.context());
+                                return Some((batch, Box::pin(waiting) as PendingConsume));
+                            }
+                        }
+                    }
+                    let batch = Messages::slice(messages.clone(), range.clone());
+                    let context = sink.context();
+                    let queue_id = context.queue.queue_id;
+                    current = Some((range, queue_id));
+                    let call = owned.call_owned(
+                        batch.clone(),
+                        context,
+                        &mut spare_call,
+                        &mut poll_context,
+                    );
+                    current = None;
+                    match call {
+                        OwnedPoll::Ready((status, context)) => {
+                            let outcome = ConsumeOutcome {
+                                status,
+                                context,
+                                elapsed: Duration::ZERO,
+                            };
+                            sink.finished(batch, outcome);
+                        }
+                        OwnedPoll::Pending(call) => {
+                            let pending = owned_pending(
+                                call,
+                                held.take(),
+                                batch.clone(),
+                                queue_id,
+                                run_started,
+                            );
+                            return Some((batch, pending));
+                        }
+                    }
+                }
+                None
+            }));
+            match run {
+                Ok(stopped) => {
+                    self.spare_call.set(spare_call);
+                    return stopped;
+                }
+                Err(panic) => {
+                    if let Some((range, queue_id)) = current {
+                        let batch = Messages::slice(messages.clone(), range);
+                        let outcome = panicked_call(&batch, queue_id, panic.as_ref());
+                        sink.finished(batch, outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One call of [`ConsumeDispatcher::consume_run`] for a listener not called by value (or
+    /// with hooks): run at once when a permit is free and it finishes without waiting,
+    /// otherwise returned for the caller to spawn.
+    fn consume_one(
         &self,
         messages: &Messages,
         context: ConsumeContext,
@@ -921,8 +1008,6 @@ impl ConsumeDispatcher {
         let AnyListener::Concurrent(listener) = &self.listener else {
             return Err(Box::pin(self.consume_batch(messages.clone(), context)));
         };
-        // A free permit means nobody waits for one (released permits go to waiters first), so
-        // taking it here keeps the first-come-first-served order.
         let permit = match held.take() {
             Some(permit) => permit,
             None => match self.permits.clone().try_acquire_owned() {
@@ -930,17 +1015,6 @@ impl ConsumeDispatcher {
                 Err(_) => return Err(Box::pin(self.consume_batch(messages.clone(), context))),
             },
         };
-        if let (Some(owned), None) = (&self.owned, &self.hooks) {
-            return consume_owned_now(
-                owned.as_ref(),
-                &self.spare_call,
-                messages,
-                context,
-                permit,
-                run_started,
-                held,
-            );
-        }
         let mut call: PendingConsume = Box::pin(run_concurrent(
             listener.clone(),
             messages.clone(),
@@ -960,10 +1034,10 @@ impl ConsumeDispatcher {
     }
 
     /// [`ConsumeDispatcher::consume_orderly`] at once when the listener is called by value, a
-    /// permit is free (or `held`, as in [`ConsumeDispatcher::consume_now`]) and no hooks run:
+    /// permit is free (or `held`, as in [`ConsumeDispatcher::consume_run`]) and no hooks run:
     /// the outcome if the call finished on its first poll, otherwise the call to spawn.
     ///
-    /// As in [`ConsumeDispatcher::consume_now`], a call finished at once is not timed (its
+    /// As in [`ConsumeDispatcher::consume_run`], a call finished at once is not timed (its
     /// `elapsed` is zero; the caller times the run that began at `run_started`).
     pub(crate) fn consume_orderly_now(
         &self,

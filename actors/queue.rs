@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
-    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
+    CallSink, ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
 };
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
@@ -27,7 +27,7 @@ use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
 use crate::consumer::queue_core::{
-    CallOutcome, Mode, PullOrder, QueueAction, QueueCore, QueueEnv, QueueNote,
+    CallOutcome, CallRanges, Mode, PullOrder, QueueAction, QueueCore, QueueEnv, QueueNote,
 };
 use crate::consumer::retry;
 use crate::consumer::supervision::{RestartDecision, RestartTracker};
@@ -481,35 +481,32 @@ impl QueueActor {
                 } => self.dead_letter(letters, epoch, suspend, ctx),
                 QueueAction::Consume {
                     messages,
-                    range,
+                    batch_size,
                     epoch,
                 } => {
                     let started = finished.started();
-                    let batch = Messages::slice(messages, range);
-                    let queue = self
-                        .spare_queues
-                        .pop()
-                        .unwrap_or_else(|| self.user_queue.clone());
-                    let call = self.shared.dispatcher.consume_now(
-                        &batch,
-                        ConsumeContext::new(queue),
-                        started,
-                        held_permit,
-                    );
-                    match call {
-                        Ok(outcome) => {
-                            finished.calls.push((batch, epoch, call_outcome(&outcome)));
-                            self.recycle_queue(outcome.context.queue);
-                        }
-                        Err(pending) => {
-                            // The listener's own log lines carry the consumer and queue.
-                            let pending = pending.instrument(self.span.clone());
-                            ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
-                                move |outcome, act, ctx| {
-                                    act.on_consumed(batch, epoch, outcome, ctx)
-                                },
-                            ));
-                        }
+                    let mut calls = CallRanges::new(messages.len(), batch_size);
+                    loop {
+                        let mut sink = RunSink {
+                            spare_queues: &mut self.spare_queues,
+                            user_queue: &self.user_queue,
+                            calls: &mut finished.calls,
+                            epoch,
+                        };
+                        let Some((batch, pending)) = self.shared.dispatcher.consume_run(
+                            &messages,
+                            &mut calls,
+                            &mut sink,
+                            started,
+                            held_permit,
+                        ) else {
+                            break;
+                        };
+                        // The listener's own log lines carry the consumer and queue.
+                        let pending = pending.instrument(self.span.clone());
+                        ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
+                            move |outcome, act, ctx| act.on_consumed(batch, epoch, outcome, ctx),
+                        ));
                     }
                 }
                 QueueAction::SendBack {
@@ -744,9 +741,7 @@ impl QueueActor {
 
     /// Keeps a queue a listener context gave back for the next call's context.
     pub(crate) fn recycle_queue(&mut self, queue: MessageQueue) {
-        if self.spare_queues.len() < MAX_SPARE_QUEUES && queue == self.user_queue {
-            self.spare_queues.push(queue);
-        }
+        recycle_into(&mut self.spare_queues, &self.user_queue, queue);
     }
 
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).
@@ -1029,5 +1024,37 @@ fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
         success: outcome.status == ConsumeStatus::Success,
         ack_index: outcome.context.ack_index,
         delay_level: outcome.context.delay_level,
+    }
+}
+
+/// Keeps `queue`, given back by a listener context, in `spares` for the next call's context
+/// when it is still the queue the user sees (a listener may have changed it).
+fn recycle_into(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue, queue: MessageQueue) {
+    if spares.len() < MAX_SPARE_QUEUES && queue == *user_queue {
+        spares.push(queue);
+    }
+}
+
+/// A run of one pull's concurrent calls: contexts from the queue's spares, finished calls
+/// kept compact for the core (their contexts recycled at once).
+struct RunSink<'a> {
+    spare_queues: &'a mut Vec<MessageQueue>,
+    user_queue: &'a MessageQueue,
+    calls: &'a mut Vec<(Messages, u64, CallOutcome)>,
+    epoch: u64,
+}
+
+impl CallSink for RunSink<'_> {
+    fn context(&mut self) -> ConsumeContext {
+        let queue = self
+            .spare_queues
+            .pop()
+            .unwrap_or_else(|| self.user_queue.clone());
+        ConsumeContext::new(queue)
+    }
+
+    fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome) {
+        self.calls.push((batch, self.epoch, call_outcome(&outcome)));
+        recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
     }
 }

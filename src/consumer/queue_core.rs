@@ -326,13 +326,16 @@ pub(crate) enum QueueAction {
         /// Key-ordered: how long a message whose send failed waits before it is retried.
         suspend: Duration,
     },
-    /// Concurrent: call the listener with `messages[range]`; answer with
-    /// [`QueueCore::on_consumed`]. Every call of one pull shares `messages`.
+    /// Concurrent: call the listener with `messages` in consecutive calls of at most
+    /// `batch_size` ([`CallRanges`]), in order; answer each call with
+    /// [`QueueCore::on_consumed`] (or [`QueueCore::on_consumed_all`]). One action stands for
+    /// every call of a pull, so the calls share `messages` and the runtime can run them
+    /// together.
     Consume {
         /// The messages of one pull.
         messages: Arc<Vec<MessageExt>>,
-        /// This call's part of them.
-        range: Range<usize>,
+        /// The most messages one call gets (at least 1).
+        batch_size: usize,
         /// Epoch to answer with.
         epoch: u64,
     },
@@ -375,6 +378,46 @@ pub(crate) enum QueueAction {
     /// Worth a log line.
     Note(Box<QueueNote>),
 }
+
+/// The listener calls of a [`QueueAction::Consume`]: `0..len` cut into consecutive ranges of
+/// at most `batch_size`.
+#[derive(Debug, Clone)]
+pub(crate) struct CallRanges {
+    next: usize,
+    len: usize,
+    batch_size: usize,
+}
+
+impl CallRanges {
+    /// The calls for `len` messages in batches of at most `batch_size` (at least 1).
+    pub(crate) fn new(len: usize, batch_size: usize) -> Self {
+        CallRanges {
+            next: 0,
+            len,
+            batch_size: batch_size.max(1),
+        }
+    }
+}
+
+impl Iterator for CallRanges {
+    type Item = Range<usize>;
+
+    fn next(&mut self) -> Option<Range<usize>> {
+        if self.next >= self.len {
+            return None;
+        }
+        let start = self.next;
+        self.next = start.saturating_add(self.batch_size).min(self.len);
+        Some(start..self.next)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.len - self.next.min(self.len)).div_ceil(self.batch_size);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for CallRanges {}
 
 impl QueueAction {
     fn note(note: QueueNote) -> Self {
@@ -829,18 +872,17 @@ impl QueueCore {
         if !matches!(self.mode, Mode::Concurrent { .. }) {
             return;
         }
-        out.reserve(messages.len().div_ceil(batch_size.max(1)));
-        let mut start = 0;
-        while start < messages.len() {
-            let end = start.saturating_add(batch_size.max(1)).min(messages.len());
-            self.unsettled += 1;
-            out.push(QueueAction::Consume {
-                messages: messages.clone(),
-                range: start..end,
-                epoch: self.epoch,
-            });
-            start = end;
+        let batch_size = batch_size.max(1);
+        let calls = CallRanges::new(messages.len(), batch_size).len();
+        if calls == 0 {
+            return;
         }
+        self.unsettled += calls;
+        out.push(QueueAction::Consume {
+            messages,
+            batch_size,
+            epoch: self.epoch,
+        });
     }
 
     /// A concurrent listener call for `batch` (of `epoch`) ended.
@@ -1642,16 +1684,73 @@ mod tests {
         out
     }
 
+    #[test]
+    fn call_ranges_cut_a_pull_into_consecutive_calls_of_at_most_the_batch_size() {
+        for len in 0..40 {
+            for batch_size in 0..12 {
+                let calls = CallRanges::new(len, batch_size);
+                let expected = len.div_ceil(batch_size.max(1));
+                assert_eq!(calls.len(), expected, "len {len} batch {batch_size}");
+                let ranges: Vec<_> = calls.collect();
+                assert_eq!(ranges.len(), expected);
+                let mut next = 0;
+                for range in &ranges {
+                    assert_eq!(range.start, next, "consecutive");
+                    assert!(!range.is_empty() && range.len() <= batch_size.max(1));
+                    next = range.end;
+                }
+                assert_eq!(next, len, "every message in one call");
+            }
+        }
+    }
+
+    #[test]
+    fn one_consume_action_stands_for_every_call_of_a_pull_and_each_call_settles() {
+        let mut cfg = cfg();
+        cfg.consume_message_batch_max_size = 4;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..10)), None, &cfg, &env, 1, &mut out);
+        let actions = out
+            .iter()
+            .filter(|a| matches!(a, QueueAction::Consume { .. }))
+            .count();
+        assert_eq!(actions, 1, "one action for the pull's calls");
+        let calls = consumes(&out);
+        let ranges: Vec<_> = calls.iter().map(|(_, r, _)| r.clone()).collect();
+        assert_eq!(ranges, [0..4, 4..8, 8..10]);
+        assert_eq!(core.unsettled, 3, "each call settles by itself");
+        // Dropped while the calls run: the queue finishes once the last of them reports.
+        let mut out = Vec::new();
+        assert!(core.drop_queue(&mut out), "calls still in flight");
+        let finishes = |out: &[QueueAction]| {
+            out.iter()
+                .filter(|a| matches!(a, QueueAction::Finish { .. }))
+                .count()
+        };
+        for (m, r, e) in &calls {
+            assert_eq!(finishes(&out), 0, "a call is still running");
+            core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
+        }
+        assert_eq!(finishes(&out), 1, "finished with the last call");
+    }
+
     fn consumes(out: &[QueueAction]) -> Vec<(Arc<Vec<MessageExt>>, Range<usize>, u64)> {
         out.iter()
             .filter_map(|a| match a {
                 QueueAction::Consume {
                     messages,
-                    range,
+                    batch_size,
                     epoch,
-                } => Some((messages.clone(), range.clone(), *epoch)),
+                } => Some(
+                    CallRanges::new(messages.len(), *batch_size)
+                        .map(|range| (messages.clone(), range, *epoch))
+                        .collect::<Vec<_>>(),
+                ),
                 _ => None,
             })
+            .flatten()
             .collect()
     }
 

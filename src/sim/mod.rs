@@ -37,7 +37,7 @@ use crate::consumer::lite_core::SlotId;
 use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
 use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
 use crate::consumer::queue_core::{
-    CallOutcome, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore, QueueEnv,
+    CallOutcome, CallRanges, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore, QueueEnv,
 };
 use crate::consumer::rebalance::{plan_changes, topic_share};
 use crate::consumer::retry;
@@ -2039,9 +2039,13 @@ impl World {
                 }
                 QueueAction::Consume {
                     messages,
-                    range,
+                    batch_size,
                     epoch,
-                } => self.listener(c, mq, instance, messages, range, epoch),
+                } => {
+                    for range in CallRanges::new(messages.len(), batch_size) {
+                        self.listener(c, mq, instance, messages.clone(), range, epoch);
+                    }
+                }
                 QueueAction::SendBack {
                     messages,
                     delay_level,
