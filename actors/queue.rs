@@ -137,7 +137,7 @@ pub struct QueueActor {
     offset_flush_scheduled: bool,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
     /// owns one in its context; this saves allocating its strings each time).
-    pub(crate) spare_queues: Vec<MessageQueue>,
+    spare_queues: Vec<MessageQueue>,
     /// The queue was dropped (or the actor gave up): a restart by the supervisor, while some
     /// address of it is still held, leaves it idle.
     retired: bool,
@@ -744,6 +744,11 @@ impl QueueActor {
         recycle_into(&mut self.spare_queues, &self.user_queue, queue);
     }
 
+    /// The queue for the next listener context: a recycled one, or a copy of the user's.
+    pub(crate) fn context_queue(&mut self) -> MessageQueue {
+        take_spare(&mut self.spare_queues, &self.user_queue)
+    }
+
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).
     fn send_back(
         &mut self,
@@ -1035,6 +1040,11 @@ fn recycle_into(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue, queue
     }
 }
 
+/// A queue kept in `spares` for a listener context, or a copy of `user_queue` if none is.
+fn take_spare(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue) -> MessageQueue {
+    spares.pop().unwrap_or_else(|| user_queue.clone())
+}
+
 /// A run of one pull's concurrent calls: contexts from the queue's spares, finished calls
 /// kept compact for the core (their contexts recycled at once).
 struct RunSink<'a> {
@@ -1046,11 +1056,7 @@ struct RunSink<'a> {
 
 impl CallSink for RunSink<'_> {
     fn context(&mut self) -> ConsumeContext {
-        let queue = self
-            .spare_queues
-            .pop()
-            .unwrap_or_else(|| self.user_queue.clone());
-        ConsumeContext::new(queue)
+        ConsumeContext::new(take_spare(self.spare_queues, self.user_queue))
     }
 
     fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome) {

@@ -142,11 +142,7 @@ impl QueueActor {
         }
         self.orderly_calls_left -= 1;
         let batch = Messages::from(batch);
-        let queue = self
-            .spare_queues
-            .pop()
-            .unwrap_or_else(|| self.user_queue.clone());
-        let context = OrderlyContext::new(queue, &self.shared.config);
+        let context = OrderlyContext::new(self.context_queue(), &self.shared.config);
         let pending = match self.shared.dispatcher.consume_orderly_now(
             batch.clone(),
             context,
