@@ -16,6 +16,7 @@ use actix::prelude::*;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
+use crate::consumer::queue_core::PullPart;
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
@@ -124,6 +125,17 @@ impl Messages {
             shared: SharedMessages::Pull(shared),
             start,
             end,
+        }
+    }
+
+    /// The pull this batch was cut from and where in it (`None` for an orderly batch).
+    pub(crate) fn pull_part(&self) -> Option<PullPart<'_>> {
+        match &self.shared {
+            SharedMessages::Pull(pull) => Some(PullPart {
+                pull,
+                range: self.start..self.end,
+            }),
+            SharedMessages::Slice(_) => None,
         }
     }
 

@@ -384,7 +384,7 @@ impl QueueActor {
             self.core.on_consumed_all(
                 calls
                     .iter()
-                    .map(|(batch, epoch, outcome)| (&**batch, *epoch, *outcome)),
+                    .map(|(batch, epoch, outcome)| (&**batch, batch.pull_part(), *epoch, *outcome)),
                 &self.shared.config,
                 &env,
                 now,

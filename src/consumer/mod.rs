@@ -38,6 +38,8 @@ pub(crate) mod offset_map;
 pub(crate) mod orderly;
 #[allow(dead_code)]
 pub(crate) mod process_queue;
+// The concurrent service's cache, kept per pull.
+pub(crate) mod pull_cache;
 // The lite pull consumer's buffer and positions as a state machine.
 pub(crate) mod lite_core;
 // The queue's pull loop and concurrent consumption as a state machine.

@@ -34,6 +34,7 @@ use crate::consumer::orderly::{
     OrderlyStep,
 };
 use crate::consumer::process_queue::{CacheStats, CachedMessage, ProcessQueue};
+use crate::consumer::pull_cache::PullCache;
 use crate::consumer::retry::{
     self, failed_range, CONSUME_TIMEOUT_DELAY_LEVEL, LOCAL_RECONSUME_DELAY,
 };
@@ -171,8 +172,8 @@ impl std::ops::Deref for OrderlyBatch {
 pub(crate) enum Mode {
     /// Every batch goes to the listener at once; the cache keeps offsets and sizes only.
     Concurrent {
-        /// Unfinished messages: offsets, body sizes and where each message is.
-        pq: ProcessQueue<CachedEntry>,
+        /// Unfinished messages, kept per pull.
+        pq: PullCache,
         /// Offsets already sent back because their consumption timed out.
         timed_out: HashSet<i64>,
     },
@@ -205,7 +206,7 @@ impl Mode {
             }
         } else {
             Mode::Concurrent {
-                pq: ProcessQueue::new(now_ms),
+                pq: PullCache::new(now_ms),
                 timed_out: HashSet::new(),
             }
         }
@@ -379,6 +380,34 @@ pub(crate) enum QueueAction {
     Note(Box<QueueNote>),
 }
 
+/// Where a concurrent listener call's messages lie in the pull they were cut from.
+#[derive(Debug, Clone)]
+pub(crate) struct PullPart<'m> {
+    /// The pull, as the queue cached it.
+    pub pull: &'m Arc<Vec<MessageExt>>,
+    /// The call's messages in it.
+    pub range: Range<usize>,
+}
+
+impl PullPart<'_> {
+    /// Whether `next` starts where this part ends, in the same pull.
+    fn continued_by(&self, next: &PullPart<'_>) -> bool {
+        Arc::ptr_eq(self.pull, next.pull) && self.range.end == next.range.start
+    }
+}
+
+/// Removes the messages of `span` from the cache; when its pull is not cached (as it would
+/// be after a drop), their offsets go to `done` to be removed by offset. Returns whether the
+/// pull was cached.
+fn remove_span(pq: &mut PullCache, span: &PullPart<'_>, done: &mut Vec<i64>, now_ms: i64) -> bool {
+    if pq.remove_part(span.pull, span.range.clone(), now_ms) {
+        return true;
+    }
+    let messages = span.pull.get(span.range.clone()).unwrap_or_default();
+    done.extend(messages.iter().map(|m| m.queue_offset));
+    false
+}
+
 /// The listener calls of a [`QueueAction::Consume`]: `0..len` cut into consecutive ranges of
 /// at most `batch_size`.
 #[derive(Debug, Clone)]
@@ -517,7 +546,9 @@ impl QueueCore {
     #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn summary(&self) -> String {
         let mode = match &self.mode {
-            Mode::Concurrent { pq, .. } => format!("concurrent cached={}", pq.cached_count()),
+            Mode::Concurrent { pq, .. } => {
+                format!("concurrent cached={}", pq.cache_stats().count)
+            }
             Mode::Orderly { pq, state } => format!(
                 "orderly cached={} consuming={} in_flight={}",
                 pq.cached_count(),
@@ -843,7 +874,7 @@ impl QueueCore {
             Mode::Concurrent { pq, .. } => {
                 let batch = Arc::new(messages);
                 // Dispatched whole right after the next pull is decided: consumption starts now.
-                pq.put_messages_consuming(CachedEntry::of_pull(&batch), now_ms);
+                pq.put_pull(&batch, now_ms);
                 Some(Delivered::Concurrent(batch))
             }
             Mode::Orderly { pq, .. } => {
@@ -909,7 +940,7 @@ impl QueueCore {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_consumed_all<'m>(
         &mut self,
-        calls: impl IntoIterator<Item = (&'m [MessageExt], u64, CallOutcome)>,
+        calls: impl IntoIterator<Item = (&'m [MessageExt], Option<PullPart<'m>>, u64, CallOutcome)>,
         cfg: &PushConsumerConfig,
         env: &QueueEnv,
         now_ms: i64,
@@ -917,26 +948,47 @@ impl QueueCore {
     ) {
         let mut ended = 0usize;
         let mut done = std::mem::take(&mut self.done_offsets);
-        for (batch, epoch, outcome) in calls {
+        let mut removed_parts = false;
+        // Successful calls over consecutive parts of one pull (a run's calls) leave the cache
+        // together, without a search by offset.
+        let mut span: Option<PullPart<'m>> = None;
+        for (batch, part, epoch, outcome) in calls {
             ended += 1;
             if epoch != self.epoch {
                 continue;
             }
-            let no_timeouts = match &self.mode {
-                Mode::Concurrent { timed_out, .. } => timed_out.is_empty(),
-                _ => true,
-            };
             let all_succeeded =
                 failed_range(outcome.success, outcome.ack_index, batch.len()).is_empty();
-            if all_succeeded && no_timeouts {
-                done.extend(batch.iter().map(|m| m.queue_offset));
-            } else {
-                self.settle_call(batch, outcome, cfg, env, now_ms, out);
+            match &mut self.mode {
+                Mode::Concurrent { pq, timed_out } if all_succeeded && timed_out.is_empty() => {
+                    let Some(part) = part else {
+                        done.extend(batch.iter().map(|m| m.queue_offset));
+                        continue;
+                    };
+                    match &mut span {
+                        Some(span) if span.continued_by(&part) => span.range.end = part.range.end,
+                        _ => {
+                            if let Some(ended) = span.replace(part) {
+                                removed_parts |= remove_span(pq, &ended, &mut done, now_ms);
+                            }
+                        }
+                    }
+                }
+                _ => self.settle_call(batch, outcome, cfg, env, now_ms, out),
             }
+        }
+        if let (Some(ended), Mode::Concurrent { pq, .. }) = (span, &mut self.mode) {
+            removed_parts |= remove_span(pq, &ended, &mut done, now_ms);
         }
         // Every offset leaves before any settle: a drop that ends with the last call reports
         // the committed offset these calls raised.
-        self.remove_done(done.drain(..), cfg, env, now_ms, out);
+        if let Mode::Concurrent { pq, .. } = &mut self.mode {
+            if !done.is_empty() || removed_parts {
+                let offset = pq.remove_offsets(done.drain(..), now_ms);
+                let offset = offset.or_else(|| pq.consume_offset().filter(|_| removed_parts));
+                self.after_removal(offset, cfg, env, now_ms, out);
+            }
+        }
         self.done_offsets = done;
         for _ in 0..ended {
             self.settle(out);
@@ -1047,13 +1099,7 @@ impl QueueCore {
             let again = Arc::new(again);
             // The cache now points at the copies with the new counts.
             if let Mode::Concurrent { pq, .. } = &mut self.mode {
-                for (index, message) in again.iter().enumerate() {
-                    if let Some(entry) = pq.get_mut(message.queue_offset) {
-                        entry.batch = again.clone();
-                        entry.index = index;
-                    }
-                }
-                pq.mark_offsets_consume_started(again.iter().map(|m| m.queue_offset), now_ms);
+                pq.redeliver(&again, now_ms);
             }
             let whole = again.len();
             self.dispatch(again, whole, out);
@@ -1078,7 +1124,21 @@ impl QueueCore {
         let Mode::Concurrent { pq, .. } = &mut self.mode else {
             return;
         };
-        if let Some(offset) = pq.remove_offsets(offsets, now_ms) {
+        let offset = pq.remove_offsets(offsets, now_ms);
+        self.after_removal(offset, cfg, env, now_ms, out);
+    }
+
+    /// Consumed messages left the cache: commits the new consume `offset` (if the cache had
+    /// one to give) and pulls again if the cache had held the pull loop back.
+    fn after_removal(
+        &mut self,
+        offset: Option<i64>,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        if let Some(offset) = offset {
             self.commit(offset, out);
         }
         // Space in the cache may unblock a flow-controlled pull loop right away.
@@ -1533,12 +1593,8 @@ impl QueueCore {
         let Mode::Concurrent { pq, timed_out } = &mut self.mode else {
             return;
         };
-        let expired = pq.expired_messages(now_ms, cfg.consume_timeout, 16);
-        let expired: Vec<MessageExt> = expired
-            .into_iter()
-            .filter(|offset| !timed_out.contains(offset))
-            .filter_map(|offset| pq.get(offset)?.message().cloned())
-            .collect();
+        let mut expired = pq.expired_messages(now_ms, cfg.consume_timeout, 16);
+        expired.retain(|m| !timed_out.contains(&m.queue_offset));
         if expired.is_empty() {
             return;
         }
@@ -1559,9 +1615,8 @@ impl QueueCore {
     pub(crate) fn drop_queue(&mut self, out: &mut Vec<QueueAction>) -> bool {
         self.dropping = true;
         match &mut self.mode {
-            Mode::Concurrent { pq, .. } => pq.set_dropped(true),
             Mode::Orderly { pq, .. } => pq.set_dropped(true),
-            Mode::KeyOrdered { .. } => {}
+            Mode::Concurrent { .. } | Mode::KeyOrdered { .. } => {}
         }
         if self.unsettled == 0 {
             self.finish(out);
@@ -1734,6 +1789,58 @@ mod tests {
             core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
         }
         assert_eq!(finishes(&out), 1, "finished with the last call");
+    }
+
+    #[test]
+    fn calls_ending_together_commit_past_their_pull_parts_and_failures_still_go_back() {
+        let mut cfg = cfg();
+        cfg.consume_message_batch_max_size = 2;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..10)), None, &cfg, &env, 1, &mut out);
+        let calls = consumes(&out);
+        let ranges: Vec<_> = calls.iter().map(|(_, r, _)| r.clone()).collect();
+        assert_eq!(ranges, [0..2, 2..4, 4..6, 6..8, 8..10]);
+        let ended = |picked: &[(usize, CallOutcome)]| -> Vec<_> {
+            picked
+                .iter()
+                .filter_map(|&(call, outcome)| {
+                    let (m, r, e) = calls.get(call)?;
+                    let part = PullPart {
+                        pull: m,
+                        range: r.clone(),
+                    };
+                    Some((&m[r.clone()], Some(part), *e, outcome))
+                })
+                .collect()
+        };
+        // Calls 0 and 1 (one span of the pull) and 3 end together; call 2 is still running.
+        let mut out = Vec::new();
+        core.on_consumed_all(ended(&[(0, OK), (1, OK), (3, OK)]), &cfg, &env, 2, &mut out);
+        assert_eq!(
+            commits(&out),
+            [4],
+            "offsets 0..4 left, 4 is still being consumed"
+        );
+        assert_eq!(core.cache_stats().count, 4);
+        // Call 4 fails and call 2 succeeds: the failed messages go back to the broker and
+        // leave the cache only once they are taken.
+        let mut out = Vec::new();
+        core.on_consumed_all(ended(&[(4, FAILED), (2, OK)]), &cfg, &env, 3, &mut out);
+        let sent_back: Vec<i64> = out
+            .iter()
+            .filter_map(|a| match a {
+                QueueAction::SendBack { messages, .. } => {
+                    Some(messages.iter().map(|m| m.queue_offset))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(sent_back, [8, 9]);
+        assert_eq!(commits(&out), [8]);
+        assert_eq!(core.cache_stats().count, 2);
     }
 
     fn consumes(out: &[QueueAction]) -> Vec<(Arc<Vec<MessageExt>>, Range<usize>, u64)> {
