@@ -396,9 +396,9 @@ impl PullPart<'_> {
     }
 }
 
-/// Removes the messages of `span` from the cache; when its pull is not cached (as it would
-/// be after a drop), their offsets go to `done` to be removed by offset. Returns whether the
-/// pull was cached.
+/// Removes the messages of `span` from the cache; when its pull is no longer cached (every
+/// message of it had left, a repeated offset among them went by offset), their offsets go to
+/// `done` to be removed by offset. Returns whether the pull was cached.
 fn remove_span(pq: &mut PullCache, span: &PullPart<'_>, done: &mut Vec<i64>, now_ms: i64) -> bool {
     if pq.remove_part(span.pull, span.range.clone(), now_ms) {
         return true;
@@ -968,8 +968,8 @@ impl QueueCore {
                     match &mut span {
                         Some(span) if span.continued_by(&part) => span.range.end = part.range.end,
                         _ => {
-                            if let Some(ended) = span.replace(part) {
-                                removed_parts |= remove_span(pq, &ended, &mut done, now_ms);
+                            if let Some(whole) = span.replace(part) {
+                                removed_parts |= remove_span(pq, &whole, &mut done, now_ms);
                             }
                         }
                     }
@@ -977,8 +977,8 @@ impl QueueCore {
                 _ => self.settle_call(batch, outcome, cfg, env, now_ms, out),
             }
         }
-        if let (Some(ended), Mode::Concurrent { pq, .. }) = (span, &mut self.mode) {
-            removed_parts |= remove_span(pq, &ended, &mut done, now_ms);
+        if let (Some(whole), Mode::Concurrent { pq, .. }) = (span, &mut self.mode) {
+            removed_parts |= remove_span(pq, &whole, &mut done, now_ms);
         }
         // Every offset leaves before any settle: a drop that ends with the last call reports
         // the committed offset these calls raised.
