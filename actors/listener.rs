@@ -128,6 +128,23 @@ impl Messages {
         }
     }
 
+    /// Takes in the messages `range` of `pull` when they follow this batch's in the same
+    /// pull; returns whether it did.
+    pub(crate) fn extend_with(
+        &mut self,
+        pull: &Arc<Vec<MessageExt>>,
+        range: &std::ops::Range<usize>,
+    ) -> bool {
+        let follows = match &self.shared {
+            SharedMessages::Pull(mine) => Arc::ptr_eq(mine, pull) && self.end == range.start,
+            SharedMessages::Slice(_) => false,
+        };
+        if follows {
+            self.end = range.end.clamp(self.end, pull.len());
+        }
+        follows
+    }
+
     /// The pull this batch was cut from and where in it (`None` for an orderly batch).
     pub(crate) fn pull_part(&self) -> Option<PullPart<'_>> {
         match &self.shared {
@@ -769,6 +786,17 @@ pub(crate) trait CallSink {
     fn context(&mut self) -> ConsumeContext;
     /// A call finished at once (untimed: its `elapsed` is zero).
     fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome);
+
+    /// [`CallSink::finished`] for the call over the messages `range` of `pull`, for a sink
+    /// that can record it without a batch of its own.
+    fn finished_part(
+        &mut self,
+        pull: &Arc<Vec<MessageExt>>,
+        range: std::ops::Range<usize>,
+        outcome: ConsumeOutcome,
+    ) {
+        self.finished(Messages::slice(pull.clone(), range), outcome);
+    }
 }
 
 /// The outcome of a by-value call that panicked (its context went down with it): retried,
@@ -957,12 +985,11 @@ impl ConsumeDispatcher {
                             }
                         }
                     }
-                    let batch = Messages::slice(messages.clone(), range.clone());
                     let context = sink.context();
                     let queue_id = context.queue.queue_id;
-                    current = Some((range, queue_id));
+                    current = Some((range.clone(), queue_id));
                     let call = owned.call_owned(
-                        batch.clone(),
+                        Messages::slice(messages.clone(), range.clone()),
                         context,
                         &mut spare_call,
                         &mut poll_context,
@@ -975,9 +1002,10 @@ impl ConsumeDispatcher {
                                 context,
                                 elapsed: Duration::ZERO,
                             };
-                            sink.finished(batch, outcome);
+                            sink.finished_part(messages, range, outcome);
                         }
                         OwnedPoll::Pending(call) => {
+                            let batch = Messages::slice(messages.clone(), range);
                             let pending = owned_pending(
                                 call,
                                 held.take(),

@@ -8,6 +8,7 @@
 //! `queue_orderly.rs`.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -27,7 +28,8 @@ use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::offset::{start_offset, StartOffset};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
 use crate::consumer::queue_core::{
-    CallOutcome, CallRanges, Mode, PullOrder, QueueAction, QueueCore, QueueEnv, QueueNote,
+    CallOutcome, CallRanges, EndedCalls, Mode, PullOrder, QueueAction, QueueCore, QueueEnv,
+    QueueNote,
 };
 use crate::consumer::retry;
 use crate::consumer::supervision::{RestartDecision, RestartTracker};
@@ -89,13 +91,29 @@ impl Handler<GetQueueLag> for QueueActor {
 #[rtype(result = "Result<()>")]
 pub struct ResetQueueOffset(pub i64);
 
+/// Concurrent listener calls that finished at once: one call, or several over consecutive
+/// messages of one pull that all succeeded (a run's calls, kept as one entry).
+pub(crate) struct FinishedCalls {
+    batch: Messages,
+    calls: usize,
+    epoch: u64,
+    outcome: CallOutcome,
+}
+
+impl FinishedCalls {
+    /// Whether every message of the entry was consumed.
+    fn all_succeeded(&self) -> bool {
+        failed_count(self.batch.len(), &self.outcome) == 0
+    }
+}
+
 /// The listener calls of one round of actions that finished at once, and when the first began.
 #[derive(Default)]
 pub(crate) struct Finished {
     started: Option<std::time::Instant>,
-    /// Concurrent calls, each as the core needs it (the listener's context is recycled as
-    /// soon as the call returns, so what is carried per call stays small).
-    calls: Vec<(Messages, u64, CallOutcome)>,
+    /// Concurrent calls, as the core needs them (the listener's context is recycled as soon
+    /// as the call returns, so what is carried per call stays small).
+    calls: Vec<FinishedCalls>,
     /// Orderly calls that finished at once (each timed by itself).
     pub(crate) orderly: Vec<(Messages, u64, OrderlyOutcome)>,
 }
@@ -114,7 +132,7 @@ impl Finished {
         self,
     ) -> (
         std::time::Instant,
-        Vec<(Messages, u64, CallOutcome)>,
+        Vec<FinishedCalls>,
         Vec<(Messages, u64, OrderlyOutcome)>,
     ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
@@ -160,7 +178,7 @@ pub struct QueueActor {
     /// listener calls would otherwise grow a fresh list several times per pull).
     action_buffer: Vec<QueueAction>,
     /// The same for the listener calls of a round that finished at once.
-    finished_buffer: Vec<(Messages, u64, CallOutcome)>,
+    finished_buffer: Vec<FinishedCalls>,
     /// The same for orderly calls.
     finished_orderly_buffer: Vec<(Messages, u64, OrderlyOutcome)>,
     /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
@@ -361,7 +379,8 @@ impl QueueActor {
                 let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
                 now = base_ms.saturating_add(since_base);
                 last_end = Some(ended);
-                share = self.record_untimed(&mut untimed, ended, calls.len());
+                let concurrent_calls = calls.iter().map(|c| c.calls).sum();
+                share = self.record_untimed(&mut untimed, ended, concurrent_calls);
             }
             let env = self.env();
             for (batch, epoch, outcome) in orderly.drain(..) {
@@ -372,19 +391,24 @@ impl QueueActor {
                 self.finished_buffer = calls;
                 continue;
             }
-            let (mut ok, mut failed) = (0, 0);
-            for (batch, _, outcome) in &calls {
-                let failures = failed_count(batch.len(), outcome);
-                ok += batch.len() - failures;
+            let (mut ok, mut failed, mut count) = (0, 0, 0);
+            for ended in &calls {
+                let failures = failed_count(ended.batch.len(), &ended.outcome);
+                ok += ended.batch.len() - failures;
                 failed += failures;
+                count += ended.calls;
             }
             self.shared
                 .stats
-                .record_consumed_calls(ok, failed, calls.len(), share);
+                .record_consumed_calls(ok, failed, count, share);
             self.core.on_consumed_all(
-                calls
-                    .iter()
-                    .map(|(batch, epoch, outcome)| (&**batch, batch.pull_part(), *epoch, *outcome)),
+                calls.iter().map(|ended| EndedCalls {
+                    batch: &ended.batch,
+                    part: ended.batch.pull_part(),
+                    calls: ended.calls,
+                    epoch: ended.epoch,
+                    outcome: ended.outcome,
+                }),
                 &self.shared.config,
                 &env,
                 now,
@@ -1050,7 +1074,7 @@ fn take_spare(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue) -> Mess
 struct RunSink<'a> {
     spare_queues: &'a mut Vec<MessageQueue>,
     user_queue: &'a MessageQueue,
-    calls: &'a mut Vec<(Messages, u64, CallOutcome)>,
+    calls: &'a mut Vec<FinishedCalls>,
     epoch: u64,
 }
 
@@ -1060,7 +1084,39 @@ impl CallSink for RunSink<'_> {
     }
 
     fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome) {
-        self.calls.push((batch, self.epoch, call_outcome(&outcome)));
+        self.calls.push(FinishedCalls {
+            batch,
+            calls: 1,
+            epoch: self.epoch,
+            outcome: call_outcome(&outcome),
+        });
         recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
+    }
+
+    /// A successful call right after a successful one of the same pull joins its entry: no
+    /// batch of its own, one entry for the core.
+    fn finished_part(
+        &mut self,
+        pull: &Arc<Vec<MessageExt>>,
+        range: std::ops::Range<usize>,
+        outcome: ConsumeOutcome,
+    ) {
+        let call = call_outcome(&outcome);
+        let succeeded = failed_count(range.len(), &call) == 0;
+        let joined = succeeded
+            && self.calls.last_mut().is_some_and(|last| {
+                last.epoch == self.epoch
+                    && last.all_succeeded()
+                    && last.batch.extend_with(pull, &range)
+                    && {
+                        last.calls += 1;
+                        true
+                    }
+            });
+        if joined {
+            recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
+        } else {
+            self.finished(Messages::slice(pull.clone(), range), outcome);
+        }
     }
 }

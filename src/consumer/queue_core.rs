@@ -380,6 +380,22 @@ pub(crate) enum QueueAction {
     Note(Box<QueueNote>),
 }
 
+/// Concurrent listener calls that ended: one call, or several over consecutive messages of
+/// one pull that ended alike (all succeeded).
+#[derive(Debug, Clone)]
+pub(crate) struct EndedCalls<'m> {
+    /// Their messages.
+    pub batch: &'m [MessageExt],
+    /// Where the messages lie in their pull, when they were handed out as part of one.
+    pub part: Option<PullPart<'m>>,
+    /// How many listener calls the entry stands for (each settles).
+    pub calls: usize,
+    /// The epoch the calls were made in.
+    pub epoch: u64,
+    /// How they ended.
+    pub outcome: CallOutcome,
+}
+
 /// Where a concurrent listener call's messages lie in the pull they were cut from.
 #[derive(Debug, Clone)]
 pub(crate) struct PullPart<'m> {
@@ -935,12 +951,13 @@ impl QueueCore {
     }
 
     /// Several concurrent listener calls ended together (those of one round that finished at
-    /// once): the same as [`QueueCore::on_consumed`] for each in turn, but the offsets of every
-    /// fully successful call leave the cache in one pass, with one commit and one pull check.
+    /// once): the same as [`QueueCore::on_consumed`] for each in turn, but every fully
+    /// successful call leaves the cache in one pass (consecutive parts of a pull as one range),
+    /// with one commit and one pull check.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_consumed_all<'m>(
         &mut self,
-        calls: impl IntoIterator<Item = (&'m [MessageExt], Option<PullPart<'m>>, u64, CallOutcome)>,
+        calls: impl IntoIterator<Item = EndedCalls<'m>>,
         cfg: &PushConsumerConfig,
         env: &QueueEnv,
         now_ms: i64,
@@ -952,8 +969,15 @@ impl QueueCore {
         // Successful calls over consecutive parts of one pull (a run's calls) leave the cache
         // together, without a search by offset.
         let mut span: Option<PullPart<'m>> = None;
-        for (batch, part, epoch, outcome) in calls {
-            ended += 1;
+        for EndedCalls {
+            batch,
+            part,
+            calls,
+            epoch,
+            outcome,
+        } in calls
+        {
+            ended += calls;
             if epoch != self.epoch {
                 continue;
             }
@@ -1811,7 +1835,13 @@ mod tests {
                         pull: m,
                         range: r.clone(),
                     };
-                    Some((&m[r.clone()], Some(part), *e, outcome))
+                    Some(EndedCalls {
+                        batch: &m[r.clone()],
+                        part: Some(part),
+                        calls: 1,
+                        epoch: *e,
+                        outcome,
+                    })
                 })
                 .collect()
         };
@@ -1841,6 +1871,47 @@ mod tests {
         assert_eq!(sent_back, [8, 9]);
         assert_eq!(commits(&out), [8]);
         assert_eq!(core.cache_stats().count, 2);
+    }
+
+    #[test]
+    fn one_entry_for_a_runs_calls_settles_each_of_them() {
+        let mut cfg = cfg();
+        cfg.consume_message_batch_max_size = 2;
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..6)), None, &cfg, &env, 1, &mut out);
+        let calls = consumes(&out);
+        assert_eq!(core.unsettled, 3);
+        let (pull, _, epoch) = calls.first().cloned().expect("a consume action");
+        let mut out = Vec::new();
+        assert!(core.drop_queue(&mut out), "calls still in flight");
+        let entry = EndedCalls {
+            batch: &pull[0..6],
+            part: Some(PullPart {
+                pull: &pull,
+                range: 0..6,
+            }),
+            calls: 3,
+            epoch,
+            outcome: OK,
+        };
+        core.on_consumed_all([entry], &cfg, &env, 2, &mut out);
+        assert_eq!(core.unsettled, 0);
+        assert_eq!(commits(&out), [6]);
+        let finished = out.iter().any(|a| {
+            matches!(
+                a,
+                QueueAction::Finish {
+                    committed: Some(6),
+                    ..
+                }
+            )
+        });
+        assert!(
+            finished,
+            "the drop finished with the offset the calls raised: {out:?}"
+        );
     }
 
     fn consumes(out: &[QueueAction]) -> Vec<(Arc<Vec<MessageExt>>, Range<usize>, u64)> {
