@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -49,8 +50,8 @@ pub struct ReadOffset(pub MessageQueue);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct UpdateOffset {
-    /// The queue.
-    pub queue: MessageQueue,
+    /// The queue (shared: a queue actor sends one per pull, and this copies no string).
+    pub queue: Arc<MessageQueue>,
     /// The new committed offset (next offset to consume).
     pub offset: i64,
 }

@@ -152,7 +152,11 @@ pub struct QueueActor {
     /// pull, not once per message).
     subscribed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
-    offset_flush_scheduled: bool,
+    /// A commit since the last offset update went to the offset store: sent once the
+    /// current step's actions are carried out.
+    offset_flush_pending: bool,
+    /// `queue`, shared with the offset store's updates.
+    offset_key: Arc<MessageQueue>,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
     /// owns one in its context; this saves allocating its strings each time).
     spare_queues: Vec<MessageQueue>,
@@ -218,6 +222,7 @@ impl QueueActor {
         );
         let metrics = shared.stats.metrics.queue(&queue);
         let user_queue = shared.namespace.unwrap_queue(&queue).into_owned();
+        let offset_key = Arc::new(queue.clone());
         QueueActor {
             user_queue,
             span,
@@ -229,7 +234,8 @@ impl QueueActor {
             shared,
             core,
             drain_waiters: Vec::new(),
-            offset_flush_scheduled: false,
+            offset_flush_pending: false,
+            offset_key,
             spare_queues: Vec::new(),
             retired: false,
             gave_up: false,
@@ -317,6 +323,10 @@ impl QueueActor {
         let _span = self.span.clone().entered();
         self.orderly_calls_left = ORDERLY_CALLS_PER_TURN;
         self.execute_rounds(actions, ctx);
+        // Every commit of the step goes to the offset store as one update.
+        if std::mem::take(&mut self.offset_flush_pending) {
+            self.flush_offset(ctx);
+        }
         self.report_gauges();
     }
 
@@ -553,7 +563,7 @@ impl QueueActor {
                 // The flush sends the latest committed offset, whichever commit scheduled it.
                 QueueAction::Commit(offset) => {
                     debug_assert!(self.core.committed >= Some(offset));
-                    self.schedule_offset_flush(ctx)
+                    self.offset_flush_pending = true;
                 }
                 QueueAction::AdoptOffset(offset) => {
                     let set = self.shared.offsets.send(SetOffset {
@@ -804,23 +814,20 @@ impl QueueActor {
     }
 
     /// The offset store hears of a raised committed offset at most once per timer tick.
-    fn schedule_offset_flush(&mut self, ctx: &mut Context<Self>) {
-        if !self.offset_flush_scheduled {
-            self.offset_flush_scheduled = true;
-            ctx.run_later(Duration::ZERO, |act, ctx| {
-                act.offset_flush_scheduled = false;
-                act.flush_offset(ctx);
-            });
-        }
-    }
-
     fn flush_offset(&mut self, ctx: &mut Context<Self>) {
-        if let Some(offset) = self.core.committed {
-            let update = self.shared.offsets.send(UpdateOffset {
-                queue: self.queue.clone(),
-                offset,
-            });
-            ctx.spawn(update.into_actor(self).map(|_, _, _| ()));
+        let Some(offset) = self.core.committed else {
+            return;
+        };
+        let update = UpdateOffset {
+            queue: self.offset_key.clone(),
+            offset,
+        };
+        // Nothing waits for the store's answer: queued at once while its mailbox has room,
+        // otherwise waiting for room (never dropped; updates only raise the offset, so an
+        // older one arriving late changes nothing).
+        if let Err(SendError::Full(update)) = self.shared.offsets.try_send(update) {
+            let sent = self.shared.offsets.send(update);
+            ctx.spawn(sent.into_actor(self).map(|_, _, _| ()));
         }
     }
 
@@ -833,7 +840,7 @@ impl QueueActor {
             if let Some(offset) = committed {
                 let _ = offsets
                     .send(UpdateOffset {
-                        queue: queue.clone(),
+                        queue: Arc::new(queue.clone()),
                         offset,
                     })
                     .await;
@@ -914,15 +921,15 @@ impl Supervised for QueueActor {
         if self.retired {
             return;
         }
-        // The flush of the last commit was a timer of the old context: hand it over now, ahead
-        // of the new start's offset read (one mailbox, in order).
+        // A failed step may not have sent its commits: hand the last one over now, ahead of the
+        // new start's offset read (one mailbox, in order).
         if let Some(offset) = self.core.committed {
             let _ = self.shared.offsets.try_send(UpdateOffset {
-                queue: self.queue.clone(),
+                queue: self.offset_key.clone(),
                 offset,
             });
         }
-        self.offset_flush_scheduled = false;
+        self.offset_flush_pending = false;
         for waiter in self.drain_waiters.drain(..) {
             let _ = waiter.send(());
         }
