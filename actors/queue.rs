@@ -560,7 +560,7 @@ impl QueueActor {
                         act.execute(out, ctx);
                     });
                 }
-                // The flush sends the latest committed offset, whichever commit scheduled it.
+                // The step's flush sends the latest committed offset, whichever commit asked.
                 QueueAction::Commit(offset) => {
                     debug_assert!(self.core.committed >= Some(offset));
                     self.offset_flush_pending = true;
@@ -813,7 +813,8 @@ impl QueueActor {
         }));
     }
 
-    /// The offset store hears of a raised committed offset at most once per timer tick.
+    /// Tells the offset store the committed offset (once per step that raised it: see
+    /// [`QueueActor::execute`]).
     fn flush_offset(&mut self, ctx: &mut Context<Self>) {
         let Some(offset) = self.core.committed else {
             return;
