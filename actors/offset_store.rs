@@ -50,7 +50,8 @@ pub struct ReadOffset(pub MessageQueue);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct UpdateOffset {
-    /// The queue (shared: a queue actor sends one per pull, and this copies no string).
+    /// The queue (shared: a queue actor sends one per step that commits, and this copies no
+    /// string).
     pub queue: Arc<MessageQueue>,
     /// The new committed offset (next offset to consume).
     pub offset: i64,

@@ -824,8 +824,8 @@ impl QueueActor {
             offset,
         };
         // Nothing waits for the store's answer: queued at once while its mailbox has room,
-        // otherwise waiting for room (never dropped; updates only raise the offset, so an
-        // older one arriving late changes nothing).
+        // otherwise by a task of this actor waiting for room (gone if the actor restarts, as
+        // before; the restart hands the committed offset over again).
         if let Err(SendError::Full(update)) = self.shared.offsets.try_send(update) {
             let sent = self.shared.offsets.send(update);
             ctx.spawn(sent.into_actor(self).map(|_, _, _| ()));
@@ -922,8 +922,9 @@ impl Supervised for QueueActor {
         if self.retired {
             return;
         }
-        // A failed step may not have sent its commits: hand the last one over now, ahead of the
-        // new start's offset read (one mailbox, in order).
+        // An update still waiting for room in the store's mailbox went down with the old
+        // context: hand the committed offset over now, ahead of the new start's offset read
+        // (one mailbox, in order).
         if let Some(offset) = self.core.committed {
             let _ = self.shared.offsets.try_send(UpdateOffset {
                 queue: self.offset_key.clone(),
@@ -1118,6 +1119,9 @@ impl CallSink for RunSink<'_> {
                     && last.batch.extend_with(pull, &range)
                     && {
                         last.calls += 1;
+                        // Each call acknowledged all of its own messages; an `ack_index` the
+                        // first one gave counts within its batch only, not the joined one.
+                        last.outcome.ack_index = None;
                         true
                     }
             });

@@ -411,6 +411,41 @@ async fn ack_index_retries_only_the_unacknowledged_part_of_a_batch() {
 }
 
 #[actix_rt::test]
+async fn calls_that_acknowledge_their_whole_batch_are_never_retried() {
+    // `ack_index = Some(len - 1)` is how Java listeners often say "all of it"; the calls of
+    // one pull run back to back, and each acknowledgement counts for its own batch only.
+    let (cluster, namesrv) = cluster_with_topic("AckAll", 1).await;
+    send_numbered(&producer(&cluster), "AckAll", 0..40).await;
+    let (tx, mut rx) = unbounded_channel::<(String, i32)>();
+    let consumer = consumer_with(
+        &namesrv,
+        "ack_all_group",
+        "AckAll",
+        |_| {},
+        move |messages, mut ctx| {
+            let tx = tx.clone();
+            async move {
+                for m in &messages {
+                    let _ = tx.send((text(m), m.reconsume_times));
+                }
+                ctx.ack_index = messages.len().checked_sub(1);
+                (ConsumeStatus::Success, ctx)
+            }
+        },
+    )
+    .await;
+    let seen = receive(&mut rx, 40).await;
+    assert!(seen.iter().all(|(_, times)| *times == 0), "{seen:?}");
+    let distinct: BTreeSet<&str> = seen.iter().map(|(body, _)| body.as_str()).collect();
+    assert_eq!(distinct.len(), 40);
+    assert_quiet(&mut rx, "an acknowledged message came back").await;
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (40, 0));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() {
     let cluster = fast_retry_cluster(1).await;
     let namesrv = cluster.namesrv_addr();

@@ -133,6 +133,8 @@ struct CachedPull {
     started_ms: i64,
     /// Rare: messages of this pull consumed again.
     redelivered: Vec<Redelivery>,
+    /// The pull's offsets grow from message to message (true of every pull a broker sends).
+    increasing: bool,
 }
 
 impl CachedPull {
@@ -249,6 +251,7 @@ impl PullCache {
                 left: messages.len(),
                 started_ms: now_ms,
                 redelivered: Vec::new(),
+                increasing: true,
             });
             return;
         }
@@ -263,6 +266,9 @@ impl PullCache {
             left: 0,
             started_ms: now_ms,
             redelivered: Vec::new(),
+            increasing: messages
+                .windows(2)
+                .all(|pair| matches!(pair, [a, b] if a.queue_offset < b.queue_offset)),
         };
         let mut highest = self.highest_offset_put;
         let mut body_bytes = 0u64;
@@ -352,11 +358,8 @@ impl PullCache {
             self.count -= 1;
             pull.left -= 1;
             if pull.left == 0 {
-                self.pulls.remove(p);
+                self.pull_gone(p);
             }
-        }
-        if self.count == 0 {
-            self.emptied();
         }
         self.consume_offset()
     }
@@ -397,10 +400,33 @@ impl PullCache {
         self.body_bytes = self.body_bytes.saturating_sub(body_bytes);
         cached.left -= removed;
         if cached.left == 0 {
-            self.pulls.remove(p);
-            if self.count == 0 {
-                self.emptied();
+            self.pull_gone(p);
+        }
+        true
+    }
+
+    /// Pull `p` has nothing cached any more: it leaves, and with it perhaps the offsets that
+    /// put the cache out of order.
+    fn pull_gone(&mut self, p: usize) {
+        self.pulls.remove(p);
+        if self.count == 0 {
+            self.emptied();
+        } else if !self.in_order {
+            self.in_order = self.pulls_in_order();
+        }
+    }
+
+    /// Whether every pull's offsets grow and lie above the previous pull's.
+    fn pulls_in_order(&self) -> bool {
+        let mut previous_last: Option<i64> = None;
+        for pull in &self.pulls {
+            let (Some(first), Some(last)) = (pull.offset(0), pull.messages.last()) else {
+                continue;
+            };
+            if !pull.increasing || previous_last.is_some_and(|p| first <= p) {
+                return false;
             }
+            previous_last = Some(last.queue_offset);
         }
         true
     }
@@ -613,6 +639,27 @@ mod tests {
         // The second delivery of 7 finishing removes nothing more.
         assert_eq!(cache.remove_offsets([7], 1), Some(20));
         assert_eq!(cache.remove_offsets([20], 1), Some(21));
+    }
+
+    #[test]
+    fn the_cache_is_back_in_order_once_the_pull_out_of_order_is_gone() {
+        let mut cache = PullCache::new(0);
+        let first = pull(0..5);
+        cache.put_pull(&first, 0);
+        // Redelivered from 3 after an offset moved back: 3 and 4 are cached already.
+        let again = pull(3..8);
+        cache.put_pull(&again, 0);
+        assert!(!cache.in_order);
+        assert_eq!(cache.cache_stats().count, 8);
+        assert!(cache.remove_part(&first, 0..5, 1));
+        assert!(
+            cache.in_order,
+            "only the redelivered pull is left, and it is in order"
+        );
+        assert_eq!(cache.consume_offset(), Some(5));
+        cache.put_pull(&pull(8..10), 1);
+        assert!(cache.in_order);
+        assert_eq!(cache.remove_offsets(5..10, 2), Some(10));
     }
 
     #[test]

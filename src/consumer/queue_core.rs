@@ -170,7 +170,8 @@ impl std::ops::Deref for OrderlyBatch {
 
 /// How the queue's messages are consumed; each mode keeps the cache it needs.
 pub(crate) enum Mode {
-    /// Every batch goes to the listener at once; the cache keeps offsets and sizes only.
+    /// Every batch goes to the listener at once; the cache keeps each pull with a bit per
+    /// message still unfinished.
     Concurrent {
         /// Unfinished messages, kept per pull.
         pq: PullCache,
@@ -951,9 +952,10 @@ impl QueueCore {
     }
 
     /// Several concurrent listener calls ended together (those of one round that finished at
-    /// once): the same as [`QueueCore::on_consumed`] for each in turn, but every fully
-    /// successful call leaves the cache in one pass (consecutive parts of a pull as one range),
-    /// with one commit and one pull check.
+    /// once): [`QueueCore::on_consumed`] for each in turn, except that every fully successful
+    /// call leaves the cache in one pass (consecutive parts of a pull as one range), with one
+    /// commit and one pull check, and that such a call removes its own pull's messages only
+    /// (an offset cached by an earlier pull stays until that pull's call ends).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_consumed_all<'m>(
         &mut self,
