@@ -464,16 +464,20 @@ impl PullCache {
         all
     }
 
+    /// Every cached offset, pull by pull (in offset order only while `in_order`).
+    fn cached_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.pulls
+            .iter()
+            .flat_map(|pull| pull.cached_indices().filter_map(|at| pull.offset(at)))
+    }
+
     /// Lowest cached offset.
     pub(crate) fn min_offset(&self) -> Option<i64> {
         if self.in_order {
             let pull = self.pulls.front()?;
             return pull.offset(pull.cached.first_set()?);
         }
-        self.pulls
-            .iter()
-            .flat_map(|pull| pull.cached_indices().filter_map(|at| pull.offset(at)))
-            .min()
+        self.cached_offsets().min()
     }
 
     /// Highest cached offset.
@@ -482,10 +486,7 @@ impl PullCache {
             let pull = self.pulls.back()?;
             return pull.offset(pull.cached.last_set()?);
         }
-        self.pulls
-            .iter()
-            .flat_map(|pull| pull.cached_indices().filter_map(|at| pull.offset(at)))
-            .max()
+        self.cached_offsets().max()
     }
 
     /// The numbers flow control needs.

@@ -406,21 +406,19 @@ pub(crate) struct PullPart<'m> {
     pub range: Range<usize>,
 }
 
-impl PullPart<'_> {
-    /// Whether `next` starts where this part ends, in the same pull.
-    fn continued_by(&self, next: &PullPart<'_>) -> bool {
-        Arc::ptr_eq(self.pull, next.pull) && self.range.end == next.range.start
-    }
-}
-
-/// Removes the messages of `span` from the cache; when its pull is no longer cached (every
-/// message of it had left, a repeated offset among them went by offset), their offsets go to
-/// `done` to be removed by offset. Returns whether the pull was cached.
-fn remove_span(pq: &mut PullCache, span: &PullPart<'_>, done: &mut Vec<i64>, now_ms: i64) -> bool {
-    if pq.remove_part(span.pull, span.range.clone(), now_ms) {
+/// Removes the messages of `part` from the cache; when its pull is no longer cached (every
+/// message of it had left, or it is a redelivered copy), their offsets go to `done` to be
+/// removed by offset. Returns whether the pull was cached.
+fn remove_pull_part(
+    pq: &mut PullCache,
+    part: &PullPart<'_>,
+    done: &mut Vec<i64>,
+    now_ms: i64,
+) -> bool {
+    if pq.remove_part(part.pull, part.range.clone(), now_ms) {
         return true;
     }
-    let messages = span.pull.get(span.range.clone()).unwrap_or_default();
+    let messages = part.pull.get(part.range.clone()).unwrap_or_default();
     done.extend(messages.iter().map(|m| m.queue_offset));
     false
 }
@@ -968,9 +966,6 @@ impl QueueCore {
         let mut ended = 0usize;
         let mut done = std::mem::take(&mut self.done_offsets);
         let mut removed_parts = false;
-        // Successful calls over consecutive parts of one pull (a run's calls) leave the cache
-        // together, without a search by offset.
-        let mut span: Option<PullPart<'m>> = None;
         for EndedCalls {
             batch,
             part,
@@ -986,25 +981,18 @@ impl QueueCore {
             let all_succeeded =
                 failed_range(outcome.success, outcome.ack_index, batch.len()).is_empty();
             match &mut self.mode {
+                // A part of a cached pull (a run's calls joined) leaves without a search by
+                // offset.
                 Mode::Concurrent { pq, timed_out } if all_succeeded && timed_out.is_empty() => {
-                    let Some(part) = part else {
-                        done.extend(batch.iter().map(|m| m.queue_offset));
-                        continue;
-                    };
-                    match &mut span {
-                        Some(span) if span.continued_by(&part) => span.range.end = part.range.end,
-                        _ => {
-                            if let Some(whole) = span.replace(part) {
-                                removed_parts |= remove_span(pq, &whole, &mut done, now_ms);
-                            }
+                    match part {
+                        Some(part) => {
+                            removed_parts |= remove_pull_part(pq, &part, &mut done, now_ms)
                         }
+                        None => done.extend(batch.iter().map(|m| m.queue_offset)),
                     }
                 }
                 _ => self.settle_call(batch, outcome, cfg, env, now_ms, out),
             }
-        }
-        if let (Some(whole), Mode::Concurrent { pq, .. }) = (span, &mut self.mode) {
-            removed_parts |= remove_span(pq, &whole, &mut done, now_ms);
         }
         // Every offset leaves before any settle: a drop that ends with the last call reports
         // the committed offset these calls raised.
