@@ -30,14 +30,46 @@ install_if_missing() {
   fi
 }
 
+# Waits until a check passes while the process of pid file $2 lives: 0 when it passed, 1 when
+# it timed out, 2 when the process exited first (a start that failed, e.g. a port that could not
+# be bound, which a new try can get past).
 wait_until() {
-  local what=$1 tries=$2; shift 2
+  local what=$1 pidfile=$2 tries=$3; shift 3
   for _ in $(seq "$tries"); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      echo "$what: the process exited before it was ready; logs in $DIR" >&2
+      return 2
+    fi
     sleep 0.5
   done
   echo "timed out waiting for $what; logs in $DIR" >&2
   tail -n 20 "$DIR"/*.log >&2 || true
+  return 1
+}
+
+# Starts one server (its name, its readiness checks as shell commands one per line, then its
+# command line) and waits until each check passes; a server that exits before it is ready is started again, at most four times,
+# its earlier logs kept beside the new one.
+start_server() {
+  local name=$1 checks=$2; shift 2
+  local try status=0
+  for try in 1 2 3 4; do
+    [ -e "$DIR/$name.log" ] && mv "$DIR/$name.log" "$DIR/$name.try$((try - 1)).log"
+    nohup "$@" >"$DIR/$name.log" 2>&1 &
+    echo $! >"$DIR/$name.pid"
+    status=0
+    local check
+    while IFS= read -r check; do
+      [ -n "$check" ] || continue
+      wait_until "$name ($check)" "$DIR/$name.pid" 240 bash -c "$check" </dev/null || { status=$?; break; }
+    done <<<"$checks"
+    [ "$status" = 0 ] && return 0
+    [ "$status" = 2 ] || return 1
+    tail -n 5 "$DIR/$name.log" >&2 || true
+    sleep 2
+  done
+  echo "$name did not start in four tries; logs in $DIR" >&2
   return 1
 }
 
@@ -74,10 +106,9 @@ configStorePath = "$DIR/ns/namesrv.properties"
 listenPort = $NS_PORT
 bindAddress = "127.0.0.1"
 TOML
-  ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$((NS_PORT + 8205))" \
-    nohup rocketmq-namesrv-rust -c "$DIR/ns.toml" >"$DIR/namesrv.log" 2>&1 &
-  echo $! >"$DIR/namesrv.pid"
-  wait_until "name server on port $NS_PORT" 120 port_open "$NS_PORT"
+  start_server namesrv "(exec 3<>/dev/tcp/127.0.0.1/$NS_PORT)" \
+    env ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$((NS_PORT + 8205))" \
+    rocketmq-namesrv-rust -c "$DIR/ns.toml"
 
   local i=0
   for name in "${BROKERS[@]}"; do
@@ -108,11 +139,10 @@ haListenAddress = "127.0.0.1"
 haListenPort = $((port + 1))
 mappedFileSizeCommitLog = 134217728
 TOML
-    env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
-      nohup rocketmq-broker-rust -c "$DIR/$name.toml" >"$DIR/$name.log" 2>&1 &
-    echo $! >"$DIR/$name.pid"
-    wait_until "$name health on port $health" 240 curl -sf "127.0.0.1:$health/readyz"
-    wait_until "$name on port $port" 60 port_open "$port"
+    start_server "$name" "curl -sf 127.0.0.1:$health/readyz
+(exec 3<>/dev/tcp/127.0.0.1/$port)" \
+      env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
+      rocketmq-broker-rust -c "$DIR/$name.toml"
     i=$((i + 1))
   done
   echo "ROCKETMQ_NAMESRV=127.0.0.1:$NS_PORT"

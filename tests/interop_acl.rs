@@ -4,9 +4,9 @@
 //! `Error::AccessDenied` — at once, without retries — for the producer and the push consumer.
 //!
 //! ```text
-//! RMQ_BASE_PORT=39876 RMQ_CLUSTER_DIR=/tmp/rmq-acl RMQ_ACL_FILE=scripts/interop_plain_acl.yml \
+//! RMQ_BASE_PORT=13876 RMQ_CLUSTER_DIR=/tmp/rmq-acl RMQ_ACL_FILE=scripts/interop_plain_acl.yml \
 //!     scripts/real-cluster.sh start
-//! ROCKETMQ_NAMESRV=127.0.0.1:39876 cargo test --test interop_acl -- --ignored
+//! ROCKETMQ_NAMESRV=127.0.0.1:13876 cargo test --test interop_acl -- --ignored
 //! ```
 //!
 //! rocketmq-rust reads the plain_acl.yml with ACL 2.0 semantics: a PUB/SUB account has no `Get`
