@@ -74,6 +74,8 @@ start_server() {
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# For the readiness checks, which run in a shell of their own.
+export -f port_open
 
 # The [broker] keys of ACL mode when RMQ_ACL_FILE is set (else nothing).
 acl_settings() {
@@ -106,7 +108,7 @@ configStorePath = "$DIR/ns/namesrv.properties"
 listenPort = $NS_PORT
 bindAddress = "127.0.0.1"
 TOML
-  start_server namesrv "(exec 3<>/dev/tcp/127.0.0.1/$NS_PORT)" \
+  start_server namesrv "port_open $NS_PORT" \
     env ROCKETMQ_HOME="$DIR/ns" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$((NS_PORT + 8205))" \
     rocketmq-namesrv-rust -c "$DIR/ns.toml"
 
@@ -140,7 +142,7 @@ haListenPort = $((port + 1))
 mappedFileSizeCommitLog = 134217728
 TOML
     start_server "$name" "curl -sf 127.0.0.1:$health/readyz
-(exec 3<>/dev/tcp/127.0.0.1/$port)" \
+port_open $port" \
       env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
       rocketmq-broker-rust -c "$DIR/$name.toml"
     i=$((i + 1))
