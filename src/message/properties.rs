@@ -235,7 +235,10 @@ impl Properties {
         lookup(self.raw_wire(), name.as_bytes()).and_then(|value| std::str::from_utf8(value).ok())
     }
 
-    /// [`Properties::get`] of two names in one scan of the properties.
+    /// [`Properties::get`] of two names in one scan of the properties. Both names must be
+    /// ones a pair can have (non-empty, neither separator in them), as the constant names of
+    /// [`property`] are: this runs for every message of a key-ordered consumer, so it does
+    /// not check them.
     pub(crate) fn get_two(&self, first: &str, second: &str) -> (Option<&str>, Option<&str>) {
         fn text(value: Option<&[u8]>) -> Option<&str> {
             value.and_then(|v| std::str::from_utf8(v).ok())
@@ -528,14 +531,19 @@ fn lookup<'t>(text: &'t [u8], name: &[u8]) -> Option<&'t [u8]> {
     found
 }
 
-/// [`lookup`] of two names in one pass over `text`.
+/// [`lookup`] of two names (each one a pair can have) in one pass over `text`.
 fn lookup_two<'t>(
     text: &'t [u8],
     first: &[u8],
     second: &[u8],
 ) -> (Option<&'t [u8]>, Option<&'t [u8]>) {
-    let usable = |name: &[u8]| !name.is_empty() && find_byte(name, NAME_VALUE_SEPARATOR).is_none();
-    if !usable(first) || !usable(second) || first == second {
+    debug_assert!(
+        [first, second].iter().all(|name| !name.is_empty()
+            && find_byte(name, NAME_VALUE_SEPARATOR).is_none()
+            && find_byte(name, PROPERTY_SEPARATOR).is_none()),
+        "names a pair cannot have"
+    );
+    if first == second {
         return (lookup(text, first), lookup(text, second));
     }
     let value_of = |segment: &'t [u8], name: &[u8]| -> Option<&'t [u8]> {
