@@ -49,8 +49,8 @@ wait_until() {
 }
 
 # Starts one server (its name, its readiness checks as shell commands one per line, then its
-# command line) and waits until each check passes; a server that exits before it is ready is started again, at most four times,
-# its earlier logs kept beside the new one.
+# command line) and waits until each check passes; a server that exits before it is ready is
+# started again, at most four times, its earlier logs kept beside the new one.
 start_server() {
   local name=$1 checks=$2; shift 2
   local try status=0
