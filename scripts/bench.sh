@@ -21,7 +21,9 @@ ROOT=$(pwd)
 RUNS=${BENCH_RUNS:-3}
 OUT=$ROOT/target/bench
 PORT=${BENCH_PORT:-19976}
-REAL_PORT=${BENCH_REAL_PORT:-39976}
+# Below Linux's ephemeral range (32768 and up) with every port derived from it, like CI's
+# clusters: a port there can be held by an outgoing connection, and the name server then exits.
+REAL_PORT=${BENCH_REAL_PORT:-15976}
 mkdir -p "$OUT"
 
 # Throughput and CPU figures (consume_bench, produce_bench) are taken with the embedded broker
