@@ -116,6 +116,11 @@ pub(crate) struct Finished {
     calls: Vec<FinishedCalls>,
     /// Orderly calls that finished at once (each timed by itself).
     pub(crate) orderly: Vec<(Messages, u64, OrderlyOutcome)>,
+    /// Key-ordered calls that succeeded at once and were followed by the next message of
+    /// their key in the same round (settled by the core then; only counted here).
+    pub(crate) chained: usize,
+    /// The wall-clock time the round's chained calls were decided at (read once per round).
+    pub(crate) now_ms: Option<i64>,
 }
 
 impl Finished {
@@ -124,7 +129,7 @@ impl Finished {
     }
 
     fn is_empty(&self) -> bool {
-        self.calls.is_empty() && self.orderly.is_empty()
+        self.calls.is_empty() && self.orderly.is_empty() && self.chained == 0
     }
 
     #[allow(clippy::type_complexity)]
@@ -134,9 +139,10 @@ impl Finished {
         std::time::Instant,
         Vec<FinishedCalls>,
         Vec<(Messages, u64, OrderlyOutcome)>,
+        usize,
     ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
-        (started, self.calls, self.orderly)
+        (started, self.calls, self.orderly, self.chained)
     }
 }
 
@@ -367,13 +373,16 @@ impl QueueActor {
                 }
                 return;
             }
-            let (started, mut calls, mut orderly) = finished.into_parts();
+            let (started, mut calls, mut orderly, chained) = finished.into_parts();
             for (batch, _, outcome) in &orderly {
                 let failed = orderly_failures(batch, outcome.status);
                 untimed.calls += 1;
                 untimed.ok += batch.len() - failed;
                 untimed.failed += failed;
             }
+            // A chained call is one key-ordered message that succeeded.
+            untimed.calls += chained;
+            untimed.ok += chained;
             untimed.since.get_or_insert(started);
             untimed.rounds += 1;
             // An orderly round is one call whose outcome decides the next, so a run of them is
@@ -471,6 +480,8 @@ impl QueueActor {
             started: begun,
             calls: std::mem::take(&mut self.finished_buffer),
             orderly: std::mem::take(&mut self.finished_orderly_buffer),
+            chained: 0,
+            now_ms: None,
         };
         for action in actions.drain(..) {
             match action {

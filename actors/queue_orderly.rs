@@ -140,20 +140,31 @@ impl QueueActor {
             );
             return;
         }
-        self.orderly_calls_left -= 1;
-        let batch = Messages::from(batch);
-        let context = OrderlyContext::new(self.context_queue(), &self.shared.config);
-        let pending = match self.shared.dispatcher.consume_orderly_now(
-            batch.clone(),
-            context,
-            finished.started(),
-            held_permit,
-        ) {
-            Ok(outcome) => {
-                finished.orderly.push((batch, epoch, outcome));
-                return;
+        let mut next = batch;
+        let (batch, pending) = loop {
+            self.orderly_calls_left -= 1;
+            let batch = Messages::from(next);
+            let context = OrderlyContext::new(self.context_queue(), &self.shared.config);
+            match self.shared.dispatcher.consume_orderly_now(
+                batch.clone(),
+                context,
+                finished.started(),
+                held_permit,
+            ) {
+                Ok(outcome) => {
+                    if let Some(chained) =
+                        self.next_of_key_at_once(&batch, epoch, &outcome, finished)
+                    {
+                        finished.chained += 1;
+                        self.recycle_queue(outcome.context.queue);
+                        next = chained;
+                        continue;
+                    }
+                    finished.orderly.push((batch, epoch, outcome));
+                    return;
+                }
+                Err(pending) => break (batch, pending),
             }
-            Err(pending) => pending,
         };
         let consumed = pending.instrument(self.span.clone());
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
@@ -166,6 +177,29 @@ impl QueueActor {
             act.settle_orderly(&batch, epoch, outcome, &env, now_ms(), &mut out);
             act.execute(out, ctx);
         }));
+    }
+
+    /// Key-ordered: the next message of the key of a call that succeeded at once, when the
+    /// core lets it run in the same turn (see [`QueueCore::next_of_key_at_once`]).
+    ///
+    /// [`QueueCore::next_of_key_at_once`]: crate::consumer::queue_core::QueueCore::next_of_key_at_once
+    fn next_of_key_at_once(
+        &mut self,
+        batch: &[MessageExt],
+        epoch: u64,
+        outcome: &OrderlyOutcome,
+        finished: &mut Finished,
+    ) -> Option<OrderlyBatch> {
+        let succeeded = orderly_failures(batch, outcome.status) == 0;
+        if !succeeded || self.orderly_calls_left == 0 || !self.core.is_key_ordered() {
+            return None;
+        }
+        let [message] = batch else {
+            return None;
+        };
+        let now = *finished.now_ms.get_or_insert_with(now_ms);
+        self.core
+            .next_of_key_at_once(message.queue_offset, epoch, &self.shared.config, now)
     }
 
     /// Hands an orderly call's outcome to the core (the caller records it in the stats).

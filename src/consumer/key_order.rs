@@ -45,7 +45,8 @@
 use crate::consumer::offset_map::OffsetMap;
 use crate::consumer::process_queue::{CacheStats, CachedMessage};
 use crate::message::{property, MessageExt};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The key that orders `msg` in key-ordered mode: `__SHARDINGKEY` if present and non-empty,
 /// else the first `KEYS` token; `None` (the shared "no key" key) otherwise.
@@ -77,12 +78,23 @@ enum Slot {
     InFlight,
 }
 
+/// The last unfinished offset of a key, with the key shared with its entries.
+#[derive(Debug, Clone)]
+struct KeyTail {
+    key: Arc<str>,
+    offset: i64,
+}
+
 #[derive(Debug, Clone)]
 struct Entry<M> {
     /// `None` while the message is lent to the listener ([`KeyOrderedQueue::next_ready`]
     /// hands out the message itself, not a copy; a failed one is given back).
     message: Option<M>,
-    key: Option<String>,
+    /// Shared with [`KeyOrderedQueue::keyed_tails`]: a key is stored once per chain, however
+    /// many of its messages are cached.
+    key: Option<Arc<str>>,
+    /// The next unfinished message of the same key, which becomes ready when this finishes.
+    next_of_key: Option<i64>,
     body_len: u64,
     slot: Slot,
     failures: u32,
@@ -99,7 +111,11 @@ struct Entry<M> {
 ///
 /// Messages arrive in increasing offset order and mostly finish in that order, so they are
 /// kept in an [`OffsetMap`] (a finished message leaves a hole until the ones before it
-/// finish); the ready heads are a sorted vector. Nothing is allocated per message.
+/// finish); the ready heads are a sorted vector. Each key's unfinished messages are a chain
+/// linked through the entries (each names the next of its key), and only a chain's last
+/// offset is kept by key: finishing a message readies the next of its key without a lookup
+/// by key, and the keyless chain needs no lookup at all. Nothing is allocated per message
+/// (a key is allocated once per chain).
 #[derive(Debug, Clone)]
 pub struct KeyOrderedQueue<M> {
     /// Messages by offset; `None` is a finished message with unfinished ones before it.
@@ -107,8 +123,11 @@ pub struct KeyOrderedQueue<M> {
     entries: OffsetMap<Option<Entry<M>>>,
     /// Unfinished messages (the `Some` entries).
     unfinished: usize,
-    /// Unfinished offsets of each key, in order; the head is ready or in flight.
-    chains: BTreeMap<Option<String>, VecDeque<i64>>,
+    /// The last unfinished offset of each key with unfinished messages (the chain's tail; its
+    /// head, the first unfinished one, is ready or in flight).
+    keyed_tails: HashMap<Arc<str>, KeyTail>,
+    /// The tail of the keyless messages' chain.
+    keyless_tail: Option<i64>,
     /// Heads not in flight, in increasing order.
     ready: Vec<i64>,
     in_flight: usize,
@@ -121,7 +140,8 @@ impl<M> Default for KeyOrderedQueue<M> {
         KeyOrderedQueue {
             entries: OffsetMap::default(),
             unfinished: 0,
-            chains: BTreeMap::new(),
+            keyed_tails: HashMap::new(),
+            keyless_tail: None,
             ready: Vec::new(),
             in_flight: 0,
             body_bytes: 0,
@@ -160,34 +180,41 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// arrive in increasing offset order, as pulls deliver them; one at or below the highest
     /// offset seen (a duplicate delivery) is ignored and `false` returned.
     pub fn push(&mut self, message: M, key: Option<&str>) -> bool {
-        self.push_keyed(message, key.map(str::to_owned))
-    }
-
-    /// [`KeyOrderedQueue::push`] with the key already owned (no copy of it is made unless
-    /// the key has no unfinished message yet).
-    pub fn push_keyed(&mut self, message: M, key: Option<String>) -> bool {
         let offset = message.queue_offset();
         if self.highest.is_some_and(|h| offset <= h) {
             return false;
         }
         self.highest = Some(offset);
-        let slot = match self.chains.get_mut(&key) {
-            Some(chain) if !chain.is_empty() => {
-                chain.push_back(offset);
-                Slot::Blocked
-            }
-            Some(chain) => {
-                chain.push_back(offset);
-                Slot::Ready
-            }
-            None => {
-                self.chains.insert(key.clone(), VecDeque::from([offset]));
-                Slot::Ready
-            }
+        // The chain's previous tail (the message this one waits for) and the shared key.
+        let (previous, key) = match key {
+            None => (self.keyless_tail.replace(offset), None),
+            Some(key) => match self.keyed_tails.get_mut(key) {
+                Some(tail) => (
+                    Some(std::mem::replace(&mut tail.offset, offset)),
+                    Some(tail.key.clone()),
+                ),
+                None => {
+                    let shared: Arc<str> = Arc::from(key);
+                    let tail = KeyTail {
+                        key: shared.clone(),
+                        offset,
+                    };
+                    self.keyed_tails.insert(shared.clone(), tail);
+                    (None, Some(shared))
+                }
+            },
         };
-        if slot == Slot::Ready {
+        // A tail is always unfinished; were it missing, waiting for it would stall the key.
+        let linked = previous
+            .and_then(|tail| self.entry_mut(tail))
+            .map(|tail| tail.next_of_key = Some(offset))
+            .is_some();
+        let slot = if linked {
+            Slot::Blocked
+        } else {
             self.mark_ready(offset);
-        }
+            Slot::Ready
+        };
         let body_len = message.body_len() as u64;
         self.body_bytes += body_len;
         self.unfinished += 1;
@@ -197,6 +224,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
                 base_reconsume_times: message.reconsume_times(),
                 message: Some(message),
                 key,
+                next_of_key: None,
                 body_len,
                 slot,
                 failures: 0,
@@ -312,12 +340,47 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         let Some(slot) = self.entries.get_mut(&offset) else {
             return false;
         };
+        // Only a chain's head is ever in flight, so `entry` is its key's first message.
         if slot.as_ref().map(|e| e.slot) != Some(Slot::InFlight) {
             return false;
         }
         let Some(entry) = slot.take() else {
             return false;
         };
+        self.forget_finished(&entry);
+        self.in_flight -= 1;
+        match entry.next_of_key {
+            Some(next) => {
+                let became_ready = match self.entry_mut(next) {
+                    Some(next) if next.slot == Slot::Blocked => {
+                        next.slot = Slot::Ready;
+                        true
+                    }
+                    _ => false,
+                };
+                if became_ready {
+                    self.mark_ready(next);
+                }
+            }
+            // The last of its key: the key's next message will be a head.
+            None => match &entry.key {
+                None => {
+                    if self.keyless_tail == Some(offset) {
+                        self.keyless_tail = None;
+                    }
+                }
+                Some(key) => {
+                    if self.keyed_tails.get(key).map(|tail| tail.offset) == Some(offset) {
+                        self.keyed_tails.remove(key);
+                    }
+                }
+            },
+        }
+        true
+    }
+
+    /// The bookkeeping of a finished message whose entry was just taken out.
+    fn forget_finished(&mut self, entry: &Entry<M>) {
         self.unfinished -= 1;
         while self.entries.first_value().is_some_and(Option::is_none) {
             self.entries.pop_first();
@@ -325,34 +388,41 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         while self.entries.last_value().is_some_and(Option::is_none) {
             self.entries.pop_last();
         }
-        self.in_flight -= 1;
         self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
-        let mut next_head = None;
-        if let Some(chain) = self.chains.get_mut(&entry.key) {
-            // Only a chain's head is ever in flight.
-            if chain.front() == Some(&offset) {
-                chain.pop_front();
-            } else {
-                chain.retain(|o| *o != offset);
-            }
-            next_head = chain.front().copied();
-            if chain.is_empty() {
-                self.chains.remove(&entry.key);
-            }
+    }
+
+    /// [`KeyOrderedQueue::complete`] of a message that succeeded, handing out the next message
+    /// of its key in the same step when that one may run at `now_ms` and no other message is
+    /// waiting to run (so nothing is passed over): the copy to run, as
+    /// [`KeyOrderedQueue::next_ready_copies`] would give it. `None` when that is not so, and
+    /// then nothing has changed (complete the message as usual).
+    pub(crate) fn finish_and_take_next(&mut self, offset: i64, now_ms: i64) -> Option<M>
+    where
+        M: Clone,
+    {
+        if !self.ready.is_empty() {
+            return None;
         }
-        if let Some(head) = next_head {
-            let became_ready = match self.entry_mut(head) {
-                Some(next) if next.slot == Slot::Blocked => {
-                    next.slot = Slot::Ready;
-                    true
-                }
-                _ => false,
-            };
-            if became_ready {
-                self.mark_ready(head);
-            }
+        let next = self
+            .entry(offset)
+            .filter(|entry| entry.slot == Slot::InFlight)?
+            .next_of_key?;
+        let next_entry = self.entry_mut(next)?;
+        if next_entry.slot != Slot::Blocked || next_entry.not_before_ms > now_ms {
+            return None;
         }
-        true
+        let mut message = next_entry.message.clone()?;
+        message.set_reconsume_times(
+            next_entry
+                .base_reconsume_times
+                .saturating_add(i32::try_from(next_entry.failures).unwrap_or(i32::MAX)),
+        );
+        next_entry.slot = Slot::InFlight;
+        // One message out of flight, the next in: `in_flight` stays.
+        if let Some(entry) = self.entries.get_mut(&offset).and_then(Option::take) {
+            self.forget_finished(&entry);
+        }
+        Some(message)
     }
 
     /// How many times the unfinished message at `offset` failed here (add the broker's
@@ -408,7 +478,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
 
     /// Keys with unfinished messages (the keyless ones count as one).
     pub fn key_count(&self) -> usize {
-        self.chains.len()
+        self.keyed_tails.len() + usize::from(self.keyless_tail.is_some())
     }
 
     /// The unfinished message at `offset`, unless it is lent out (in flight).
@@ -448,7 +518,7 @@ mod tests {
     use super::*;
     use crate::message::{property, Message};
     use proptest::prelude::*;
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     #[derive(Debug, Clone, PartialEq)]
     struct M(i64);
@@ -675,6 +745,8 @@ mod tests {
         Push(u8),
         Take(usize),
         Complete(prop::sample::Index, bool),
+        /// A running message succeeds and the next of its key is taken in the same step.
+        Chain(prop::sample::Index),
     }
 
     proptest! {
@@ -687,6 +759,7 @@ mod tests {
                     (0u8..5).prop_map(Op::Push),
                     (0usize..4).prop_map(Op::Take),
                     (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, ok)| Op::Complete(i, ok)),
+                    any::<prop::sample::Index>().prop_map(Op::Chain),
                 ],
                 1..120,
             ),
@@ -697,6 +770,8 @@ mod tests {
             let mut keys: BTreeMap<i64, Option<String>> = BTreeMap::new();
             let mut finished: BTreeSet<i64> = BTreeSet::new();
             let mut running: BTreeSet<i64> = BTreeSet::new();
+            // Handed out by `finish_and_take_next`: copies, so a failure gives nothing back.
+            let mut copied: BTreeSet<i64> = BTreeSet::new();
             let mut next = 0i64;
             let mut last_commit = i64::MIN;
             for op in ops {
@@ -726,12 +801,39 @@ mod tests {
                             continue;
                         }
                         let o = *running.iter().nth(ix.index(running.len())).unwrap();
-                        if !ok {
+                        if !ok && !copied.remove(&o) {
                             prop_assert!(q.give_back(M(o)));
                         }
                         prop_assert!(q.complete(o, ok));
                         running.remove(&o);
                         if ok { finished.insert(o); }
+                    }
+                    Op::Chain(ix) => {
+                        if running.is_empty() {
+                            continue;
+                        }
+                        let o = *running.iter().nth(ix.index(running.len())).unwrap();
+                        let key = keys[&o].clone();
+                        // The next of the key, if it may run now: nothing of the key between.
+                        let successor = keys
+                            .range(o + 1..)
+                            .find(|(other, k)| **k == key && !finished.contains(other))
+                            .map(|(other, _)| *other);
+                        let others_wait = !q.clone().next_ready(usize::MAX, 0).is_empty();
+                        match q.finish_and_take_next(o, 0) {
+                            Some(m) => {
+                                prop_assert!(!others_wait, "{} passed over a waiting message", m.0);
+                                prop_assert_eq!(Some(m.0), successor);
+                                prop_assert!(!running.contains(&m.0) && !finished.contains(&m.0));
+                                running.remove(&o);
+                                copied.remove(&o);
+                                finished.insert(o);
+                                running.insert(m.0);
+                                copied.insert(m.0);
+                            }
+                            // Nothing changed: it is still running, and completes as usual.
+                            None => prop_assert!(others_wait || successor.is_none()),
+                        }
                     }
                 }
                 prop_assert_eq!(q.in_flight_count(), running.len());
@@ -751,6 +853,7 @@ mod tests {
                 if running.is_empty() { break; }
                 let running_now: Vec<i64> = running.iter().copied().collect();
                 for o in running_now {
+                    copied.remove(&o);
                     prop_assert!(q.complete(o, true));
                     running.remove(&o);
                     finished.insert(o);

@@ -512,7 +512,11 @@ pub(crate) struct QueueCore {
     /// When the last pull was sent.
     pub(crate) last_pull_ms: i64,
     /// Orderly: a consume pass is scheduled (suspend, lock retry), so new messages wait for it.
+    /// Key-ordered: a wake-up is scheduled for a paused key (other keys do not wait for it).
     consume_scheduled: bool,
+    /// Key-ordered: when the earliest scheduled wake-up fires, so a key paused for less than
+    /// that schedules an earlier one.
+    consume_wakeup_ms: Option<i64>,
     /// The start offset was asked for (after the first lock, when one is needed).
     start_requested: bool,
     /// The id of the pull in flight, if one is.
@@ -545,6 +549,7 @@ impl QueueCore {
             pull_from_broker_id: 0,
             last_pull_ms: now_ms,
             consume_scheduled: false,
+            consume_wakeup_ms: None,
             start_requested: false,
             pull_in_flight: None,
             next_pull_id: 0,
@@ -899,8 +904,7 @@ impl QueueCore {
             Mode::KeyOrdered { queue } => {
                 let pull = Arc::new(messages);
                 for (entry, message) in CachedEntry::of_pull(&pull).zip(pull.iter()) {
-                    let key = crate::consumer::key_order::ordering_key(message).map(str::to_owned);
-                    queue.push_keyed(entry, key);
+                    queue.push(entry, crate::consumer::key_order::ordering_key(message));
                 }
                 Some(Delivered::Ordered)
             }
@@ -1332,6 +1336,7 @@ impl QueueCore {
         out: &mut Vec<QueueAction>,
     ) {
         self.consume_scheduled = false;
+        self.consume_wakeup_ms = None;
         self.consume_ordered(cfg, now_ms, out);
     }
 
@@ -1343,13 +1348,14 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        if self.consume_scheduled {
-            return;
-        }
         match &self.mode {
-            Mode::Orderly { .. } => self.consume_orderly_batch(cfg, now_ms, out),
+            // A scheduled pass is a suspend of the whole queue.
+            Mode::Orderly { .. } if !self.consume_scheduled => {
+                self.consume_orderly_batch(cfg, now_ms, out)
+            }
+            // A scheduled pass only wakes paused keys: the others run now.
             Mode::KeyOrdered { .. } => self.consume_ready_keys(cfg, now_ms, out),
-            Mode::Concurrent { .. } => {}
+            Mode::Orderly { .. } | Mode::Concurrent { .. } => {}
         }
     }
 
@@ -1409,9 +1415,43 @@ impl QueueCore {
         }
         self.ready_buffer = ready;
         if let Some(at) = wakeup {
-            let delay = Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64);
-            self.schedule_consume(delay, out);
+            if self.consume_wakeup_ms.is_none_or(|pending| at < pending) {
+                // The later wake-up still fires; it finds nothing due or what is due by then.
+                self.consume_wakeup_ms = Some(at);
+                self.consume_scheduled = true;
+                let delay = Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64);
+                out.push(QueueAction::ConsumeAfter(delay));
+            }
         }
+    }
+
+    /// Whether the queue runs in key-ordered mode.
+    pub(crate) fn is_key_ordered(&self) -> bool {
+        matches!(self.mode, Mode::KeyOrdered { .. })
+    }
+
+    /// Key-ordered: the listener call of the message at `offset` (of `epoch`) succeeded at once.
+    /// When the next message of its key may run now and nothing else waits to run, that one
+    /// is handed out and returned, to be run in the same turn: a key's messages then follow
+    /// each other without a step per message. The call counts as settled (the returned one
+    /// takes its place), and the commit and the pull check it would make wait for the last
+    /// call of the chain, which settles as usual. `None`, changing nothing, otherwise: settle
+    /// the call with [`QueueCore::on_orderly_consumed`].
+    pub(crate) fn next_of_key_at_once(
+        &mut self,
+        offset: i64,
+        epoch: u64,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+    ) -> Option<OrderlyBatch> {
+        if epoch != self.epoch || self.dropping || !self.may_consume(cfg, now_ms) {
+            return None;
+        }
+        let Mode::KeyOrdered { queue } = &mut self.mode else {
+            return None;
+        };
+        let next = queue.finish_and_take_next(offset, now_ms)?;
+        Some(OrderlyBatch::of_entries(std::slice::from_ref(&next)))
     }
 
     /// An orderly listener call for `batch` (of `epoch`) ended.
@@ -2391,5 +2431,146 @@ mod tests {
             .any(|a| matches!(a, QueueAction::ConsumeOrderly { batch, .. } if batch.len() == 1)));
         assert_eq!(core.cache_stats().count, 2);
         let _ = MessageQueue::new("T", "b", 0);
+    }
+
+    /// A key-ordered pull of `keys.len()` messages from offset 0, each with its `KEYS`.
+    fn keyed_pull(keys: &[&str]) -> PullResponse {
+        let mut response = found(0..keys.len() as i64);
+        for (message, key) in response.messages.iter_mut().zip(keys) {
+            message
+                .message
+                .properties
+                .insert(crate::message::property::KEYS, key);
+        }
+        response
+    }
+
+    /// The offsets of the key-ordered calls among `out`.
+    fn key_calls(out: &[QueueAction]) -> Vec<i64> {
+        out.iter()
+            .filter_map(|a| match a {
+                QueueAction::ConsumeOrderly { batch, .. } => batch.first().map(|m| m.queue_offset),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A failed key-ordered call of `message` (suspend as the context says).
+    fn key_failure(
+        core: &mut QueueCore,
+        message: &MessageExt,
+        suspend_ms: u64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+    ) -> Vec<QueueAction> {
+        let mut context = OrderlyContext::new(MessageQueue::new("T", "b", 0), cfg);
+        context.suspend_time = Duration::from_millis(suspend_ms);
+        let mut out = Vec::new();
+        core.on_orderly_consumed(
+            std::slice::from_ref(message),
+            core.epoch,
+            OrderlyStatus::SuspendCurrentQueueAMoment,
+            &context,
+            cfg,
+            env,
+            now_ms,
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn a_paused_key_does_not_hold_up_the_other_keys() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.key_ordered = true;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        let pull = keyed_pull(&["a", "b", "b", "b"]);
+        let messages = pull.messages.clone();
+        core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        assert_eq!(key_calls(&out), [0, 1], "one call per key");
+        // Key a fails and pauses for a second ...
+        let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
+        assert!(key_calls(&out).is_empty());
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, QueueAction::ConsumeAfter(_))));
+        // ... while key b goes on at once, message after message.
+        let out = orderly_success(&mut core, &messages[1..2], 0, &cfg, &env, 20);
+        assert_eq!(
+            key_calls(&out),
+            [2],
+            "b's next message runs without waiting for a"
+        );
+        let out = orderly_success(&mut core, &messages[2..3], 0, &cfg, &env, 30);
+        assert_eq!(key_calls(&out), [3]);
+    }
+
+    #[test]
+    fn a_key_paused_for_less_than_the_pending_wakeup_wakes_on_time() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.key_ordered = true;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        let pull = keyed_pull(&["a", "b"]);
+        let messages = pull.messages.clone();
+        core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        assert_eq!(key_calls(&out), [0, 1]);
+        let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
+        assert!(out.iter().any(
+            |a| matches!(a, QueueAction::ConsumeAfter(d) if *d == Duration::from_millis(1_000))
+        ));
+        // b pauses for 10 ms: a wake-up at 30 ms, not at a's 1,010 ms.
+        let out = key_failure(&mut core, &messages[1], 10, &cfg, &env, 20);
+        assert!(
+            out.iter().any(
+                |a| matches!(a, QueueAction::ConsumeAfter(d) if *d == Duration::from_millis(10))
+            ),
+            "{out:?}"
+        );
+        let mut out = Vec::new();
+        core.on_consume_timer(&cfg, 30, &mut out);
+        assert_eq!(key_calls(&out), [1], "b again after its 10 ms");
+    }
+
+    #[test]
+    fn a_key_runs_its_next_message_in_the_same_turn_and_commits_when_the_chain_ends() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.key_ordered = true;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        let pull = keyed_pull(&["a", "a", "a"]);
+        core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        assert_eq!(key_calls(&out), [0]);
+        let epoch = core.epoch;
+        let second = core
+            .next_of_key_at_once(0, epoch, &cfg, 10)
+            .expect("a's next message at once");
+        assert_eq!(second.first().map(|m| m.queue_offset), Some(1));
+        assert_eq!(
+            core.unsettled, 1,
+            "the next call takes the place of the first"
+        );
+        // Not for a result of an earlier epoch, nor without the broker's lock.
+        assert!(core.next_of_key_at_once(1, epoch + 1, &cfg, 10).is_none());
+        let lock_expired = 10 + cfg.lock_max_live_time.as_millis() as i64 + 1;
+        assert!(core
+            .next_of_key_at_once(1, epoch, &cfg, lock_expired)
+            .is_none());
+        // The chain's last call settles as usual: the commit covers both.
+        let out = orderly_success(&mut core, &second, epoch, &cfg, &env, 20);
+        assert_eq!(key_calls(&out), [2]);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::Commit(2))),
+            "{out:?}"
+        );
+        assert_eq!(core.committed, Some(2));
     }
 }
