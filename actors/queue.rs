@@ -116,9 +116,12 @@ pub(crate) struct Finished {
     calls: Vec<FinishedCalls>,
     /// Orderly calls that finished at once (each timed by itself).
     pub(crate) orderly: Vec<(Messages, u64, OrderlyOutcome)>,
-    /// Key-ordered calls that succeeded at once and were followed by the next message of
-    /// their key in the same round (settled by the core then; only counted here).
+    /// Orderly calls that succeeded at once and were settled by the core then (see
+    /// `QueueActor::settle_at_once`); only counted here, with their messages.
     pub(crate) chained: usize,
+    pub(crate) chained_messages: usize,
+    /// The actions the core decided when it settled those calls, for the next round.
+    pub(crate) followups: Vec<QueueAction>,
     /// The wall-clock time the round's chained calls were decided at (read once per round).
     pub(crate) now_ms: Option<i64>,
 }
@@ -129,7 +132,10 @@ impl Finished {
     }
 
     fn is_empty(&self) -> bool {
-        self.calls.is_empty() && self.orderly.is_empty() && self.chained == 0
+        self.calls.is_empty()
+            && self.orderly.is_empty()
+            && self.chained == 0
+            && self.followups.is_empty()
     }
 
     #[allow(clippy::type_complexity)]
@@ -139,11 +145,23 @@ impl Finished {
         std::time::Instant,
         Vec<FinishedCalls>,
         Vec<(Messages, u64, OrderlyOutcome)>,
-        usize,
+        ChainedCalls,
     ) {
         let started = self.started.unwrap_or_else(std::time::Instant::now);
-        (started, self.calls, self.orderly, self.chained)
+        let chained = ChainedCalls {
+            calls: self.chained,
+            messages: self.chained_messages,
+            followups: self.followups,
+        };
+        (started, self.calls, self.orderly, chained)
     }
+}
+
+/// The orderly calls a round settled as they finished ([`Finished::chained`]).
+struct ChainedCalls {
+    calls: usize,
+    messages: usize,
+    followups: Vec<QueueAction>,
 }
 
 /// One owned queue. Created and stopped by the rebalancer.
@@ -191,6 +209,8 @@ pub struct QueueActor {
     finished_buffer: Vec<FinishedCalls>,
     /// The same for orderly calls.
     finished_orderly_buffer: Vec<(Messages, u64, OrderlyOutcome)>,
+    /// The spare buffer of [`Finished::followups`].
+    followup_buffer: Vec<QueueAction>,
     /// Orderly calls this turn may still run at once (see [`QueueActor::run_orderly`]).
     pub(crate) orderly_calls_left: u32,
 }
@@ -250,6 +270,7 @@ impl QueueActor {
             action_buffer: Vec::new(),
             finished_buffer: Vec::new(),
             finished_orderly_buffer: Vec::new(),
+            followup_buffer: Vec::new(),
             orderly_calls_left: ORDERLY_CALLS_PER_TURN,
         }
     }
@@ -366,6 +387,7 @@ impl QueueActor {
             if finished.is_empty() {
                 self.finished_buffer = finished.calls;
                 self.finished_orderly_buffer = finished.orderly;
+                self.followup_buffer = finished.followups;
                 self.keep_actions(actions);
                 if untimed.calls > 0 {
                     let ended = std::time::Instant::now();
@@ -380,9 +402,12 @@ impl QueueActor {
                 untimed.ok += batch.len() - failed;
                 untimed.failed += failed;
             }
-            // A chained call is one key-ordered message that succeeded.
-            untimed.calls += chained;
-            untimed.ok += chained;
+            // Chained calls all succeeded; what the core decided then comes first.
+            untimed.calls += chained.calls;
+            untimed.ok += chained.messages;
+            let mut followups = chained.followups;
+            actions.append(&mut followups);
+            self.followup_buffer = followups;
             untimed.since.get_or_insert(started);
             untimed.rounds += 1;
             // An orderly round is one call whose outcome decides the next, so a run of them is
@@ -481,6 +506,8 @@ impl QueueActor {
             calls: std::mem::take(&mut self.finished_buffer),
             orderly: std::mem::take(&mut self.finished_orderly_buffer),
             chained: 0,
+            chained_messages: 0,
+            followups: std::mem::take(&mut self.followup_buffer),
             now_ms: None,
         };
         for action in actions.drain(..) {

@@ -39,6 +39,16 @@ pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) 
         .await
 }
 
+/// What became of an orderly call that finished at once ([`QueueActor::settle_at_once`]).
+enum AtOnce {
+    /// Settled; this call runs next, in its place.
+    Next(OrderlyBatch),
+    /// Settled, with nothing to run at once.
+    Settled,
+    /// Not settled: the round settles it.
+    Unsettled(OrderlyOutcome),
+}
+
 /// How many messages of an orderly call's batch failed: all of them unless it succeeded.
 pub(crate) fn orderly_failures(batch: &[MessageExt], status: OrderlyStatus) -> usize {
     match status {
@@ -151,18 +161,17 @@ impl QueueActor {
                 finished.started(),
                 held_permit,
             ) {
-                Ok(outcome) => {
-                    if let Some(chained) =
-                        self.next_of_key_at_once(&batch, epoch, &outcome, finished)
-                    {
-                        finished.chained += 1;
-                        self.recycle_queue(outcome.context.queue);
+                Ok(outcome) => match self.settle_at_once(&batch, epoch, outcome, finished) {
+                    AtOnce::Next(chained) => {
                         next = chained;
                         continue;
                     }
-                    finished.orderly.push((batch, epoch, outcome));
-                    return;
-                }
+                    AtOnce::Settled => return,
+                    AtOnce::Unsettled(outcome) => {
+                        finished.orderly.push((batch, epoch, outcome));
+                        return;
+                    }
+                },
                 Err(pending) => break (batch, pending),
             }
         };
@@ -179,27 +188,60 @@ impl QueueActor {
         }));
     }
 
-    /// Key-ordered: the next message of the key of a call that succeeded at once, when the
-    /// core lets it run in the same turn (see [`QueueCore::next_of_key_at_once`]).
+    /// Settles an orderly call that succeeded at once in the same turn, when the core lets
+    /// the queue's next call follow it at once: the next batch of an orderly queue
+    /// ([`QueueCore::on_orderly_consumed_at_once`]), the next message of the key of a
+    /// key-ordered one ([`QueueCore::next_of_key_at_once`]). Anything else is left for the
+    /// round to settle, as are calls past the turn's
+    /// [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN).
     ///
+    /// [`QueueCore::on_orderly_consumed_at_once`]: crate::consumer::queue_core::QueueCore::on_orderly_consumed_at_once
     /// [`QueueCore::next_of_key_at_once`]: crate::consumer::queue_core::QueueCore::next_of_key_at_once
-    fn next_of_key_at_once(
+    fn settle_at_once(
         &mut self,
         batch: &[MessageExt],
         epoch: u64,
-        outcome: &OrderlyOutcome,
+        outcome: OrderlyOutcome,
         finished: &mut Finished,
-    ) -> Option<OrderlyBatch> {
+    ) -> AtOnce {
         let succeeded = orderly_failures(batch, outcome.status) == 0;
-        if !succeeded || self.orderly_calls_left == 0 || !self.core.is_key_ordered() {
-            return None;
+        if !succeeded || self.orderly_calls_left == 0 {
+            return AtOnce::Unsettled(outcome);
         }
-        let [message] = batch else {
-            return None;
-        };
         let now = *finished.now_ms.get_or_insert_with(now_ms);
-        self.core
-            .next_of_key_at_once(message.queue_offset, epoch, &self.shared.config, now)
+        let next = if self.core.is_key_ordered() {
+            let [message] = batch else {
+                return AtOnce::Unsettled(outcome);
+            };
+            match self.core.next_of_key_at_once(
+                message.queue_offset,
+                epoch,
+                &self.shared.config,
+                now,
+            ) {
+                Some(next) => Some(next),
+                None => return AtOnce::Unsettled(outcome),
+            }
+        } else {
+            let env = self.env();
+            self.core.on_orderly_consumed_at_once(
+                batch,
+                epoch,
+                outcome.status,
+                &outcome.context,
+                &self.shared.config,
+                &env,
+                now,
+                &mut finished.followups,
+            )
+        };
+        finished.chained += 1;
+        finished.chained_messages += batch.len();
+        self.recycle_queue(outcome.context.queue);
+        match next {
+            Some(next) => AtOnce::Next(next),
+            None => AtOnce::Settled,
+        }
     }
 
     /// Hands an orderly call's outcome to the core (the caller records it in the stats).

@@ -1454,6 +1454,58 @@ impl QueueCore {
         Some(OrderlyBatch::of_entries(std::slice::from_ref(&next)))
     }
 
+    /// Orderly (queue order): [`QueueCore::on_orderly_consumed`] of a call that finished at
+    /// once, except that when the queue's next step is to hand out its next batch right
+    /// away, the batch is returned instead of a [`QueueAction::ConsumeOrderly`], to be run in
+    /// the same turn: a queue's batches then follow each other without a step per call. The
+    /// returned call takes this one's place (nothing more to settle), and the pull check this
+    /// call would make waits for the chain's last call, which settles as usual.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_orderly_consumed_at_once(
+        &mut self,
+        batch: &[MessageExt],
+        epoch: u64,
+        status: OrderlyStatus,
+        context: &OrderlyContext,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) -> Option<OrderlyBatch> {
+        let Mode::Orderly { pq, state } = &mut self.mode else {
+            self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
+            return None;
+        };
+        if epoch != self.epoch || self.dropping {
+            self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
+            return None;
+        }
+        let step = state.on_orderly_result(pq, batch, status, context, cfg, now_ms);
+        if !matches!(step.next, OrderlyNext::Continue) || self.consume_scheduled {
+            self.apply_orderly_step(step, cfg, env, now_ms, out);
+            self.settle(out);
+            return None;
+        }
+        if let Some(offset) = step.commit_offset {
+            self.commit(offset, out);
+        }
+        // What `consume_orderly_batch` would hand out next.
+        let Mode::Orderly { pq, state } = &mut self.mode else {
+            return None;
+        };
+        match state
+            .next_batch_kept(pq, &self.lock, cfg, now_ms)
+            .map(OrderlyBatch::of_entries)
+        {
+            Ok(next) => return Some(next),
+            Err(BatchStep::NeedsLock) => self.schedule_consume(cfg.pull_delay_on_error, out),
+            Err(_) => {}
+        }
+        self.pull(cfg, env, now_ms, out);
+        self.settle(out);
+        None
+    }
+
     /// An orderly listener call for `batch` (of `epoch`) ended.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_orderly_consumed(
@@ -2572,5 +2624,64 @@ mod tests {
             "{out:?}"
         );
         assert_eq!(core.committed, Some(2));
+    }
+
+    #[test]
+    fn an_orderly_queue_runs_its_next_batch_in_the_same_turn_and_commits_as_it_goes() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
+        let (first, epoch) = orderly_batch_of(&out);
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let at_once = |core: &mut QueueCore, batch: &[MessageExt], epoch: u64| {
+            let mut out = Vec::new();
+            let next = core.on_orderly_consumed_at_once(
+                batch,
+                epoch,
+                OrderlyStatus::Success,
+                &context,
+                &cfg,
+                &env,
+                10,
+                &mut out,
+            );
+            (next, out)
+        };
+        let (second, out) = at_once(&mut core, &first, epoch);
+        let second = second.expect("the next batch at once");
+        assert_eq!(second.first().map(|m| m.queue_offset), Some(1));
+        assert_eq!(
+            core.unsettled, 1,
+            "the next call takes the place of the first"
+        );
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::Commit(1))),
+            "{out:?}"
+        );
+        assert!(
+            !out.iter()
+                .any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
+            "returned, not an action"
+        );
+        let (third, _) = at_once(&mut core, &second, epoch);
+        let third = third.expect("the last batch at once");
+        // The last one: nothing more to run, so it settles as usual.
+        let (none, out) = at_once(&mut core, &third, epoch);
+        assert!(none.is_none());
+        assert_eq!(core.unsettled, 0);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::Commit(3))),
+            "{out:?}"
+        );
+        // A result of an earlier epoch settles as usual too, and chains nothing.
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
+        let (first, epoch) = orderly_batch_of(&out);
+        let (stale, _) = at_once(&mut core, &first, epoch + 1);
+        assert!(stale.is_none());
     }
 }
