@@ -220,7 +220,7 @@ pub(crate) const ORDERLY_CALLS_PER_TURN: u32 = 64;
 
 /// Orderly rounds (one listener call each) that share one clock read when their calls finish
 /// at once: the core's `now` is at most this many calls old.
-const ORDERLY_ROUNDS_PER_CLOCK_READ: u32 = 8;
+pub(crate) const ORDERLY_ROUNDS_PER_CLOCK_READ: u32 = 8;
 
 /// Orderly calls that finished at once since the last clock read.
 #[derive(Default)]
@@ -537,6 +537,14 @@ impl QueueActor {
                 QueueAction::RecomputeOffset => self.recompute_offset(ctx),
                 QueueAction::ConsumeOrderly { batch, epoch } => {
                     self.run_orderly(batch, epoch, ctx, &mut finished, held_permit)
+                }
+                QueueAction::WakeKeysAfter { delay, due_ms } => {
+                    ctx.run_later(delay, move |act, ctx| {
+                        let mut out = act.take_actions();
+                        act.core
+                            .on_key_wake_timer(due_ms, &act.shared.config, now_ms(), &mut out);
+                        act.execute(out, ctx);
+                    });
                 }
                 QueueAction::ConsumeAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {

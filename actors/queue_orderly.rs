@@ -12,7 +12,7 @@ use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::listener::{Messages, OrderlyOutcome};
 use crate::actors::offset_store::LoadOffset;
-use crate::actors::queue::{Finished, QueueActor};
+use crate::actors::queue::{Finished, QueueActor, ORDERLY_ROUNDS_PER_CLOCK_READ};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, DeadLetter};
@@ -208,7 +208,13 @@ impl QueueActor {
         if !succeeded || self.orderly_calls_left == 0 {
             return AtOnce::Unsettled(outcome);
         }
+        // A chain of calls reads the clock as a run of rounds does: the core's time is at most
+        // that many calls old (it judges the broker's lock by it).
+        if finished.chained % ORDERLY_ROUNDS_PER_CLOCK_READ as usize == 0 {
+            finished.now_ms = None;
+        }
         let now = *finished.now_ms.get_or_insert_with(now_ms);
+        let env = self.env();
         let next = if self.core.is_key_ordered() {
             let [message] = batch else {
                 return AtOnce::Unsettled(outcome);
@@ -217,13 +223,14 @@ impl QueueActor {
                 message.queue_offset,
                 epoch,
                 &self.shared.config,
+                &env,
                 now,
+                &mut finished.followups,
             ) {
                 Some(next) => Some(next),
                 None => return AtOnce::Unsettled(outcome),
             }
         } else {
-            let env = self.env();
             self.core.on_orderly_consumed_at_once(
                 batch,
                 epoch,

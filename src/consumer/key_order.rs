@@ -392,15 +392,19 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     }
 
     /// [`KeyOrderedQueue::complete`] of a message that succeeded, handing out the next message
-    /// of its key in the same step when that one may run at `now_ms` and no other message is
-    /// waiting to run (so nothing is passed over): the copy to run, as
+    /// of its key in the same step when that one may run at `now_ms` and no other message may
+    /// run now (so nothing is passed over; a paused key does not count): the copy to run, as
     /// [`KeyOrderedQueue::next_ready_copies`] would give it. `None` when that is not so, and
     /// then nothing has changed (complete the message as usual).
     pub(crate) fn finish_and_take_next(&mut self, offset: i64, now_ms: i64) -> Option<M>
     where
         M: Clone,
     {
-        if !self.ready.is_empty() {
+        let others_due = self
+            .ready
+            .iter()
+            .any(|o| self.entry(*o).is_some_and(|e| e.not_before_ms <= now_ms));
+        if others_due {
             return None;
         }
         let next = self

@@ -318,6 +318,14 @@ pub(crate) enum QueueAction {
     },
     /// Call [`QueueCore::on_consume_timer`] after the delay.
     ConsumeAfter(Duration),
+    /// Key-ordered: call [`QueueCore::on_key_wake_timer`] with `due_ms` after `delay` (a paused
+    /// key is due then; each pause has a wake-up of its own).
+    WakeKeysAfter {
+        /// How long to wait.
+        delay: Duration,
+        /// When the paused key is due (the core's clock).
+        due_ms: i64,
+    },
     /// Send these messages to the dead-letter queue; answer with
     /// [`QueueCore::on_dead_lettered`].
     DeadLetter {
@@ -512,11 +520,8 @@ pub(crate) struct QueueCore {
     /// When the last pull was sent.
     pub(crate) last_pull_ms: i64,
     /// Orderly: a consume pass is scheduled (suspend, lock retry), so new messages wait for it.
-    /// Key-ordered: a wake-up is scheduled for a paused key (other keys do not wait for it).
+    /// Key-ordered: a pass is scheduled for when the broker's lock may be back.
     consume_scheduled: bool,
-    /// Key-ordered: when the earliest scheduled wake-up fires, so a key paused for less than
-    /// that schedules an earlier one.
-    consume_wakeup_ms: Option<i64>,
     /// The start offset was asked for (after the first lock, when one is needed).
     start_requested: bool,
     /// The id of the pull in flight, if one is.
@@ -549,7 +554,6 @@ impl QueueCore {
             pull_from_broker_id: 0,
             last_pull_ms: now_ms,
             consume_scheduled: false,
-            consume_wakeup_ms: None,
             start_requested: false,
             pull_in_flight: None,
             next_pull_id: 0,
@@ -1336,8 +1340,26 @@ impl QueueCore {
         out: &mut Vec<QueueAction>,
     ) {
         self.consume_scheduled = false;
-        self.consume_wakeup_ms = None;
         self.consume_ordered(cfg, now_ms, out);
+    }
+
+    /// The delay of a [`QueueAction::WakeKeysAfter`] ended: the key paused until `due_ms` is
+    /// due. Its pass runs at `due_ms` at the earliest, so a timer that fires a little early by
+    /// this clock still finds the key due (no later wake-up would come for it).
+    pub(crate) fn on_key_wake_timer(
+        &mut self,
+        due_ms: i64,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        self.consume_ordered(cfg, now_ms.max(due_ms), out);
+    }
+
+    /// Key-ordered: wakes the queue when a key paused until `due_ms` is due.
+    fn wake_keys_at(&self, due_ms: i64, now_ms: i64, out: &mut Vec<QueueAction>) {
+        let delay = Duration::from_millis(due_ms.saturating_sub(now_ms).max(0) as u64);
+        out.push(QueueAction::WakeKeysAfter { delay, due_ms });
     }
 
     /// Starts whatever may run now: the next batch of an orderly queue, or every ready key of
@@ -1404,8 +1426,8 @@ impl QueueCore {
         let room = limit.saturating_sub(queue.in_flight_count());
         // Each carries its reconsume count: the broker's plus its failures here.
         let mut ready = std::mem::take(&mut self.ready_buffer);
+        // Paused keys are woken by the wake-up their pause scheduled.
         queue.next_ready_copies(room, now_ms, &mut ready);
-        let wakeup = queue.next_wakeup_ms(now_ms);
         for entry in ready.drain(..) {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
@@ -1414,15 +1436,6 @@ impl QueueCore {
             });
         }
         self.ready_buffer = ready;
-        if let Some(at) = wakeup {
-            if self.consume_wakeup_ms.is_none_or(|pending| at < pending) {
-                // The later wake-up still fires; it finds nothing due or what is due by then.
-                self.consume_wakeup_ms = Some(at);
-                self.consume_scheduled = true;
-                let delay = Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64);
-                out.push(QueueAction::ConsumeAfter(delay));
-            }
-        }
     }
 
     /// Whether the queue runs in key-ordered mode.
@@ -1431,18 +1444,20 @@ impl QueueCore {
     }
 
     /// Key-ordered: the listener call of the message at `offset` (of `epoch`) succeeded at once.
-    /// When the next message of its key may run now and nothing else waits to run, that one
-    /// is handed out and returned, to be run in the same turn: a key's messages then follow
-    /// each other without a step per message. The call counts as settled (the returned one
-    /// takes its place), and the commit and the pull check it would make wait for the last
-    /// call of the chain, which settles as usual. `None`, changing nothing, otherwise: settle
-    /// the call with [`QueueCore::on_orderly_consumed`].
+    /// When the next message of its key may run now and no other message may run now, that
+    /// one is handed out and returned, to be run in the same turn: a key's messages then
+    /// follow each other without a step per message. The call is settled (the returned one
+    /// takes its place), with its commit and pull check in `out`. `None`, changing nothing,
+    /// otherwise: settle the call with [`QueueCore::on_orderly_consumed`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn next_of_key_at_once(
         &mut self,
         offset: i64,
         epoch: u64,
         cfg: &PushConsumerConfig,
+        env: &QueueEnv,
         now_ms: i64,
+        out: &mut Vec<QueueAction>,
     ) -> Option<OrderlyBatch> {
         if epoch != self.epoch || self.dropping || !self.may_consume(cfg, now_ms) {
             return None;
@@ -1451,6 +1466,11 @@ impl QueueCore {
             return None;
         };
         let next = queue.finish_and_take_next(offset, now_ms)?;
+        let committed = queue.committed_offset();
+        if let Some(committed) = committed {
+            self.commit(committed, out);
+        }
+        self.pull(cfg, env, now_ms, out);
         Some(OrderlyBatch::of_entries(std::slice::from_ref(&next)))
     }
 
@@ -1458,8 +1478,7 @@ impl QueueCore {
     /// once, except that when the queue's next step is to hand out its next batch right
     /// away, the batch is returned instead of a [`QueueAction::ConsumeOrderly`], to be run in
     /// the same turn: a queue's batches then follow each other without a step per call. The
-    /// returned call takes this one's place (nothing more to settle), and the pull check this
-    /// call would make waits for the chain's last call, which settles as usual.
+    /// returned call takes this one's place (nothing more to settle).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_orderly_consumed_at_once(
         &mut self,
@@ -1497,7 +1516,10 @@ impl QueueCore {
             .next_batch_kept(pq, &self.lock, cfg, now_ms)
             .map(OrderlyBatch::of_entries)
         {
-            Ok(next) => return Some(next),
+            Ok(next) => {
+                self.pull(cfg, env, now_ms, out);
+                return Some(next);
+            }
             Err(BatchStep::NeedsLock) => self.schedule_consume(cfg.pull_delay_on_error, out),
             Err(_) => {}
         }
@@ -1607,9 +1629,10 @@ impl QueueCore {
                 suspend,
             });
             return;
-        } else {
-            queue.retry_at(offset, now_ms + suspend.as_millis() as i64);
         }
+        let due = now_ms + suspend.as_millis() as i64;
+        queue.retry_at(offset, due);
+        self.wake_keys_at(due, now_ms, out);
         self.after_key_change(cfg, env, now_ms, out);
     }
 
@@ -1652,12 +1675,18 @@ impl QueueCore {
                     self.apply_orderly_step(step, cfg, env, now_ms, out);
                 }
                 Mode::KeyOrdered { queue } => {
+                    let due = now_ms + suspend.as_millis() as i64;
+                    let mut paused = false;
                     for offset in attempted {
                         if sent.contains(offset) {
                             queue.complete(*offset, true);
                         } else {
-                            queue.retry_at(*offset, now_ms + suspend.as_millis() as i64);
+                            queue.retry_at(*offset, due);
+                            paused = true;
                         }
+                    }
+                    if paused && due > now_ms {
+                        self.wake_keys_at(due, now_ms, out);
                     }
                     self.after_key_change(cfg, env, now_ms, out);
                 }
@@ -2532,6 +2561,16 @@ mod tests {
         out
     }
 
+    /// The wake-ups among `out`: (delay in ms, due time).
+    fn wake_ups(out: &[QueueAction]) -> Vec<(u128, i64)> {
+        out.iter()
+            .filter_map(|a| match a {
+                QueueAction::WakeKeysAfter { delay, due_ms } => Some((delay.as_millis(), *due_ms)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn a_paused_key_does_not_hold_up_the_other_keys() {
         let mut cfg = cfg();
@@ -2547,9 +2586,7 @@ mod tests {
         // Key a fails and pauses for a second ...
         let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
         assert!(key_calls(&out).is_empty());
-        assert!(out
-            .iter()
-            .any(|a| matches!(a, QueueAction::ConsumeAfter(_))));
+        assert_eq!(wake_ups(&out), [(1_000, 1_010)]);
         // ... while key b goes on at once, message after message.
         let out = orderly_success(&mut core, &messages[1..2], 0, &cfg, &env, 20);
         assert_eq!(
@@ -2559,10 +2596,18 @@ mod tests {
         );
         let out = orderly_success(&mut core, &messages[2..3], 0, &cfg, &env, 30);
         assert_eq!(key_calls(&out), [3]);
+        assert!(
+            wake_ups(&out).is_empty(),
+            "a's pause has its wake-up already"
+        );
+        // a's wake-up: a runs again.
+        let mut out = Vec::new();
+        core.on_key_wake_timer(1_010, &cfg, 1_010, &mut out);
+        assert_eq!(key_calls(&out), [0]);
     }
 
     #[test]
-    fn a_key_paused_for_less_than_the_pending_wakeup_wakes_on_time() {
+    fn each_pause_wakes_its_key_on_time_and_only_once() {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         cfg.key_ordered = true;
@@ -2574,56 +2619,97 @@ mod tests {
         core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
         assert_eq!(key_calls(&out), [0, 1]);
         let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
-        assert!(out.iter().any(
-            |a| matches!(a, QueueAction::ConsumeAfter(d) if *d == Duration::from_millis(1_000))
-        ));
+        assert_eq!(wake_ups(&out), [(1_000, 1_010)]);
         // b pauses for 10 ms: a wake-up at 30 ms, not at a's 1,010 ms.
         let out = key_failure(&mut core, &messages[1], 10, &cfg, &env, 20);
-        assert!(
-            out.iter().any(
-                |a| matches!(a, QueueAction::ConsumeAfter(d) if *d == Duration::from_millis(10))
-            ),
-            "{out:?}"
-        );
+        assert_eq!(wake_ups(&out), [(10, 30)]);
+        // The timer fires a millisecond early by the core's clock: b is due all the same.
         let mut out = Vec::new();
-        core.on_consume_timer(&cfg, 30, &mut out);
+        core.on_key_wake_timer(30, &cfg, 29, &mut out);
         assert_eq!(key_calls(&out), [1], "b again after its 10 ms");
+        assert!(wake_ups(&out).is_empty(), "no second wake-up for a");
+        // b fails again, with a shorter pause each time: one wake-up per pause, no more.
+        for (pause, now) in [(15, 40), (12, 60), (11, 80)] {
+            let out = key_failure(&mut core, &messages[1], pause, &cfg, &env, now);
+            assert_eq!(wake_ups(&out), [(pause as u128, now + pause as i64)]);
+            let mut out = Vec::new();
+            core.on_key_wake_timer(now + pause as i64, &cfg, now + pause as i64, &mut out);
+            assert_eq!(key_calls(&out), [1]);
+            assert!(wake_ups(&out).is_empty(), "{out:?}");
+        }
+        // a's own wake-up still comes, and a runs.
+        let mut out = Vec::new();
+        core.on_key_wake_timer(1_010, &cfg, 1_010, &mut out);
+        assert_eq!(key_calls(&out), [0]);
     }
 
     #[test]
-    fn a_key_runs_its_next_message_in_the_same_turn_and_commits_when_the_chain_ends() {
+    fn a_key_runs_its_next_message_in_the_same_turn_and_commits_as_it_goes() {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         cfg.key_ordered = true;
         let env = env(&cfg);
         let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
-        let pull = keyed_pull(&["a", "a", "a"]);
+        let pull = keyed_pull(&["a", "a", "a", "b"]);
         core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
-        assert_eq!(key_calls(&out), [0]);
+        assert_eq!(key_calls(&out), [0, 3]);
         let epoch = core.epoch;
+        let mut out = Vec::new();
         let second = core
-            .next_of_key_at_once(0, epoch, &cfg, 10)
+            .next_of_key_at_once(0, epoch, &cfg, &env, 10, &mut out)
             .expect("a's next message at once");
         assert_eq!(second.first().map(|m| m.queue_offset), Some(1));
         assert_eq!(
-            core.unsettled, 1,
+            core.unsettled, 2,
             "the next call takes the place of the first"
         );
-        // Not for a result of an earlier epoch, nor without the broker's lock.
-        assert!(core.next_of_key_at_once(1, epoch + 1, &cfg, 10).is_none());
-        let lock_expired = 10 + cfg.lock_max_live_time.as_millis() as i64 + 1;
-        assert!(core
-            .next_of_key_at_once(1, epoch, &cfg, lock_expired)
-            .is_none());
-        // The chain's last call settles as usual: the commit covers both.
-        let out = orderly_success(&mut core, &second, epoch, &cfg, &env, 20);
-        assert_eq!(key_calls(&out), [2]);
         assert!(
-            out.iter().any(|a| matches!(a, QueueAction::Commit(2))),
+            out.iter().any(|a| matches!(a, QueueAction::Commit(1))),
             "{out:?}"
         );
+        // Not for a result of another epoch, nor without the broker's lock.
+        let mut out = Vec::new();
+        assert!(core
+            .next_of_key_at_once(1, epoch + 1, &cfg, &env, 10, &mut out)
+            .is_none());
+        let lock_expired = 10 + cfg.lock_max_live_time.as_millis() as i64 + 1;
+        assert!(core
+            .next_of_key_at_once(1, epoch, &cfg, &env, lock_expired, &mut out)
+            .is_none());
+        assert!(out.is_empty(), "nothing changed: {out:?}");
+        // The chain's last call settles as usual.
+        let out = orderly_success(&mut core, &second, epoch, &cfg, &env, 20);
+        assert_eq!(key_calls(&out), [2]);
         assert_eq!(core.committed, Some(2));
+    }
+
+    #[test]
+    fn a_key_does_not_pass_over_another_key_that_may_run() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.key_ordered = true;
+        // One call at a time: b waits for room while a's messages follow each other.
+        cfg.consume_concurrency_max = Some(1);
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(
+            &order,
+            Ok(keyed_pull(&["a", "a", "b"])),
+            None,
+            &cfg,
+            &env,
+            0,
+            &mut out,
+        );
+        assert_eq!(key_calls(&out), [0]);
+        let mut out = Vec::new();
+        assert!(
+            core.next_of_key_at_once(0, core.epoch, &cfg, &env, 10, &mut out)
+                .is_none(),
+            "b waits to run: a's next message must not go first"
+        );
     }
 
     #[test]
@@ -2676,12 +2762,18 @@ mod tests {
             out.iter().any(|a| matches!(a, QueueAction::Commit(3))),
             "{out:?}"
         );
-        // A result of an earlier epoch settles as usual too, and chains nothing.
+        // A result of an earlier epoch (the offset was reset meanwhile) settles as usual too,
+        // and chains nothing.
         let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
         let (first, epoch) = orderly_batch_of(&out);
-        let (stale, _) = at_once(&mut core, &first, epoch + 1);
+        let mut out = Vec::new();
+        core.reset_offset(0, &cfg, &env, 5, &mut out);
+        assert_ne!(core.epoch, epoch);
+        assert_eq!(core.unsettled, 1, "the old call is still out");
+        let (stale, _) = at_once(&mut core, &first, epoch);
         assert!(stale.is_none());
+        assert_eq!(core.unsettled, 0, "settled");
     }
 }

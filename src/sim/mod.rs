@@ -295,6 +295,8 @@ enum QueueTimer {
     Lock,
     RenewLock,
     Consume,
+    /// A paused key is due (its due time by the member's clock).
+    WakeKeys(i64),
     /// An orderly listener call ends.
     OrderlyConsumed {
         batch: OrderlyBatch,
@@ -1911,6 +1913,7 @@ impl World {
                     QueueAction::Pull(o) => format!(" from {} (epoch {})", o.offset, o.epoch),
                     QueueAction::PullAfter(d)
                     | QueueAction::ConsumeAfter(d)
+                    | QueueAction::WakeKeysAfter { delay: d, .. }
                     | QueueAction::LockAfter(d) => format!(" {d:?}"),
                     _ => String::new(),
                 };
@@ -1994,6 +1997,14 @@ impl World {
                 QueueAction::ConsumeOrderly { batch, epoch } => {
                     self.orderly_listener(c, mq, instance, batch, epoch)
                 }
+                QueueAction::WakeKeysAfter { delay, due_ms } => self.queue_timer(
+                    c,
+                    incarnation,
+                    mq,
+                    instance,
+                    delay,
+                    QueueTimer::WakeKeys(due_ms),
+                ),
                 QueueAction::ConsumeAfter(delay) => {
                     self.queue_timer(c, incarnation, mq, instance, delay, QueueTimer::Consume)
                 }
@@ -2247,6 +2258,11 @@ impl World {
                     core.on_consume_timer(cfg, now, out)
                 })
             }
+            QueueTimer::WakeKeys(due_ms) => {
+                self.with_queue(c, &mq, instance, |core, cfg, _env, now, out| {
+                    core.on_key_wake_timer(due_ms, cfg, now, out)
+                })
+            }
             QueueTimer::OrderlyConsumed {
                 batch,
                 epoch,
@@ -2271,9 +2287,14 @@ impl World {
                 self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                     next = if core.is_key_ordered() {
                         let chained = match &batch[..] {
-                            [message] => {
-                                core.next_of_key_at_once(message.queue_offset, epoch, cfg, now)
-                            }
+                            [message] => core.next_of_key_at_once(
+                                message.queue_offset,
+                                epoch,
+                                cfg,
+                                env,
+                                now,
+                                out,
+                            ),
                             _ => None,
                         };
                         if chained.is_none() {
@@ -2824,6 +2845,7 @@ fn action_name(action: &QueueAction) -> &'static str {
         QueueAction::LockAfter(_) => "lock-after",
         QueueAction::ConsumeOrderly { .. } => "consume-orderly",
         QueueAction::ConsumeAfter(_) => "consume-after",
+        QueueAction::WakeKeysAfter { .. } => "wake-keys-after",
         QueueAction::DeadLetter { .. } => "dead-letter",
         QueueAction::RecomputeOffset => "recompute",
         QueueAction::Consume { .. } => "consume",
