@@ -2571,17 +2571,35 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_paused_key_does_not_hold_up_the_other_keys() {
+    /// A locked key-ordered queue (`tune` adjusts the configuration) after one pull of messages
+    /// with `keys`: the configuration, environment, core, messages and the pull's actions.
+    fn key_ordered_after_pull(
+        keys: &[&str],
+        tune: impl FnOnce(&mut PushConsumerConfig),
+    ) -> (
+        PushConsumerConfig,
+        QueueEnv,
+        QueueCore,
+        Vec<MessageExt>,
+        Vec<QueueAction>,
+    ) {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         cfg.key_ordered = true;
+        tune(&mut cfg);
         let env = env(&cfg);
         let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
-        let pull = keyed_pull(&["a", "b", "b", "b"]);
+        let pull = keyed_pull(keys);
         let messages = pull.messages.clone();
         core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        (cfg, env, core, messages, out)
+    }
+
+    #[test]
+    fn a_paused_key_does_not_hold_up_the_other_keys() {
+        let (cfg, env, mut core, messages, out) =
+            key_ordered_after_pull(&["a", "b", "b", "b"], |_| {});
         assert_eq!(key_calls(&out), [0, 1], "one call per key");
         // Key a fails and pauses for a second ...
         let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
@@ -2608,15 +2626,7 @@ mod tests {
 
     #[test]
     fn each_pause_wakes_its_key_on_time_and_only_once() {
-        let mut cfg = cfg();
-        cfg.consume_mode = ConsumeMode::Orderly;
-        cfg.key_ordered = true;
-        let env = env(&cfg);
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        let pull = keyed_pull(&["a", "b"]);
-        let messages = pull.messages.clone();
-        core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        let (cfg, env, mut core, messages, out) = key_ordered_after_pull(&["a", "b"], |_| {});
         assert_eq!(key_calls(&out), [0, 1]);
         let out = key_failure(&mut core, &messages[0], 1_000, &cfg, &env, 10);
         assert_eq!(wake_ups(&out), [(1_000, 1_010)]);
@@ -2645,14 +2655,7 @@ mod tests {
 
     #[test]
     fn a_key_runs_its_next_message_in_the_same_turn_and_commits_as_it_goes() {
-        let mut cfg = cfg();
-        cfg.consume_mode = ConsumeMode::Orderly;
-        cfg.key_ordered = true;
-        let env = env(&cfg);
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        let pull = keyed_pull(&["a", "a", "a", "b"]);
-        core.on_pull_answer(&order, Ok(pull), None, &cfg, &env, 0, &mut out);
+        let (cfg, env, mut core, _, out) = key_ordered_after_pull(&["a", "a", "a", "b"], |_| {});
         assert_eq!(key_calls(&out), [0, 3]);
         let epoch = core.epoch;
         let mut out = Vec::new();
@@ -2686,23 +2689,10 @@ mod tests {
 
     #[test]
     fn a_key_does_not_pass_over_another_key_that_may_run() {
-        let mut cfg = cfg();
-        cfg.consume_mode = ConsumeMode::Orderly;
-        cfg.key_ordered = true;
         // One call at a time: b waits for room while a's messages follow each other.
-        cfg.consume_concurrency_max = Some(1);
-        let env = env(&cfg);
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        core.on_pull_answer(
-            &order,
-            Ok(keyed_pull(&["a", "a", "b"])),
-            None,
-            &cfg,
-            &env,
-            0,
-            &mut out,
-        );
+        let (cfg, env, mut core, _, out) = key_ordered_after_pull(&["a", "a", "b"], |cfg| {
+            cfg.consume_concurrency_max = Some(1)
+        });
         assert_eq!(key_calls(&out), [0]);
         let mut out = Vec::new();
         assert!(
