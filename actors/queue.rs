@@ -122,7 +122,8 @@ pub(crate) struct Finished {
     pub(crate) chained_messages: usize,
     /// The actions the core decided when it settled those calls, for the next round.
     pub(crate) followups: Vec<QueueAction>,
-    /// The wall-clock time the round's chained calls were decided at (read once per round).
+    /// The wall-clock time the round's chained calls are decided at (read again every
+    /// [`ORDERLY_ROUNDS_PER_CLOCK_READ`] of them).
     pub(crate) now_ms: Option<i64>,
 }
 
