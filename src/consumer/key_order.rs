@@ -103,6 +103,14 @@ struct Entry<M> {
     not_before_ms: i64,
 }
 
+impl<M> Entry<M> {
+    /// The reconsume count a lent message carries: the broker's plus its failures here.
+    fn reconsume_times(&self) -> i32 {
+        self.base_reconsume_times
+            .saturating_add(i32::try_from(self.failures).unwrap_or(i32::MAX))
+    }
+}
+
 /// The messages of one queue in key-ordered mode: which may run now, and the offset to commit.
 ///
 /// Invariants (checked by the property tests): at most one message per key is in flight; a
@@ -279,11 +287,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
                 at += 1;
                 continue;
             };
-            message.set_reconsume_times(
-                entry
-                    .base_reconsume_times
-                    .saturating_add(i32::try_from(entry.failures).unwrap_or(i32::MAX)),
-            );
+            message.set_reconsume_times(entry.reconsume_times());
             entry.slot = Slot::InFlight;
             out.push(message);
             handed += 1;
@@ -416,11 +420,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
             return None;
         }
         let mut message = next_entry.message.clone()?;
-        message.set_reconsume_times(
-            next_entry
-                .base_reconsume_times
-                .saturating_add(i32::try_from(next_entry.failures).unwrap_or(i32::MAX)),
-        );
+        message.set_reconsume_times(next_entry.reconsume_times());
         next_entry.slot = Slot::InFlight;
         // One message out of flight, the next in: `in_flight` stays.
         if let Some(entry) = self.entries.get_mut(&offset).and_then(Option::take) {
@@ -434,17 +434,6 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// dead-letter queue).
     pub fn failures(&self, offset: i64) -> Option<u32> {
         self.entry(offset).map(|e| e.failures)
-    }
-
-    /// The earliest time after `now_ms` a paused ready message becomes due, to schedule a
-    /// wake-up; `None` when none is paused.
-    pub fn next_wakeup_ms(&self, now_ms: i64) -> Option<i64> {
-        self.ready
-            .iter()
-            .filter_map(|o| self.entry(*o))
-            .map(|e| e.not_before_ms)
-            .filter(|t| *t > now_ms)
-            .min()
     }
 
     /// The queue's consume offset: the smallest unfinished offset, or one past the highest
@@ -669,9 +658,7 @@ mod tests {
         assert!(q.retry_at(0, 1_000));
         assert_eq!(q.failures(0), Some(2));
         assert!(q.next_ready(10, 999).is_empty());
-        assert_eq!(q.next_wakeup_ms(999), Some(1_000));
         assert_eq!(offsets(&q.next_ready(10, 1_000)), vec![0]);
-        assert_eq!(q.next_wakeup_ms(1_000), None);
         assert!(q.complete(0, true));
         assert_eq!(offsets(&q.next_ready(10, 1_000)), vec![1]);
     }

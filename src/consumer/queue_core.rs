@@ -1387,22 +1387,33 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) {
+        if let Some(batch) = self.take_orderly_batch(cfg, now_ms, out) {
+            self.unsettled += 1;
+            out.push(QueueAction::ConsumeOrderly {
+                batch,
+                epoch: self.epoch,
+            });
+        }
+    }
+
+    /// The orderly queue's next batch, if one may run now (one that waits for the broker's
+    /// lock schedules a pass for when it may be back).
+    fn take_orderly_batch(
+        &mut self,
+        cfg: &PushConsumerConfig,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) -> Option<OrderlyBatch> {
         let Mode::Orderly { pq, state } = &mut self.mode else {
-            return;
+            return None;
         };
-        let next = state
-            .next_batch_kept(pq, &self.lock, cfg, now_ms)
-            .map(OrderlyBatch::of_entries);
-        match next {
-            Ok(batch) => {
-                self.unsettled += 1;
-                out.push(QueueAction::ConsumeOrderly {
-                    batch,
-                    epoch: self.epoch,
-                });
+        match state.next_batch_kept(pq, &self.lock, cfg, now_ms) {
+            Ok(entries) => Some(OrderlyBatch::of_entries(entries)),
+            Err(BatchStep::NeedsLock) => {
+                self.schedule_consume(cfg.pull_delay_on_error, out);
+                None
             }
-            Err(BatchStep::NeedsLock) => self.schedule_consume(cfg.pull_delay_on_error, out),
-            Err(_) => {}
+            Err(_) => None,
         }
     }
 
@@ -1508,24 +1519,14 @@ impl QueueCore {
         if let Some(offset) = step.commit_offset {
             self.commit(offset, out);
         }
-        // What `consume_orderly_batch` would hand out next.
-        let Mode::Orderly { pq, state } = &mut self.mode else {
-            return None;
-        };
-        match state
-            .next_batch_kept(pq, &self.lock, cfg, now_ms)
-            .map(OrderlyBatch::of_entries)
-        {
-            Ok(next) => {
-                self.pull(cfg, env, now_ms, out);
-                return Some(next);
-            }
-            Err(BatchStep::NeedsLock) => self.schedule_consume(cfg.pull_delay_on_error, out),
-            Err(_) => {}
-        }
+        // What `consume_orderly_batch` would hand out, returned instead; with nothing to
+        // hand out the call settles here.
+        let next = self.take_orderly_batch(cfg, now_ms, out);
         self.pull(cfg, env, now_ms, out);
-        self.settle(out);
-        None
+        if next.is_none() {
+            self.settle(out);
+        }
+        next
     }
 
     /// An orderly listener call for `batch` (of `epoch`) ended.
