@@ -188,15 +188,13 @@ impl QueueActor {
         }));
     }
 
-    /// Settles an orderly call that succeeded at once in the same turn, when the core lets
-    /// the queue's next call follow it at once: the next batch of an orderly queue
-    /// ([`QueueCore::on_orderly_consumed_at_once`]), the next message of the key of a
-    /// key-ordered one ([`QueueCore::next_of_key_at_once`]). Anything else is left for the
-    /// round to settle, as are calls past the turn's
+    /// Settles an orderly call that succeeded at once in the same turn, and returns the
+    /// queue's next call when the core lets it follow at once (the next batch, or the next
+    /// message of the key: [`QueueCore::on_orderly_consumed_at_once`]). Failed calls are left
+    /// for the round to settle, as are calls past the turn's
     /// [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN).
     ///
     /// [`QueueCore::on_orderly_consumed_at_once`]: crate::consumer::queue_core::QueueCore::on_orderly_consumed_at_once
-    /// [`QueueCore::next_of_key_at_once`]: crate::consumer::queue_core::QueueCore::next_of_key_at_once
     fn settle_at_once(
         &mut self,
         batch: &[MessageExt],
@@ -215,33 +213,16 @@ impl QueueActor {
         }
         let now = *finished.now_ms.get_or_insert_with(now_ms);
         let env = self.env();
-        let next = if self.core.is_key_ordered() {
-            let [message] = batch else {
-                return AtOnce::Unsettled(outcome);
-            };
-            match self.core.next_of_key_at_once(
-                message.queue_offset,
-                epoch,
-                &self.shared.config,
-                &env,
-                now,
-                &mut finished.followups,
-            ) {
-                Some(next) => Some(next),
-                None => return AtOnce::Unsettled(outcome),
-            }
-        } else {
-            self.core.on_orderly_consumed_at_once(
-                batch,
-                epoch,
-                outcome.status,
-                &outcome.context,
-                &self.shared.config,
-                &env,
-                now,
-                &mut finished.followups,
-            )
-        };
+        let next = self.core.on_orderly_consumed_at_once(
+            batch,
+            epoch,
+            outcome.status,
+            &outcome.context,
+            &self.shared.config,
+            &env,
+            now,
+            &mut finished.followups,
+        );
         finished.chained += 1;
         finished.chained_messages += batch.len();
         self.recycle_queue(outcome.context.queue);

@@ -1449,11 +1449,6 @@ impl QueueCore {
         self.ready_buffer = ready;
     }
 
-    /// Whether the queue runs in key-ordered mode.
-    pub(crate) fn is_key_ordered(&self) -> bool {
-        matches!(self.mode, Mode::KeyOrdered { .. })
-    }
-
     /// Key-ordered: the listener call of the message at `offset` (of `epoch`) succeeded at once.
     /// When the next message of its key may run now and no other message may run now, that
     /// one is handed out and returned, to be run in the same turn: a key's messages then
@@ -1485,11 +1480,12 @@ impl QueueCore {
         Some(OrderlyBatch::of_entries(std::slice::from_ref(&next)))
     }
 
-    /// Orderly (queue order): [`QueueCore::on_orderly_consumed`] of a call that finished at
-    /// once, except that when the queue's next step is to hand out its next batch right
-    /// away, the batch is returned instead of a [`QueueAction::ConsumeOrderly`], to be run in
-    /// the same turn: a queue's batches then follow each other without a step per call. The
-    /// returned call takes this one's place (nothing more to settle).
+    /// [`QueueCore::on_orderly_consumed`] of a call that finished at once, except that when the
+    /// queue's next step is to hand out its next call right away, that call is returned
+    /// instead of a [`QueueAction::ConsumeOrderly`], to be run in the same turn: an orderly
+    /// queue's next batch, or a key-ordered queue's next message of the key
+    /// ([`QueueCore::next_of_key_at_once`]). A queue's calls then follow each other without a
+    /// step per call. The returned call takes this one's place (nothing more to settle).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_orderly_consumed_at_once(
         &mut self,
@@ -1502,6 +1498,16 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) -> Option<OrderlyBatch> {
+        if let ([message], Mode::KeyOrdered { .. }) = (batch, &self.mode) {
+            let succeeded = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
+            if succeeded {
+                let next =
+                    self.next_of_key_at_once(message.queue_offset, epoch, cfg, env, now_ms, out);
+                if next.is_some() {
+                    return next;
+                }
+            }
+        }
         let Mode::Orderly { pq, state } = &mut self.mode else {
             self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
             return None;

@@ -2285,29 +2285,9 @@ impl World {
                 }
                 let mut next = None;
                 self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
-                    next = if core.is_key_ordered() {
-                        let chained = match &batch[..] {
-                            [message] => core.next_of_key_at_once(
-                                message.queue_offset,
-                                epoch,
-                                cfg,
-                                env,
-                                now,
-                                out,
-                            ),
-                            _ => None,
-                        };
-                        if chained.is_none() {
-                            core.on_orderly_consumed(
-                                &batch, epoch, status, &context, cfg, env, now, out,
-                            );
-                        }
-                        chained
-                    } else {
-                        core.on_orderly_consumed_at_once(
-                            &batch, epoch, status, &context, cfg, env, now, out,
-                        )
-                    };
+                    next = core.on_orderly_consumed_at_once(
+                        &batch, epoch, status, &context, cfg, env, now, out,
+                    );
                 });
                 if let Some(next) = next {
                     self.orderly_listener(c, &mq, instance, next, epoch);
