@@ -16,7 +16,8 @@ use actix::prelude::*;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
-use crate::consumer::queue_core::PullPart;
+use crate::actors::queue::RunSink;
+use crate::consumer::queue_core::{CallRanges, PullPart};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
@@ -108,6 +109,7 @@ enum SharedMessages {
 }
 
 impl SharedMessages {
+    #[inline]
     fn all(&self) -> &[MessageExt] {
         match self {
             SharedMessages::Pull(messages) => messages,
@@ -118,6 +120,7 @@ impl SharedMessages {
 
 impl Messages {
     /// The messages `range` of `shared` (clamped to its length).
+    #[inline]
     pub(crate) fn slice(shared: Arc<Vec<MessageExt>>, range: std::ops::Range<usize>) -> Self {
         let end = range.end.min(shared.len());
         let start = range.start.min(end);
@@ -130,6 +133,7 @@ impl Messages {
 
     /// Takes in the messages `range` of `pull` when they follow this batch's in the same
     /// pull; returns whether it did.
+    #[inline]
     pub(crate) fn extend_with(
         &mut self,
         pull: &Arc<Vec<MessageExt>>,
@@ -168,6 +172,7 @@ impl Messages {
 impl std::ops::Deref for Messages {
     type Target = [MessageExt];
 
+    #[inline]
     fn deref(&self) -> &[MessageExt] {
         self.shared
             .all()
@@ -255,16 +260,102 @@ where
 /// one that has to wait costs one future allocation (instead of the three a lending wrapper,
 /// the trait and a task would take).
 pub(crate) trait OwnedListener: MessageListener {
-    /// Starts one call with the batch and the context and polls it once with `cx`. `spare`
-    /// is the memory of an earlier call that finished at once: the call runs in it when it
-    /// fits and leaves its own there when it finishes at once.
-    fn call_owned(
-        &self,
-        messages: Messages,
-        ctx: ConsumeContext,
-        spare: &mut Option<SpareCall>,
-        cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll<(ConsumeStatus, ConsumeContext)>;
+    /// Runs the calls of `run` one after another, each polled once, for as long as each finds
+    /// a permit and finishes on that poll (see [`ConsumeDispatcher::consume_run`]). The loop
+    /// lives in the listener's own type so that the user's closure is inlined into it and the
+    /// kept call memory is looked up once per run, not once per call.
+    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop;
+}
+
+/// The state of a run of by-value concurrent calls over one pull, as
+/// [`OwnedListener::run_owned`] works through it.
+pub(crate) struct OwnedRun<'r, 's> {
+    /// The decoded pull the calls are cut from.
+    pull: &'r Arc<Vec<MessageExt>>,
+    /// The calls left.
+    calls: &'r mut CallRanges,
+    /// Where finished calls go and contexts come from.
+    sink: &'r mut RunSink<'s>,
+    /// The permit kept between the calls of the run (see
+    /// [`ConsumeDispatcher::consume_run`]).
+    held: &'r mut Option<tokio::sync::OwnedSemaphorePermit>,
+    permits: &'r Arc<Semaphore>,
+    /// The memory of an earlier call that finished at once.
+    spare: &'r mut Option<SpareCall>,
+    /// The call under way and its queue id, to report should it panic.
+    current: Option<(std::ops::Range<usize>, i32)>,
+}
+
+/// Why [`OwnedListener::run_owned`] returned.
+pub(crate) enum RunStop {
+    /// Every call of the run finished at once.
+    Done,
+    /// No permit was free for the call over this range, which has not started.
+    NoPermit(std::ops::Range<usize>),
+    /// The call over this range (queue id beside it) did not finish on its first poll; it
+    /// holds the run's permit.
+    Pending(
+        std::ops::Range<usize>,
+        i32,
+        RunningCall<(ConsumeStatus, ConsumeContext)>,
+    ),
+}
+
+/// The loop of [`OwnedListener::run_owned`] for a listener whose calls are futures of type
+/// `Fut`, started by `start`.
+#[inline]
+fn run_in_spare<Fut>(
+    run: &mut OwnedRun<'_, '_>,
+    start: impl Fn(Messages, ConsumeContext) -> Fut,
+) -> RunStop
+where
+    Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
+{
+    let mut slot: Box<CallSlot<Fut>> = run
+        .spare
+        .take()
+        .and_then(|spare| spare.downcast().ok())
+        .unwrap_or_else(|| Box::new(Box::pin(None)));
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    for range in run.calls.by_ref() {
+        // A free permit means nobody waits for one (released permits go to waiters first), so
+        // taking it here keeps the first-come-first-served order. It stays in `held` while the
+        // call runs.
+        if run.held.is_none() {
+            match run.permits.clone().try_acquire_owned() {
+                Ok(permit) => *run.held = Some(permit),
+                Err(_) => {
+                    *run.spare = Some(slot);
+                    return RunStop::NoPermit(range);
+                }
+            }
+        }
+        let context = run.sink.context();
+        let queue_id = context.queue.queue_id;
+        run.current = Some((range.clone(), queue_id));
+        let pinned: &mut CallSlot<Fut> = &mut slot;
+        pinned.set(Some(start(
+            Messages::slice(run.pull.clone(), range.clone()),
+            context,
+        )));
+        match pinned
+            .as_mut()
+            .as_pin_mut()
+            .map(|call| call.poll(&mut poll_context))
+        {
+            Some(std::task::Poll::Ready((status, context))) => {
+                pinned.set(None);
+                run.current = None;
+                run.sink.finished_call(run.pull, range, status, context);
+            }
+            _ => {
+                run.current = None;
+                return RunStop::Pending(range, queue_id, running_in(*slot));
+            }
+        }
+    }
+    *run.spare = Some(slot);
+    RunStop::Done
 }
 
 /// The memory of a finished listener call, kept for the next (whatever the closure's future
@@ -304,17 +395,19 @@ fn poll_in_spare<Fut: Future + 'static>(
             *spare = Some(slot);
             OwnedPoll::Ready(output)
         }
-        _ => {
-            let mut running = *slot;
-            OwnedPoll::Pending(Box::pin(std::future::poll_fn(move |cx| {
-                match running.as_mut().as_pin_mut() {
-                    Some(call) => call.poll(cx),
-                    // Not reached: the slot holds the call until it is dropped.
-                    None => std::task::Poll::Pending,
-                }
-            })))
-        }
+        _ => OwnedPoll::Pending(running_in(*slot)),
     }
+}
+
+/// The call in `slot`, which did not finish on its first poll, to poll to the end.
+fn running_in<Fut: Future + 'static>(mut slot: CallSlot<Fut>) -> RunningCall<Fut::Output> {
+    Box::pin(std::future::poll_fn(move |cx| {
+        match slot.as_mut().as_pin_mut() {
+            Some(call) => call.poll(cx),
+            // Not reached: the slot holds the call until it is dropped.
+            None => std::task::Poll::Pending,
+        }
+    }))
 }
 
 impl<F, Fut> OwnedListener for FnListener<F>
@@ -322,14 +415,8 @@ where
     F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
-    fn call_owned(
-        &self,
-        messages: Messages,
-        ctx: ConsumeContext,
-        spare: &mut Option<SpareCall>,
-        cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll<(ConsumeStatus, ConsumeContext)> {
-        poll_in_spare((self.0)(messages, ctx), spare, cx)
+    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop {
+        run_in_spare(run, |messages, context| (self.0)(messages, context))
     }
 }
 
@@ -779,26 +866,6 @@ fn owned_pending(
     })
 }
 
-/// Where a run of concurrent calls ([`ConsumeDispatcher::consume_run`]) gets each call's
-/// context and leaves each call that finished at once.
-pub(crate) trait CallSink {
-    /// A fresh context for the next call.
-    fn context(&mut self) -> ConsumeContext;
-    /// A call finished at once (untimed: its `elapsed` is zero).
-    fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome);
-
-    /// [`CallSink::finished`] for the call over the messages `range` of `pull`, for a sink
-    /// that can record it without a batch of its own.
-    fn finished_part(
-        &mut self,
-        pull: &Arc<Vec<MessageExt>>,
-        range: std::ops::Range<usize>,
-        outcome: ConsumeOutcome,
-    ) {
-        self.finished(Messages::slice(pull.clone(), range), outcome);
-    }
-}
-
 /// The outcome of a by-value call that panicked (its context went down with it): retried,
 /// with a fresh context naming the queue from the messages.
 fn panicked_call(
@@ -947,8 +1014,8 @@ impl ConsumeDispatcher {
     pub(crate) fn consume_run(
         &self,
         messages: &Arc<Vec<MessageExt>>,
-        calls: &mut impl Iterator<Item = std::ops::Range<usize>>,
-        sink: &mut impl CallSink,
+        calls: &mut CallRanges,
+        sink: &mut RunSink<'_>,
         run_started: Instant,
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Option<(Messages, PendingConsume)> {
@@ -965,46 +1032,30 @@ impl ConsumeDispatcher {
                 return None;
             }
         };
-        let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
         let mut spare_call = self.spare_call.take();
         loop {
-            // The call under way, to report should it panic.
-            let mut current = None;
-            let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                for range in calls.by_ref() {
-                    // A free permit means nobody waits for one (released permits go to
-                    // waiters first), so taking it here keeps the first-come-first-served
-                    // order. It stays in `held` while the call runs.
-                    if held.is_none() {
-                        match self.permits.clone().try_acquire_owned() {
-                            Ok(permit) => *held = Some(permit),
-                            Err(_) => {
-                                let batch = Messages::slice(messages.clone(), range);
-                                let waiting = self.consume_batch(batch.clone(), sink.context());
-                                return Some((batch, Box::pin(waiting) as PendingConsume));
-                            }
+            let mut run = OwnedRun {
+                pull: messages,
+                calls: &mut *calls,
+                sink: &mut *sink,
+                held: &mut *held,
+                permits: &self.permits,
+                spare: &mut spare_call,
+                current: None,
+            };
+            let stop = std::panic::catch_unwind(AssertUnwindSafe(|| owned.run_owned(&mut run)));
+            let panicked_in = run.current.take();
+            match stop {
+                Ok(stop) => {
+                    self.spare_call.set(spare_call);
+                    return match stop {
+                        RunStop::Done => None,
+                        RunStop::NoPermit(range) => {
+                            let batch = Messages::slice(messages.clone(), range);
+                            let waiting = self.consume_batch(batch.clone(), sink.context());
+                            Some((batch, Box::pin(waiting) as PendingConsume))
                         }
-                    }
-                    let context = sink.context();
-                    let queue_id = context.queue.queue_id;
-                    current = Some((range.clone(), queue_id));
-                    let call = owned.call_owned(
-                        Messages::slice(messages.clone(), range.clone()),
-                        context,
-                        &mut spare_call,
-                        &mut poll_context,
-                    );
-                    current = None;
-                    match call {
-                        OwnedPoll::Ready((status, context)) => {
-                            let outcome = ConsumeOutcome {
-                                status,
-                                context,
-                                elapsed: Duration::ZERO,
-                            };
-                            sink.finished_part(messages, range, outcome);
-                        }
-                        OwnedPoll::Pending(call) => {
+                        RunStop::Pending(range, queue_id, call) => {
                             let batch = Messages::slice(messages.clone(), range);
                             let pending = owned_pending(
                                 call,
@@ -1013,19 +1064,13 @@ impl ConsumeDispatcher {
                                 queue_id,
                                 run_started,
                             );
-                            return Some((batch, pending));
+                            Some((batch, pending))
                         }
-                    }
+                    };
                 }
-                None
-            }));
-            match run {
-                Ok(stopped) => {
-                    self.spare_call.set(spare_call);
-                    return stopped;
-                }
+                // The run goes on with the next call; the panicked one is retried.
                 Err(panic) => {
-                    if let Some((range, queue_id)) = current {
+                    if let Some((range, queue_id)) = panicked_in {
                         let batch = Messages::slice(messages.clone(), range);
                         let outcome = panicked_call(&batch, queue_id, panic.as_ref());
                         sink.finished(batch, outcome);

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::actors::connection::{ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
-    CallSink, ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
+    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
 };
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
@@ -102,6 +102,7 @@ pub(crate) struct FinishedCalls {
 
 impl FinishedCalls {
     /// Whether every message of the entry was consumed.
+    #[inline]
     fn all_succeeded(&self) -> bool {
         failed_count(self.batch.len(), &self.outcome) == 0
     }
@@ -1098,12 +1099,13 @@ impl Handler<ResetQueueOffset> for QueueActor {
     }
 }
 
-/// What the core needs of a listener call's outcome.
 /// How many of a call's `batch_len` messages failed (the rest succeeded).
+#[inline]
 fn failed_count(batch_len: usize, outcome: &CallOutcome) -> usize {
     retry::failed_range(outcome.success, outcome.ack_index, batch_len).len()
 }
 
+/// What the core needs of a listener call's outcome.
 fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
     CallOutcome {
         success: outcome.status == ConsumeStatus::Success,
@@ -1114,32 +1116,72 @@ fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
 
 /// Keeps `queue`, given back by a listener context, in `spares` for the next call's context
 /// when it is still the queue the user sees (a listener may have changed it).
+#[inline]
 fn recycle_into(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue, queue: MessageQueue) {
-    if spares.len() < MAX_SPARE_QUEUES && queue == *user_queue {
+    if spares.len() < MAX_SPARE_QUEUES
+        && queue.queue_id == user_queue.queue_id
+        && same_text(&queue.topic, &user_queue.topic)
+        && same_text(&queue.broker_name, &user_queue.broker_name)
+    {
         spares.push(queue);
     }
 }
 
+/// `a == b`, inline for the short names of topics and brokers: this runs twice per listener
+/// call, where a call into `memcmp` costs more than the comparison itself.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut words_a = a.chunks_exact(8);
+    let mut words_b = b.chunks_exact(8);
+    let words_equal = (&mut words_a)
+        .zip(&mut words_b)
+        .all(|(x, y)| word(x) == word(y));
+    words_equal
+        && words_a
+            .remainder()
+            .iter()
+            .zip(words_b.remainder())
+            .all(|(x, y)| x == y)
+}
+
+/// The eight bytes of `bytes` (as long as that) as one word.
+#[inline]
+fn word(bytes: &[u8]) -> u64 {
+    let mut eight = [0u8; 8];
+    eight.copy_from_slice(bytes);
+    u64::from_ne_bytes(eight)
+}
+
 /// A queue kept in `spares` for a listener context, or a copy of `user_queue` if none is.
+#[inline]
 fn take_spare(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue) -> MessageQueue {
     spares.pop().unwrap_or_else(|| user_queue.clone())
 }
 
 /// A run of one pull's concurrent calls: contexts from the queue's spares, finished calls
 /// kept compact for the core (their contexts recycled at once).
-struct RunSink<'a> {
+pub(crate) struct RunSink<'a> {
     spare_queues: &'a mut Vec<MessageQueue>,
     user_queue: &'a MessageQueue,
     calls: &'a mut Vec<FinishedCalls>,
     epoch: u64,
 }
 
-impl CallSink for RunSink<'_> {
-    fn context(&mut self) -> ConsumeContext {
+// The methods are `#[inline]`: a closure listener's run loop, compiled in the user's crate,
+// calls them once per listener call.
+impl RunSink<'_> {
+    /// A fresh context for the next call.
+    #[inline]
+    pub(crate) fn context(&mut self) -> ConsumeContext {
         ConsumeContext::new(take_spare(self.spare_queues, self.user_queue))
     }
 
-    fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome) {
+    /// A call finished at once (untimed: its `elapsed` is zero).
+    pub(crate) fn finished(&mut self, batch: Messages, outcome: ConsumeOutcome) {
         self.calls.push(FinishedCalls {
             batch,
             calls: 1,
@@ -1149,15 +1191,22 @@ impl CallSink for RunSink<'_> {
         recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
     }
 
-    /// A successful call right after a successful one of the same pull joins its entry: no
-    /// batch of its own, one entry for the core.
-    fn finished_part(
+    /// The call over the messages `range` of `pull` finished at once with `status`, leaving
+    /// `context`. A successful call right after a successful one of the same pull joins its
+    /// entry: no batch of its own, one entry for the core.
+    #[inline]
+    pub(crate) fn finished_call(
         &mut self,
         pull: &Arc<Vec<MessageExt>>,
         range: std::ops::Range<usize>,
-        outcome: ConsumeOutcome,
+        status: ConsumeStatus,
+        context: ConsumeContext,
     ) {
-        let call = call_outcome(&outcome);
+        let call = CallOutcome {
+            success: status == ConsumeStatus::Success,
+            ack_index: context.ack_index,
+            delay_level: context.delay_level,
+        };
         let succeeded = failed_count(range.len(), &call) == 0;
         let joined = succeeded
             && self.calls.last_mut().is_some_and(|last| {
@@ -1173,9 +1222,37 @@ impl CallSink for RunSink<'_> {
                     }
             });
         if joined {
-            recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
+            recycle_into(self.spare_queues, self.user_queue, context.queue);
         } else {
+            let outcome = ConsumeOutcome {
+                status,
+                context,
+                elapsed: std::time::Duration::ZERO,
+            };
             self.finished(Messages::slice(pull.clone(), range), outcome);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_text;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn same_text_is_string_equality(a in "[ab]{0,20}", b in "[ab]{0,20}") {
+            prop_assert_eq!(same_text(&a, &b), a == b);
+        }
+
+        #[test]
+        fn same_text_sees_any_one_byte_changed(text in "[a-z]{1,40}", at in any::<prop::sample::Index>()) {
+            let mut changed = text.clone().into_bytes();
+            let i = at.index(changed.len());
+            changed[i] = b'_';
+            let changed = String::from_utf8(changed).unwrap_or_default();
+            prop_assert!(same_text(&text, &text.clone()));
+            prop_assert!(!same_text(&text, &changed));
         }
     }
 }

@@ -96,6 +96,36 @@ impl Bits {
         Some(w * 64 + 63 - word.leading_zeros() as usize)
     }
 
+    /// Clears the bits `range`, calling `was_set` with each of them that was set: a word at a
+    /// time, since a listener call clears a run of its pull's bits.
+    fn clear_range(&mut self, range: Range<usize>, mut was_set: impl FnMut(usize)) {
+        let mut index = range.start;
+        while index < range.end {
+            let w = index / 64;
+            let word_end = w.saturating_add(1).saturating_mul(64).min(range.end);
+            let width = word_end - index;
+            let ones = if width >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << width) - 1
+            };
+            let mask = ones << (index % 64);
+            let word = match w {
+                0 => Some(&mut self.low),
+                n => self.high.get_mut(n - 1),
+            };
+            if let Some(word) = word {
+                let mut set = *word & mask;
+                *word &= !mask;
+                while set != 0 {
+                    was_set(w * 64 + set.trailing_zeros() as usize);
+                    set &= set - 1;
+                }
+            }
+            index = word_end;
+        }
+    }
+
     /// Clears the bit; returns whether it was set.
     fn clear(&mut self, index: usize) -> bool {
         let mask = 1u64 << (index % 64);
@@ -389,13 +419,13 @@ impl PullCache {
         self.hint = p;
         let mut removed = 0usize;
         let mut body_bytes = 0u64;
-        let messages = cached.messages.get(range.clone()).unwrap_or_default();
-        for (index, message) in range.zip(messages) {
-            if cached.cached.clear(index) {
+        let messages = &cached.messages;
+        cached.cached.clear_range(range, |index| {
+            if let Some(message) = messages.get(index) {
                 removed += 1;
                 body_bytes += message.body().len() as u64;
             }
-        }
+        });
         self.count -= removed;
         self.body_bytes = self.body_bytes.saturating_sub(body_bytes);
         cached.left -= removed;
@@ -593,6 +623,29 @@ mod tests {
     use crate::consumer::process_queue::ProcessQueue;
     use crate::message::Message;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn clearing_a_range_clears_each_of_its_bits(
+            len in 0usize..300,
+            cleared_before in proptest::collection::vec(0usize..300, 0..40),
+            start in 0usize..320,
+            width in 0usize..200,
+        ) {
+            let mut by_range = Bits::all(len);
+            for &index in &cleared_before {
+                by_range.clear(index);
+            }
+            let mut by_bit = Bits { low: by_range.low, high: by_range.high.clone() };
+            let range = start..start + width;
+            let mut reported = Vec::new();
+            by_range.clear_range(range.clone(), |index| reported.push(index));
+            let expected: Vec<usize> = range.filter(|&index| by_bit.clear(index)).collect();
+            prop_assert_eq!(reported, expected);
+            prop_assert_eq!(by_range.low, by_bit.low);
+            prop_assert_eq!(by_range.high, by_bit.high);
+        }
+    }
 
     fn message(offset: i64, body_len: usize) -> MessageExt {
         MessageExt {

@@ -454,6 +454,7 @@ impl CallRanges {
 impl Iterator for CallRanges {
     type Item = Range<usize>;
 
+    #[inline]
     fn next(&mut self) -> Option<Range<usize>> {
         if self.next >= self.len {
             return None;

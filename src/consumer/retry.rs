@@ -122,6 +122,7 @@ pub fn clamp_suspend_time(suspend: Duration) -> Duration {
 /// assert_eq!(failed_range(true, Some(1), 4), 2..4);
 /// assert_eq!(failed_range(false, Some(1), 4), 0..4);
 /// ```
+#[inline]
 pub fn failed_range(success: bool, ack_index: Option<usize>, batch_len: usize) -> Range<usize> {
     if !success {
         return 0..batch_len;
