@@ -378,6 +378,12 @@ impl Actor for ClientInstance {
         if self.shut_down {
             return;
         }
+        // A client started and left before its actor first ran is started by the runtime's
+        // own teardown, where no timer can be armed: there is nothing left to refresh for.
+        if tokio::runtime::Handle::try_current().is_err() {
+            ctx.stop();
+            return;
+        }
         // Timers are armed here so that a restarted instance re-arms them.
         ctx.run_interval(self.config.poll_name_server_interval, |act, ctx| {
             act.refresh_all(ctx)

@@ -468,3 +468,29 @@ async fn a_second_consumer_of_a_group_on_one_client_is_refused_cleanly() {
     client.shutdown().await;
     cluster.shutdown().await;
 }
+
+/// A client started inside `System::block_on` whose actor never got to run before the system
+/// went away shuts down quietly: nothing arms a timer once the runtime is gone.
+#[test]
+fn a_client_left_before_it_ran_shuts_down_without_a_panic() {
+    thread_local! {
+        static PANICKED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    // The runtime's teardown catches a panic of the actor it drops, so a hook is what sees it
+    // (only this thread's panics count: other tests run beside this one).
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED_HERE.with(|flag| flag.set(true));
+        previous(info);
+    }));
+    let system = actix::System::new();
+    let started = system.block_on(async {
+        Client::start(ClientConfig::new("127.0.0.1:9")).map(|client| client.client_id().to_owned())
+    });
+    drop(system);
+    assert!(started.is_ok(), "the client starts: {started:?}");
+    assert!(
+        !PANICKED_HERE.with(|flag| flag.get()),
+        "dropping the system panicked"
+    );
+}
