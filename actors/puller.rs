@@ -19,7 +19,9 @@ pub(crate) struct Pull(pub PullRequest);
 
 /// The puller of one consumer.
 pub(crate) struct Puller {
-    client: Client,
+    /// Shared by the pulls under way: cloning a `Client` clones its actor address, which
+    /// allocates.
+    client: std::rc::Rc<Client>,
     /// Stopped on purpose (see `StopActor`).
     pub(crate) retired: bool,
 }
@@ -28,7 +30,7 @@ impl Puller {
     /// A puller using `client` for routes and connections.
     pub(crate) fn new(client: Client) -> Self {
         Puller {
-            client,
+            client: std::rc::Rc::new(client),
             retired: false,
         }
     }
