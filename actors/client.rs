@@ -379,9 +379,9 @@ impl Actor for ClientInstance {
             return;
         }
         // A client started and left before its actor first ran is started by the runtime's
-        // own teardown, where no timer can be armed: there is nothing left to refresh for.
-        if tokio::runtime::Handle::try_current().is_err() {
-            ctx.stop();
+        // own teardown (already stopping, with no runtime to arm a timer on): there is nothing
+        // left to refresh for.
+        if ctx.state() == ActorState::Stopping || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         // Timers are armed here so that a restarted instance re-arms them.

@@ -548,8 +548,9 @@ where
 /// An orderly listener that takes the batch and the context by value, as a closure listener
 /// does (see [`OwnedListener`]).
 pub(crate) trait OwnedOrderlyListener: OrderlyListener {
-    /// Starts one call with the batch and the context and polls it once with `cx` (`spare`
-    /// as in [`OwnedListener::call_owned`]).
+    /// Starts one call with the batch and the context and polls it once with `cx`. `spare` is
+    /// the memory of an earlier call that finished at once: the call runs in it when it fits
+    /// and leaves its own there when it finishes at once.
     fn call_owned(
         &self,
         messages: Messages,

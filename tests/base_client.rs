@@ -478,16 +478,20 @@ fn a_client_left_before_it_ran_shuts_down_without_a_panic() {
     }
     // The runtime's teardown catches a panic of the actor it drops, so a hook is what sees it
     // (only this thread's panics count: other tests run beside this one).
-    let previous = std::panic::take_hook();
+    PANICKED_HERE.with(|flag| flag.set(false));
+    let previous = std::sync::Arc::new(std::panic::take_hook());
+    let chained = previous.clone();
     std::panic::set_hook(Box::new(move |info| {
         PANICKED_HERE.with(|flag| flag.set(true));
-        previous(info);
+        chained(info);
     }));
     let system = actix::System::new();
     let started = system.block_on(async {
         Client::start(ClientConfig::new("127.0.0.1:9")).map(|client| client.client_id().to_owned())
     });
     drop(system);
+    drop(std::panic::take_hook());
+    std::panic::set_hook(Box::new(move |info| previous(info)));
     assert!(started.is_ok(), "the client starts: {started:?}");
     assert!(
         !PANICKED_HERE.with(|flag| flag.get()),

@@ -99,10 +99,12 @@ impl Bits {
     /// Clears the bits `range`, calling `was_set` with each of them that was set: a word at a
     /// time, since a listener call clears a run of its pull's bits.
     fn clear_range(&mut self, range: Range<usize>, mut was_set: impl FnMut(usize)) {
+        // Bits past the stored words are all clear.
+        let end = range.end.min((self.high.len() + 1) * 64);
         let mut index = range.start;
-        while index < range.end {
+        while index < end {
             let w = index / 64;
-            let word_end = w.saturating_add(1).saturating_mul(64).min(range.end);
+            let word_end = w.saturating_add(1).saturating_mul(64).min(end);
             let width = word_end - index;
             let ones = if width >= 64 {
                 u64::MAX
