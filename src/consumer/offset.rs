@@ -25,7 +25,7 @@ use crate::consumer::retry::is_retry_topic;
 use crate::error::ProtocolError;
 use crate::message::MessageQueue;
 use crate::protocol::codes::response_code;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,9 @@ struct OffsetEntry {
 /// side, both remote and local flavours).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OffsetTable {
-    entries: BTreeMap<MessageQueue, OffsetEntry>,
+    /// Hashed: every pull's commit looks its queue up here, and a tree of queues compares
+    /// their topic names at every level; what needs queue order sorts.
+    entries: HashMap<MessageQueue, OffsetEntry, foldhash::fast::RandomState>,
 }
 
 impl OffsetTable {
@@ -139,12 +141,13 @@ impl OffsetTable {
 
     /// Forgets every queue not in `owned`, returning them (Java drops them in `persistAll`).
     pub fn retain_owned(&mut self, owned: &BTreeSet<MessageQueue>) -> Vec<MessageQueue> {
-        let gone: Vec<MessageQueue> = self
+        let mut gone: Vec<MessageQueue> = self
             .entries
             .keys()
             .filter(|mq| !owned.contains(*mq))
             .cloned()
             .collect();
+        gone.sort_unstable();
         for mq in &gone {
             self.entries.remove(mq);
         }
@@ -169,6 +172,9 @@ impl OffsetTable {
                 .or_default()
                 .push((mq.clone(), entry.offset));
         }
+        for queues in plan.values_mut() {
+            queues.sort_unstable();
+        }
         plan
     }
 
@@ -181,14 +187,18 @@ impl OffsetTable {
 
     /// Every queue and its offset, in queue order.
     pub fn iter(&self) -> impl Iterator<Item = (&MessageQueue, i64)> {
-        self.entries.iter().map(|(mq, e)| (mq, e.offset))
+        let mut all: Vec<(&MessageQueue, i64)> =
+            self.entries.iter().map(|(mq, e)| (mq, e.offset)).collect();
+        all.sort_unstable();
+        all.into_iter()
     }
 
     /// The offsets of the `owned` queues, e.g. for the local file.
     pub fn owned_offsets(&self, owned: &BTreeSet<MessageQueue>) -> BTreeMap<MessageQueue, i64> {
-        self.iter()
+        self.entries
+            .iter()
             .filter(|(mq, _)| owned.contains(*mq))
-            .map(|(mq, offset)| (mq.clone(), offset))
+            .map(|(mq, entry)| (mq.clone(), entry.offset))
             .collect()
     }
 
@@ -227,7 +237,8 @@ impl OffsetTable {
         divided_topics: &BTreeSet<String>,
         owned: &BTreeSet<MessageQueue>,
     ) -> Vec<(MessageQueue, i64)> {
-        self.entries
+        let mut entries: Vec<(MessageQueue, i64)> = self
+            .entries
             .iter()
             .filter(|(mq, entry)| {
                 if divided_topics.contains(&mq.topic) {
@@ -237,7 +248,10 @@ impl OffsetTable {
                 }
             })
             .map(|(mq, entry)| (mq.clone(), entry.offset))
-            .collect()
+            .collect();
+        // In queue order, as the persist requests go out.
+        entries.sort_unstable();
+        entries
     }
 }
 
