@@ -1135,25 +1135,28 @@ fn same_text(a: &str, b: &str) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let mut words_a = a.chunks_exact(8);
-    let mut words_b = b.chunks_exact(8);
-    let words_equal = (&mut words_a)
-        .zip(&mut words_b)
-        .all(|(x, y)| word(x) == word(y));
-    words_equal
-        && words_a
-            .remainder()
-            .iter()
-            .zip(words_b.remainder())
-            .all(|(x, y)| x == y)
+    let Some(last) = a.len().checked_sub(8) else {
+        return a == b;
+    };
+    // Whole words, the last one overlapping the one before when the length is not a multiple
+    // of eight: no byte-wise tail.
+    let mut at = 0;
+    while at < last {
+        if word_at(a, at) != word_at(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word_at(a, last) == word_at(b, last)
 }
 
-/// The eight bytes of `bytes` (as long as that) as one word.
+/// The eight bytes of `bytes` from `at` as one word (zero past the end: callers stay within).
 #[inline]
-fn word(bytes: &[u8]) -> u64 {
-    let mut eight = [0u8; 8];
-    eight.copy_from_slice(bytes);
-    u64::from_ne_bytes(eight)
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at.saturating_add(8))
+        .and_then(|eight| <[u8; 8]>::try_from(eight).ok())
+        .map_or(0, u64::from_ne_bytes)
 }
 
 /// A queue kept in `spares` for a listener context, or a copy of `user_queue` if none is.
