@@ -411,8 +411,12 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         if others_due {
             return None;
         }
+        // Looked up once: nothing is inserted or removed until the entry is taken below.
+        let at = self.entries.index_of(offset)?;
         let next = self
-            .entry(offset)
+            .entries
+            .at(at)?
+            .as_ref()
             .filter(|entry| entry.slot == Slot::InFlight)?
             .next_of_key?;
         let next_entry = self.entry_mut(next)?;
@@ -423,7 +427,7 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         message.set_reconsume_times(next_entry.reconsume_times());
         next_entry.slot = Slot::InFlight;
         // One message out of flight, the next in: `in_flight` stays.
-        if let Some(entry) = self.entries.get_mut(&offset).and_then(Option::take) {
+        if let Some(entry) = self.entries.at_mut(at).and_then(Option::take) {
             self.forget_finished(&entry);
         }
         Some(message)

@@ -60,6 +60,22 @@ impl<V> OffsetMap<V> {
         self.entries.get(at).map(|(_, v)| v)
     }
 
+    /// Where the value at `offset` is, for [`OffsetMap::at`] and [`OffsetMap::at_mut`]: valid
+    /// until the next insert or removal.
+    pub(crate) fn index_of(&self, offset: i64) -> Option<usize> {
+        self.position(offset).ok()
+    }
+
+    /// The value at `index` (from [`OffsetMap::index_of`]).
+    pub(crate) fn at(&self, index: usize) -> Option<&V> {
+        self.entries.get(index).map(|(_, v)| v)
+    }
+
+    /// The value at `index` (from [`OffsetMap::index_of`]).
+    pub(crate) fn at_mut(&mut self, index: usize) -> Option<&mut V> {
+        self.entries.get_mut(index).map(|(_, v)| v)
+    }
+
     pub(crate) fn get_mut(&mut self, offset: &i64) -> Option<&mut V> {
         let at = self.position(*offset).ok()?;
         self.entries.get_mut(at).map(|(_, v)| v)
@@ -189,6 +205,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(map.get(&offset), model.get(&offset));
+                prop_assert_eq!(map.index_of(offset).and_then(|at| map.at(at)), model.get(&offset));
                 prop_assert_eq!(map.contains_key(&offset), model.contains_key(&offset));
                 prop_assert_eq!(map.first_key(), model.keys().next().copied());
                 prop_assert_eq!(map.last_key(), model.keys().next_back().copied());
