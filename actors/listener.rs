@@ -311,11 +311,7 @@ fn run_in_spare<Fut>(
 where
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
-    let mut slot: Box<CallSlot<Fut>> = run
-        .spare
-        .take()
-        .and_then(|spare| spare.downcast().ok())
-        .unwrap_or_else(|| Box::new(Box::pin(None)));
+    let mut slot = slot_from::<Fut>(run.spare);
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
     for range in run.calls.by_ref() {
         // A free permit means nobody waits for one (released permits go to waiters first), so
@@ -383,10 +379,7 @@ fn poll_in_spare<Fut: Future + 'static>(
     spare: &mut Option<SpareCall>,
     cx: &mut std::task::Context<'_>,
 ) -> OwnedPoll<Fut::Output> {
-    let mut slot: Box<CallSlot<Fut>> = spare
-        .take()
-        .and_then(|spare| spare.downcast().ok())
-        .unwrap_or_else(|| Box::new(Box::pin(None)));
+    let mut slot = slot_from::<Fut>(spare);
     let pinned: &mut CallSlot<Fut> = &mut slot;
     pinned.set(Some(call));
     match pinned.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
@@ -397,6 +390,15 @@ fn poll_in_spare<Fut: Future + 'static>(
         }
         _ => OwnedPoll::Pending(running_in(*slot)),
     }
+}
+
+/// The memory `spare` keeps when it is a slot for calls of type `Fut` (taking it), otherwise
+/// a new empty slot.
+fn slot_from<Fut: 'static>(spare: &mut Option<SpareCall>) -> Box<CallSlot<Fut>> {
+    spare
+        .take()
+        .and_then(|spare| spare.downcast().ok())
+        .unwrap_or_else(|| Box::new(Box::pin(None)))
 }
 
 /// The call in `slot`, which did not finish on its first poll, to poll to the end.

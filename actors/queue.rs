@@ -806,7 +806,7 @@ impl QueueActor {
         now: i64,
         out: &mut Vec<QueueAction>,
     ) {
-        let call = call_outcome(&outcome);
+        let call = call_outcome(outcome.status, &outcome.context);
         self.record_call(batch.len(), &call, outcome.elapsed);
         self.recycle_queue(outcome.context.queue);
         self.core
@@ -1105,12 +1105,13 @@ fn failed_count(batch_len: usize, outcome: &CallOutcome) -> usize {
     retry::failed_range(outcome.success, outcome.ack_index, batch_len).len()
 }
 
-/// What the core needs of a listener call's outcome.
-fn call_outcome(outcome: &ConsumeOutcome) -> CallOutcome {
+/// What the core needs of a listener call's outcome: its status and the context it left.
+#[inline]
+fn call_outcome(status: ConsumeStatus, context: &ConsumeContext) -> CallOutcome {
     CallOutcome {
-        success: outcome.status == ConsumeStatus::Success,
-        ack_index: outcome.context.ack_index,
-        delay_level: outcome.context.delay_level,
+        success: status == ConsumeStatus::Success,
+        ack_index: context.ack_index,
+        delay_level: context.delay_level,
     }
 }
 
@@ -1189,7 +1190,7 @@ impl RunSink<'_> {
             batch,
             calls: 1,
             epoch: self.epoch,
-            outcome: call_outcome(&outcome),
+            outcome: call_outcome(outcome.status, &outcome.context),
         });
         recycle_into(self.spare_queues, self.user_queue, outcome.context.queue);
     }
@@ -1205,11 +1206,7 @@ impl RunSink<'_> {
         status: ConsumeStatus,
         context: ConsumeContext,
     ) {
-        let call = CallOutcome {
-            success: status == ConsumeStatus::Success,
-            ack_index: context.ack_index,
-            delay_level: context.delay_level,
-        };
+        let call = call_outcome(status, &context);
         let succeeded = failed_count(range.len(), &call) == 0;
         let joined = succeeded
             && self.calls.last_mut().is_some_and(|last| {
