@@ -329,25 +329,12 @@ where
         let context = run.sink.context();
         let queue_id = context.queue.queue_id;
         run.current = Some((range.clone(), queue_id));
-        let pinned: &mut CallSlot<Fut> = &mut slot;
-        pinned.set(Some(start(
-            Messages::slice(run.pull.clone(), range.clone()),
-            context,
-        )));
-        match pinned
-            .as_mut()
-            .as_pin_mut()
-            .map(|call| call.poll(&mut poll_context))
-        {
-            Some(std::task::Poll::Ready((status, context))) => {
-                pinned.set(None);
-                run.current = None;
-                run.sink.finished_call(run.pull, range, status, context);
-            }
-            _ => {
-                run.current = None;
-                return RunStop::Pending(range, queue_id, running_in(*slot));
-            }
+        let call = start(Messages::slice(run.pull.clone(), range.clone()), context);
+        let polled = poll_first(&mut slot, call, &mut poll_context);
+        run.current = None;
+        match polled {
+            Some((status, context)) => run.sink.finished_call(run.pull, range, status, context),
+            None => return RunStop::Pending(range, queue_id, running_in(*slot)),
         }
     }
     *run.spare = Some(slot);
@@ -380,15 +367,30 @@ fn poll_in_spare<Fut: Future + 'static>(
     cx: &mut std::task::Context<'_>,
 ) -> OwnedPoll<Fut::Output> {
     let mut slot = slot_from::<Fut>(spare);
-    let pinned: &mut CallSlot<Fut> = &mut slot;
-    pinned.set(Some(call));
-    match pinned.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
-        Some(std::task::Poll::Ready(output)) => {
-            pinned.set(None);
+    match poll_first(&mut slot, call, cx) {
+        Some(output) => {
             *spare = Some(slot);
             OwnedPoll::Ready(output)
         }
-        _ => OwnedPoll::Pending(running_in(*slot)),
+        None => OwnedPoll::Pending(running_in(*slot)),
+    }
+}
+
+/// Starts `call` in `slot` and polls it once: its output when it finished (the slot is empty
+/// again), `None` when it waits (the slot holds it).
+#[inline]
+fn poll_first<Fut: Future>(
+    slot: &mut CallSlot<Fut>,
+    call: Fut,
+    cx: &mut std::task::Context<'_>,
+) -> Option<Fut::Output> {
+    slot.set(Some(call));
+    match slot.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
+        Some(std::task::Poll::Ready(output)) => {
+            slot.set(None);
+            Some(output)
+        }
+        _ => None,
     }
 }
 

@@ -1509,14 +1509,11 @@ impl QueueCore {
                 }
             }
         }
-        let Mode::Orderly { pq, state } = &mut self.mode else {
+        let current = epoch == self.epoch && !self.dropping;
+        let (true, Mode::Orderly { pq, state }) = (current, &mut self.mode) else {
             self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
             return None;
         };
-        if epoch != self.epoch || self.dropping {
-            self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
-            return None;
-        }
         let step = state.on_orderly_result(pq, batch, status, context, cfg, now_ms);
         if !matches!(step.next, OrderlyNext::Continue) || self.consume_scheduled {
             self.apply_orderly_step(step, cfg, env, now_ms, out);
