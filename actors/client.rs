@@ -46,6 +46,9 @@ use crate::rpc::{
     PullRequest, PullResult, RawPullResult,
 };
 
+/// Where the broker's answer to a pull goes (see [`Client::try_send_pull`]).
+pub(crate) type PullReply = oneshot::Sender<Result<RemotingCommand>>;
+
 /// Settings shared by everything that uses one client instance.
 ///
 /// ```
@@ -882,6 +885,104 @@ impl Client {
             Box::pin(self.request(addr, request.to_command(), request.timeout)).await?
         };
         request.read_raw_response(addr, response)
+    }
+
+    /// Puts `request` on the wire with the broker's answer going to `reply`, without waiting:
+    /// the consumer's pull path when the route and a connected connection are cached and no
+    /// request hook must see the command. Otherwise `reply` comes back, for
+    /// [`Client::send_pull`].
+    pub(crate) fn try_send_pull(
+        &self,
+        request: &PullRequest,
+        reply: PullReply,
+    ) -> std::result::Result<(), PullReply> {
+        if !self.shared.hooks.is_empty() {
+            return Err(reply);
+        }
+        let queue = &request.queue;
+        let Some(route) = self.shared.cached_route(&queue.topic) else {
+            return Err(reply);
+        };
+        let Some(addr) = route.pull_addr(&queue.broker_name, request.broker_id) else {
+            return Err(reply);
+        };
+        match request.to_frame() {
+            Ok(frame) => self
+                .shared
+                .try_send_cached(addr, connection::EncodedRequest { frame, reply })
+                .map_err(|request| request.reply),
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Client::try_send_pull`] the way that can wait: fetching the route, opening the
+    /// connection, waiting for room in its mailbox, or going through the request hooks. The
+    /// answer, or the error that kept the request from the broker, goes to `reply`.
+    pub(crate) async fn send_pull(&self, request: &PullRequest, reply: PullReply) {
+        let queue = &request.queue;
+        let addr = match self.route(&queue.topic).await.and_then(|route| {
+            route
+                .pull_addr(&queue.broker_name, request.broker_id)
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
+                })
+        }) {
+            Ok(addr) => addr,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        if !self.shared.hooks.is_empty() {
+            let answer = self
+                .request(&addr, request.to_command(), request.timeout)
+                .await;
+            let _ = reply.send(answer);
+            return;
+        }
+        let frame = match request.to_frame() {
+            Ok(frame) => frame,
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+                return;
+            }
+        };
+        let conn = match self.connection(&addr).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        match conn.try_send(connection::EncodedRequest { frame, reply }) {
+            Ok(()) => {}
+            // A full mailbox: wait for room. Should the connection stop meanwhile, the request
+            // is dropped with its reply, which its waiter reads as a closed connection.
+            Err(actix::dev::SendError::Full(request)) => {
+                let _ = conn.send(request).await;
+            }
+            Err(actix::dev::SendError::Closed(request)) => {
+                let _ = request.reply.send(Err(Error::ConnectionClosed(addr)));
+            }
+        }
+    }
+
+    /// The address a pull of `request` goes to, for naming it in an error: the cached route's,
+    /// or the broker's name when the route is gone.
+    pub(crate) fn pull_peer(&self, request: &PullRequest) -> String {
+        let queue = &request.queue;
+        self.shared
+            .cached_route(&queue.topic)
+            .and_then(|route| {
+                route
+                    .pull_addr(&queue.broker_name, request.broker_id)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| queue.broker_name.clone())
     }
 
     async fn invoke_master(

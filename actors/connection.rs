@@ -771,12 +771,32 @@ pub(crate) async fn await_reply(
     code: i32,
     timeout: Duration,
 ) -> Result<RemotingCommand> {
-    // The peer's name is copied only into an error (a request that succeeds allocates none).
-    match tokio::time::timeout(timeout, response).await {
+    settle_reply(
+        tokio::time::timeout(timeout, response).await,
+        || peer.to_owned(),
+        code,
+        timeout,
+    )
+}
+
+/// What a caller that waited up to `timeout` for the answer to a request of `code` gets: the
+/// answer, the error the connection sent, or, when the connection dropped the request or the
+/// time ran out, an error naming `peer` (asked for only then: a request that succeeds
+/// allocates no name).
+pub(crate) fn settle_reply(
+    waited: std::result::Result<
+        std::result::Result<Result<RemotingCommand>, oneshot::error::RecvError>,
+        tokio::time::error::Elapsed,
+    >,
+    peer: impl FnOnce() -> String,
+    code: i32,
+    timeout: Duration,
+) -> Result<RemotingCommand> {
+    match waited {
         Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(Error::ConnectionClosed(peer.to_owned())),
+        Ok(Err(_)) => Err(Error::ConnectionClosed(peer())),
         Err(_) => Err(Error::Timeout {
-            peer: peer.to_owned(),
+            peer: peer(),
             code: RequestCode(code),
             timeout,
         }),

@@ -15,7 +15,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::actors::connection::{ConnectionEvent, Subscribe};
+use crate::actors::connection::{settle_reply, ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
     ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
@@ -36,6 +36,7 @@ use crate::consumer::supervision::{RestartDecision, RestartTracker};
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 use crate::metrics::QueueMetrics;
+use crate::protocol::codes::request_code;
 use crate::rpc::PullRequest;
 
 /// How many spare copies of its queue a queue actor keeps (about the listener calls it has
@@ -731,7 +732,7 @@ impl QueueActor {
             self.execute(out, ctx);
             return;
         };
-        let request = Pull(PullRequest {
+        let request = Arc::new(PullRequest {
             group: shared.group.clone(),
             queue: self.queue.clone(),
             offset: order.offset,
@@ -745,10 +746,34 @@ impl QueueActor {
             broker_id: order.broker_id,
         });
         let started = std::time::Instant::now();
-        let sent = shared.puller.send(request);
-        ctx.spawn(sent.into_actor(self).map(move |answer, act, ctx| {
+        // The connection answers here directly; the puller only puts the request on the wire.
+        let (reply, answer) = oneshot::channel();
+        let pull = Pull {
+            request: Arc::clone(&request),
+            reply,
+        };
+        let queued = match shared.puller.try_send(pull) {
+            Ok(()) => Ok(None),
+            // A full mailbox: wait for room (the data path does not bypass its capacity).
+            Err(actix::dev::SendError::Full(pull)) => Ok(Some(shared.puller.send(pull))),
+            Err(actix::dev::SendError::Closed(_)) => Err(MailboxError::Closed),
+        };
+        let timeout = request.timeout;
+        let waited = async move {
+            if let Some(queued) = queued? {
+                queued.await?;
+            }
+            // The wait for the answer starts once the puller has the request.
+            Ok::<_, Error>(tokio::time::timeout(timeout, answer).await)
+        };
+        ctx.spawn(waited.into_actor(self).map(move |waited, act, ctx| {
             act.shared.stats.record_pull(started.elapsed());
-            let mut answer = answer.map_err(Error::from).and_then(|r| r);
+            let client = &act.shared.client;
+            let mut answer = waited.and_then(|waited| {
+                let peer = || client.pull_peer(&request);
+                let response = settle_reply(waited, peer, request_code::PULL_MESSAGE, timeout)?;
+                request.read_raw_answer(peer, response)?.decode(&request)
+            });
             let retry_group = act.retry_queue.then(|| act.shared.group.clone());
             if let Ok(response) = &mut answer {
                 // The listener sees each message's topic as the application names it.

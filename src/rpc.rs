@@ -246,8 +246,18 @@ impl PullRequest {
         peer: &str,
         response: RemotingCommand,
     ) -> Result<RawPullResult> {
+        self.read_raw_answer(|| peer.to_owned(), response)
+    }
+
+    /// [`read_raw_response`](Self::read_raw_response) naming the broker only when the answer
+    /// is an error: `peer` is asked for then.
+    pub(crate) fn read_raw_answer(
+        &self,
+        peer: impl FnOnce() -> String,
+        response: RemotingCommand,
+    ) -> Result<RawPullResult> {
         let Some(status) = PullStatus::from_response_code(response.code) else {
-            return Err(broker_error(peer, request_code::PULL_MESSAGE, response));
+            return Err(broker_error(&peer(), request_code::PULL_MESSAGE, response));
         };
         let reply: PullMessageResponseHeader = response.decode_header()?;
         let body = if status == PullStatus::Found {
