@@ -193,6 +193,71 @@ async fn producer_phase(
     Ok(Phase::measure(name, sent, started.elapsed(), before))
 }
 
+/// Creates `topic` on every broker of an external cluster, through auto-creation: one send to a
+/// queue of each broker the auto-create route lists, then waits until the name server's route
+/// lists them all. Every phase then sends over the same brokers and connections: a topic
+/// auto-created by one send lives on one broker only, and a raw loop reading the name server's
+/// route would then use one connection where the producer, still on the auto-create route,
+/// uses all of them (smaller write batches each, more system calls).
+async fn create_on_every_broker(client: &Client, topic: &str) -> Result<(), String> {
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    producer
+        .send(Message::new(topic, "warm-up"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let template = client
+        .cached_route(topic)
+        .ok_or_else(|| format!("no route cached for {topic} after a send"))?;
+    let mut brokers: Vec<_> = template
+        .produce_queues
+        .iter()
+        .map(|q| q.broker_name.clone())
+        .collect();
+    brokers.sort();
+    brokers.dedup();
+    for broker in &brokers {
+        if let Some(queue) = template
+            .produce_queues
+            .iter()
+            .find(|q| &q.broker_name == broker)
+        {
+            producer
+                .send_to_queue(Message::new(topic, "warm-up"), queue)
+                .await
+                .map_err(|e| format!("warm-up send to {broker}: {e}"))?;
+        }
+    }
+    // Brokers register new topics with the name server on their own schedule.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let route = client
+            .refresh_route(topic)
+            .await
+            .map_err(|e| e.to_string())?;
+        let listed = brokers
+            .iter()
+            .all(|b| route.produce_queues.iter().any(|q| &q.broker_name == b));
+        if listed {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            // Measured anyway, and said: the phases may then use different brokers.
+            eprintln!(
+                "produce_bench: the name server lists {topic} on {} of {} brokers after 30 s",
+                route
+                    .produce_queues
+                    .iter()
+                    .map(|q| q.broker_name.as_str())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                brokers.len()
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     bench_common::init_tracing();
     let args = Args::parse();
@@ -219,12 +284,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .await
                     .map_err(|e| e.to_string())?;
             } else {
-                // Auto-created by the first sends; warm the route first.
-                let producer = Producer::new(client.clone(), ProducerConfig::default());
-                producer
-                    .send(Message::new(&topic, "warm-up"))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                create_on_every_broker(&client, &topic).await?;
             }
             let phase = match name.as_str() {
                 "raw" => raw_phase(&client, &topic, &args).await?,
