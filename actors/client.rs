@@ -846,6 +846,17 @@ impl Client {
     }
 }
 
+/// The address in `route` a pull of `request` goes to: the suggested broker, or the master
+/// when the route lists no such slave.
+fn pull_addr_in<'r>(route: &'r TopicRoute, request: &PullRequest) -> Result<&'r str> {
+    let queue = &request.queue;
+    route
+        .pull_addr(&queue.broker_name, request.broker_id)
+        .ok_or_else(|| {
+            Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
+        })
+}
+
 /// The typed RPCs of the base layer.
 impl Client {
     /// The master address of `queue`'s broker, where offsets, sends-back and locks go.
@@ -869,13 +880,8 @@ impl Client {
     /// [`Client::pull`] with the messages left in their wire form, for a consumer that buffers
     /// them and decodes each batch only when the application takes it.
     pub(crate) async fn pull_raw(&self, request: &PullRequest) -> Result<RawPullResult> {
-        let queue = &request.queue;
-        let route = self.route(&queue.topic).await?;
-        let addr = route
-            .pull_addr(&queue.broker_name, request.broker_id)
-            .ok_or_else(|| {
-                Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
-            })?;
+        let route = self.route(&request.queue.topic).await?;
+        let addr = pull_addr_in(&route, request)?;
         // Without hooks nobody needs the command as a value: it is encoded at once.
         let response = if self.shared.hooks.is_empty() {
             self.call_encoded(addr, request.to_frame()?, request.timeout)
@@ -920,17 +926,14 @@ impl Client {
 
     /// [`Client::try_send_pull`] the way that can wait: fetching the route, opening the
     /// connection, waiting for room in its mailbox, or going through the request hooks. The
-    /// answer, or the error that kept the request from the broker, goes to `reply`.
+    /// answer, or the error that kept the request from the broker, goes to `reply` (one that
+    /// could not be queued drops it, which its waiter reads as a closed connection).
     pub(crate) async fn send_pull(&self, request: &PullRequest, reply: PullReply) {
-        let queue = &request.queue;
-        let addr = match self.route(&queue.topic).await.and_then(|route| {
-            route
-                .pull_addr(&queue.broker_name, request.broker_id)
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    Error::TopicRouteNotFound(format!("{} on {}", queue.topic, queue.broker_name))
-                })
-        }) {
+        let addr = match self
+            .route(&request.queue.topic)
+            .await
+            .and_then(|route| pull_addr_in(&route, request).map(str::to_owned))
+        {
             Ok(addr) => addr,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -951,24 +954,11 @@ impl Client {
                 return;
             }
         };
-        let conn = match self.connection(&addr).await {
-            Ok(conn) => conn,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        match conn.try_send(connection::EncodedRequest { frame, reply }) {
-            Ok(()) => {}
-            // A full mailbox: wait for room. Should the connection stop meanwhile, the request
-            // is dropped with its reply, which its waiter reads as a closed connection.
-            Err(actix::dev::SendError::Full(request)) => {
-                let _ = conn.send(request).await;
-            }
-            Err(actix::dev::SendError::Closed(request)) => {
-                let _ = request.reply.send(Err(Error::ConnectionClosed(addr)));
-            }
-        }
+        // A request that cannot be queued is dropped with its reply, which its waiter reads as
+        // a closed connection.
+        let _ = self
+            .enqueue(&addr, connection::EncodedRequest { frame, reply })
+            .await;
     }
 
     /// The address a pull of `request` goes to, for naming it in an error: the cached route's,
