@@ -17,6 +17,7 @@ use futures::FutureExt;
 use tokio::sync::Semaphore;
 
 use crate::actors::queue::RunSink;
+use crate::actors::queue_orderly::OrderlyChain;
 use crate::consumer::queue_core::{CallRanges, PullPart};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
@@ -345,36 +346,11 @@ where
 /// type is).
 pub(crate) type SpareCall = Box<dyn std::any::Any>;
 
-/// A by-value listener call after its first poll.
-pub(crate) enum OwnedPoll<T> {
-    /// It finished.
-    Ready(T),
-    /// It is waiting: poll it to the end.
-    Pending(RunningCall<T>),
-}
-
 /// Where a closure's future runs: empty between calls.
 type CallSlot<Fut> = std::pin::Pin<Box<Option<Fut>>>;
 
 /// A listener call that did not finish on its first poll.
 pub(crate) type RunningCall<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
-
-/// Polls `call` once, in the memory `spare` kept from an earlier call when it is of the same
-/// type. Finished, the call leaves its memory in `spare`; still running, it keeps it.
-fn poll_in_spare<Fut: Future + 'static>(
-    call: Fut,
-    spare: &mut Option<SpareCall>,
-    cx: &mut std::task::Context<'_>,
-) -> OwnedPoll<Fut::Output> {
-    let mut slot = slot_from::<Fut>(spare);
-    match poll_first(&mut slot, call, cx) {
-        Some(output) => {
-            *spare = Some(slot);
-            OwnedPoll::Ready(output)
-        }
-        None => OwnedPoll::Pending(running_in(*slot)),
-    }
-}
 
 /// Starts `call` in `slot` and polls it once: its output when it finished (the slot is empty
 /// again), `None` when it waits (the slot holds it).
@@ -552,16 +528,95 @@ where
 /// An orderly listener that takes the batch and the context by value, as a closure listener
 /// does (see [`OwnedListener`]).
 pub(crate) trait OwnedOrderlyListener: OrderlyListener {
-    /// Starts one call with the batch and the context and polls it once with `cx`. `spare` is
-    /// the memory of an earlier call that finished at once: the call runs in it when it fits
-    /// and leaves its own there when it finishes at once.
-    fn call_owned(
-        &self,
-        messages: Messages,
-        ctx: OrderlyContext,
-        spare: &mut Option<SpareCall>,
-        cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll<(OrderlyStatus, OrderlyContext)>;
+    /// Runs `run`'s chain of calls, one after another while each finishes on its first poll,
+    /// in a loop compiled for this listener's type (see [`ConsumeDispatcher::run_orderly_chain`]).
+    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop;
+}
+
+/// The settings a by-value orderly call started with (`auto_commit`, `suspend_time`, queue
+/// id), for the outcome of a call that panicked.
+type OrderlyDefaults = (bool, Duration, i32);
+
+/// A chain of one queue's orderly calls run at once by [`OwnedOrderlyListener::run_chain`]:
+/// its caller's [`OrderlyChain`] gives each call its context and decides, from each outcome,
+/// the call that follows.
+pub(crate) struct OrderlyRun<'c, 'r> {
+    chain: &'r mut OrderlyChain<'c>,
+    /// The batch to call next; `None` once the chain has ended.
+    next: Option<Messages>,
+    /// The permit the chain's calls run under (taken once, kept between calls).
+    held: &'r mut Option<tokio::sync::OwnedSemaphorePermit>,
+    permits: &'r Arc<Semaphore>,
+    /// The memory of an earlier call that finished at once.
+    spare: &'r mut Option<SpareCall>,
+    /// The call under way and its settings, to report should it panic.
+    current: Option<(Messages, OrderlyDefaults)>,
+}
+
+/// Why [`OwnedOrderlyListener::run_chain`] returned.
+pub(crate) enum OrderlyRunStop {
+    /// The chain ended: every call finished at once.
+    Done,
+    /// No permit was free for this batch's call, which has not started.
+    NoPermit(Messages),
+    /// This batch's call did not finish on its first poll; it holds the chain's permit.
+    Pending(
+        Messages,
+        OrderlyDefaults,
+        RunningCall<(OrderlyStatus, OrderlyContext)>,
+    ),
+}
+
+/// The loop of [`OwnedOrderlyListener::run_chain`] for a listener whose calls are futures of
+/// type `Fut`, started by `start`.
+#[inline]
+fn run_chain_in_spare<Fut>(
+    run: &mut OrderlyRun<'_, '_>,
+    start: impl Fn(Messages, OrderlyContext) -> Fut,
+) -> OrderlyRunStop
+where
+    Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
+{
+    let mut slot = slot_from::<Fut>(run.spare);
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    while let Some(batch) = run.next.take() {
+        // As in `run_in_spare`: a free permit means nobody waits for one.
+        if run.held.is_none() {
+            match run.permits.clone().try_acquire_owned() {
+                Ok(permit) => *run.held = Some(permit),
+                Err(_) => {
+                    *run.spare = Some(slot);
+                    return OrderlyRunStop::NoPermit(batch);
+                }
+            }
+        }
+        let context = run.chain.context();
+        let defaults = (
+            context.auto_commit,
+            context.suspend_time,
+            context.queue.queue_id,
+        );
+        // Set before the call: the closure itself may panic, not only its future.
+        run.current = Some((batch.clone(), defaults));
+        let call = start(batch, context);
+        let polled = poll_first(&mut slot, call, &mut poll_context);
+        let Some((batch, defaults)) = run.current.take() else {
+            break;
+        };
+        match polled {
+            Some((status, context)) => {
+                let outcome = OrderlyOutcome {
+                    status,
+                    context,
+                    elapsed: Duration::ZERO,
+                };
+                run.next = run.chain.finished_call(batch, outcome);
+            }
+            None => return OrderlyRunStop::Pending(batch, defaults, running_in(*slot)),
+        }
+    }
+    *run.spare = Some(slot);
+    OrderlyRunStop::Done
 }
 
 impl<F, Fut> OwnedOrderlyListener for FnOrderlyListener<F>
@@ -569,14 +624,8 @@ where
     F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
-    fn call_owned(
-        &self,
-        messages: Messages,
-        ctx: OrderlyContext,
-        spare: &mut Option<SpareCall>,
-        cx: &mut std::task::Context<'_>,
-    ) -> OwnedPoll<(OrderlyStatus, OrderlyContext)> {
-        poll_in_spare((self.0)(messages, ctx), spare, cx)
+    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+        run_chain_in_spare(run, |messages, context| (self.0)(messages, context))
     }
 }
 
@@ -826,22 +875,6 @@ fn queue_of(messages: &[MessageExt]) -> Option<MessageQueue> {
         .map(|m| MessageQueue::new(m.topic(), &*m.broker_name, m.queue_id))
 }
 
-/// Starts a by-value listener call and polls it once, with the memory `spare` holds and a
-/// panic guard (a panic is the `Err`). The no-op waker is enough: a call still running is
-/// spawned by the caller's actor context, which polls it again before it sleeps.
-fn first_poll<T>(
-    spare: &std::cell::Cell<Option<SpareCall>>,
-    start: impl FnOnce(&mut Option<SpareCall>, &mut std::task::Context<'_>) -> OwnedPoll<T>,
-) -> std::thread::Result<OwnedPoll<T>> {
-    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
-    let mut spare_call = spare.take();
-    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        start(&mut spare_call, &mut poll_context)
-    }));
-    spare.set(spare_call);
-    polled
-}
-
 /// A by-value call that did not finish on its first poll, boxed with its permit and a panic
 /// guard for the caller to spawn; it is timed from `run_started`, the start of its run.
 fn owned_pending(
@@ -894,7 +927,7 @@ pub(crate) type PendingOrderly = std::pin::Pin<Box<dyn Future<Output = OrderlyOu
 /// the settings it started with (`auto_commit`, `suspend_time`, queue id).
 fn panicked_orderly_call(
     messages: &Messages,
-    (auto_commit, suspend_time, queue_id): (bool, Duration, i32),
+    (auto_commit, suspend_time, queue_id): OrderlyDefaults,
     panic: &(dyn std::any::Any + Send),
     started: Instant,
 ) -> OrderlyOutcome {
@@ -909,6 +942,30 @@ fn panicked_orderly_call(
         },
         elapsed: started.elapsed(),
     }
+}
+
+/// A by-value orderly call that did not finish on its first poll, boxed with its permit and a
+/// panic guard for the caller to spawn; it is timed from its next poll.
+fn owned_orderly_pending(
+    call: RunningCall<(OrderlyStatus, OrderlyContext)>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    batch: Messages,
+    defaults: OrderlyDefaults,
+) -> PendingOrderly {
+    Box::pin(async move {
+        let started = Instant::now();
+        // Polled again by the caller's actor context, which registers the real waker.
+        let result = AssertUnwindSafe(call).catch_unwind().await;
+        drop(permit);
+        match result {
+            Ok((status, context)) => OrderlyOutcome {
+                status,
+                context,
+                elapsed: started.elapsed(),
+            },
+            Err(panic) => panicked_orderly_call(&batch, defaults, panic.as_ref(), started),
+        }
+    })
 }
 
 /// The listener stage of one consumer: bounds concurrent listener calls across all its queues.
@@ -1123,71 +1180,70 @@ impl ConsumeDispatcher {
         }
     }
 
-    /// [`ConsumeDispatcher::consume_orderly`] at once when the listener is called by value, a
-    /// permit is free (or `held`, as in [`ConsumeDispatcher::consume_run`]) and no hooks run:
-    /// the outcome if the call finished on its first poll, otherwise the call to spawn.
-    ///
-    /// As in [`ConsumeDispatcher::consume_run`], a call finished at once is not timed (its
-    /// `elapsed` is zero; the caller times the run that began at `run_started`).
-    pub(crate) fn consume_orderly_now(
+    /// Runs `first`, then each orderly call its [`OrderlyChain`] lets follow at once, in a
+    /// loop compiled for a closure listener's type under one panic guard (a call that panics
+    /// is a suspend, and ends the chain). `Err`: the batch whose call must wait (for a permit,
+    /// or for its own future), to spawn; its permit goes with it. A listener that is not a
+    /// closure, or hooks that must see each call, make every call one that waits.
+    pub(crate) fn run_orderly_chain(
         &self,
-        batch: Messages,
-        context: OrderlyContext,
+        first: Messages,
+        chain: &mut OrderlyChain<'_>,
         run_started: Instant,
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> std::result::Result<OrderlyOutcome, PendingOrderly> {
+    ) -> std::result::Result<(), (Messages, PendingOrderly)> {
         let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
-            return Err(Box::pin(self.consume_orderly(batch, context)));
+            return Err(self.waiting_orderly_call(first, chain));
         };
-        let permit = match held.take() {
-            Some(permit) => permit,
-            None => match self.permits.clone().try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => return Err(Box::pin(self.consume_orderly(batch, context))),
+        let mut spare = self.spare_orderly_call.take();
+        let mut run = OrderlyRun {
+            chain,
+            next: Some(first),
+            held,
+            permits: &self.permits,
+            spare: &mut spare,
+            current: None,
+        };
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| listener.run_chain(&mut run)));
+        let current = run.current.take();
+        let OrderlyRun { chain, held, .. } = run;
+        let ended = match ran {
+            Ok(OrderlyRunStop::Done) => Ok(()),
+            Ok(OrderlyRunStop::NoPermit(batch)) => Err(self.waiting_orderly_call(batch, chain)),
+            Ok(OrderlyRunStop::Pending(batch, defaults, call)) => {
+                let permit = held.take();
+                let pending = owned_orderly_pending(call, permit, batch.clone(), defaults);
+                Err((batch, pending))
+            }
+            Err(panic) => match current {
+                Some((batch, defaults)) => {
+                    let outcome =
+                        panicked_orderly_call(&batch, defaults, panic.as_ref(), run_started);
+                    // A suspend: the chain ends, the round settles it.
+                    let next = chain.finished_call(batch, outcome);
+                    debug_assert!(next.is_none(), "a suspended call ends its chain");
+                    Ok(())
+                }
+                // Not a listener call: the runtime's own code panicked.
+                None => std::panic::resume_unwind(panic),
             },
         };
-        let started = run_started;
-        let defaults = (
-            context.auto_commit,
-            context.suspend_time,
-            context.queue.queue_id,
-        );
-        let polled = first_poll(&self.spare_orderly_call, |spare_call, cx| {
-            listener.call_owned(batch.clone(), context, spare_call, cx)
-        });
-        match polled {
-            Ok(OwnedPoll::Ready((status, context))) => {
-                *held = Some(permit);
-                Ok(OrderlyOutcome {
-                    status,
-                    context,
-                    elapsed: Duration::ZERO,
-                })
-            }
-            Err(panic) => {
-                *held = Some(permit);
-                Ok(panicked_orderly_call(
-                    &batch,
-                    defaults,
-                    panic.as_ref(),
-                    started,
-                ))
-            }
-            Ok(OwnedPoll::Pending(call)) => Err(Box::pin(async move {
-                let started = Instant::now();
-                // Polled again by the caller's actor context, which registers the real waker.
-                let result = AssertUnwindSafe(call).catch_unwind().await;
-                drop(permit);
-                match result {
-                    Ok((status, context)) => OrderlyOutcome {
-                        status,
-                        context,
-                        elapsed: started.elapsed(),
-                    },
-                    Err(panic) => panicked_orderly_call(&batch, defaults, panic.as_ref(), started),
-                }
-            })),
-        }
+        self.spare_orderly_call.set(spare);
+        ended
+    }
+
+    /// The call over `batch` as a task that takes a permit when one is free, with the
+    /// context of the chain's next call.
+    fn waiting_orderly_call(
+        &self,
+        batch: Messages,
+        chain: &mut OrderlyChain<'_>,
+    ) -> (Messages, PendingOrderly) {
+        let context = chain.context();
+        (
+            batch.clone(),
+            Box::pin(self.consume_orderly(batch, context)),
+        )
     }
 
     /// Runs an orderly batch once a permit is free; a panic becomes a suspend.

@@ -3,6 +3,7 @@
 //! actor — these are more of its methods — so ordering comes from the queue actor's mailbox:
 //! nothing else ever touches the queue's cache, and no user-visible lock exists.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -10,7 +11,7 @@ use tracing::Instrument;
 
 use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
-use crate::actors::listener::{Messages, OrderlyOutcome};
+use crate::actors::listener::{Messages, OrderlyOutcome, PendingOrderly};
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_ROUNDS_PER_CLOCK_READ};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
@@ -47,6 +48,48 @@ enum AtOnce {
     Settled,
     /// Not settled: the round settles it.
     Unsettled(OrderlyOutcome),
+}
+
+/// One queue's chain of orderly calls in one turn, as a closure listener's run loop sees it
+/// (see [`ConsumeDispatcher::run_orderly_chain`](crate::actors::listener::ConsumeDispatcher::run_orderly_chain)):
+/// each call's context, and what follows each call that finished at once.
+pub(crate) struct OrderlyChain<'a> {
+    actor: &'a mut QueueActor,
+    epoch: u64,
+    finished: &'a mut Finished,
+}
+
+// `#[inline]`: the run loop, compiled in the user's crate, calls these once per call.
+impl OrderlyChain<'_> {
+    /// The context of the next call, which counts against the turn's calls.
+    #[inline]
+    pub(crate) fn context(&mut self) -> OrderlyContext {
+        let actor = &mut *self.actor;
+        actor.orderly_calls_left = actor.orderly_calls_left.saturating_sub(1);
+        OrderlyContext::new(actor.context_queue(), &actor.shared.config)
+    }
+
+    /// A call over `batch` finished at once with `outcome`: settled now when it succeeded
+    /// (then the batch to call next, if the core has one ready), otherwise left for the
+    /// round to settle.
+    #[inline]
+    pub(crate) fn finished_call(
+        &mut self,
+        batch: Messages,
+        outcome: OrderlyOutcome,
+    ) -> Option<Messages> {
+        match self
+            .actor
+            .settle_at_once(&batch, self.epoch, outcome, self.finished)
+        {
+            AtOnce::Next(chained) => Some(Messages::from(chained)),
+            AtOnce::Settled => None,
+            AtOnce::Unsettled(outcome) => {
+                self.finished.orderly.push((batch, self.epoch, outcome));
+                None
+            }
+        }
+    }
 }
 
 /// How many messages of an orderly call's batch failed: all of them unless it succeeded.
@@ -150,31 +193,32 @@ impl QueueActor {
             );
             return;
         }
-        let mut next = batch;
-        let (batch, pending) = loop {
-            self.orderly_calls_left -= 1;
-            let batch = Messages::from(next);
-            let context = OrderlyContext::new(self.context_queue(), &self.shared.config);
-            match self.shared.dispatcher.consume_orderly_now(
-                batch.clone(),
-                context,
-                finished.started(),
-                held_permit,
-            ) {
-                Ok(outcome) => match self.settle_at_once(&batch, epoch, outcome, finished) {
-                    AtOnce::Next(chained) => {
-                        next = chained;
-                        continue;
-                    }
-                    AtOnce::Settled => return,
-                    AtOnce::Unsettled(outcome) => {
-                        finished.orderly.push((batch, epoch, outcome));
-                        return;
-                    }
-                },
-                Err(pending) => break (batch, pending),
-            }
+        let shared = Rc::clone(&self.shared);
+        let run_started = finished.started();
+        let mut chain = OrderlyChain {
+            actor: self,
+            epoch,
+            finished,
         };
+        let chained = shared.dispatcher.run_orderly_chain(
+            Messages::from(batch),
+            &mut chain,
+            run_started,
+            held_permit,
+        );
+        if let Err((batch, pending)) = chained {
+            self.spawn_orderly(batch, epoch, pending, ctx);
+        }
+    }
+
+    /// Spawns an orderly call that did not finish at once; its outcome is settled when it ends.
+    fn spawn_orderly(
+        &mut self,
+        batch: Messages,
+        epoch: u64,
+        pending: PendingOrderly,
+        ctx: &mut Context<Self>,
+    ) {
         let consumed = pending.instrument(self.span.clone());
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let mut out = act.take_actions();

@@ -277,6 +277,59 @@ async fn a_suspended_batch_is_consumed_again_before_anything_after_it() {
     cluster.shutdown().await;
 }
 
+/// A listener that panics while messages `3` (in its closure) and `6` (in its future) are new
+/// gets each again after the suspend, before anything after it, and the queue goes on: the
+/// panic is a suspend of that one call, not the end of the runtime.
+async fn a_panicking_orderly_listener_is_suspended_and_goes_on(key_ordered: bool) {
+    let topic = if key_ordered {
+        "PanicKeys"
+    } else {
+        "PanicQueue"
+    };
+    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
+    let (tx, mut rx) = unbounded_channel::<(usize, i32)>();
+    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
+        .key_ordered(key_ordered)
+        .configure(|c| c.suspend_current_queue_time = Duration::from_millis(20))
+        .orderly_listener_fn(move |messages: Messages, ctx: OrderlyContext| {
+            let (_, seq) = key_and_seq(&messages[0]);
+            let first_delivery = messages[0].reconsume_times == 0;
+            if seq == 3 && first_delivery {
+                panic!("listener bug in the closure on the first delivery of 3");
+            }
+            let tx = tx.clone();
+            async move {
+                if seq == 6 && first_delivery {
+                    panic!("listener bug in the future on the first delivery of 6");
+                }
+                let _ = tx.send((seq, messages[0].reconsume_times));
+                (OrderlyStatus::Success, ctx)
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let order = receive(&mut rx, 10).await;
+    let expected: Vec<(usize, i32)> = (0..10)
+        .map(|seq| (seq, i32::from(seq == 3 || seq == 6)))
+        .collect();
+    assert_eq!(order, expected);
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (10, 2));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_panicking_orderly_listener_is_suspended_and_the_queue_goes_on() {
+    a_panicking_orderly_listener_is_suspended_and_goes_on(false).await;
+}
+
+#[actix_rt::test]
+async fn a_panicking_key_ordered_listener_is_suspended_and_the_key_goes_on() {
+    a_panicking_orderly_listener_is_suspended_and_goes_on(true).await;
+}
+
 #[actix_rt::test]
 async fn rollback_without_auto_commit_replays_since_the_last_commit() {
     let (cluster, namesrv) = cluster_with_keyed("Rollback", 1, 6, 1).await;
