@@ -302,6 +302,24 @@ pub(crate) enum RunStop {
     ),
 }
 
+/// Makes sure `held` has a permit for the next call of a run, taking a free one when it has
+/// none; false when none is free. A free permit means nobody waits for one (released permits
+/// go to waiters first), so taking it here keeps the first-come-first-served order. It stays
+/// in `held` while the run's calls go on.
+#[inline]
+fn hold_permit(
+    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    permits: &Arc<Semaphore>,
+) -> bool {
+    if held.is_none() {
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => *held = Some(permit),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 /// The loop of [`OwnedListener::run_owned`] for a listener whose calls are futures of type
 /// `Fut`, started by `start`.
 #[inline]
@@ -315,17 +333,9 @@ where
     let mut slot = slot_from::<Fut>(run.spare);
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
     for range in run.calls.by_ref() {
-        // A free permit means nobody waits for one (released permits go to waiters first), so
-        // taking it here keeps the first-come-first-served order. It stays in `held` while the
-        // call runs.
-        if run.held.is_none() {
-            match run.permits.clone().try_acquire_owned() {
-                Ok(permit) => *run.held = Some(permit),
-                Err(_) => {
-                    *run.spare = Some(slot);
-                    return RunStop::NoPermit(range);
-                }
-            }
+        if !hold_permit(run.held, run.permits) {
+            *run.spare = Some(slot);
+            return RunStop::NoPermit(range);
         }
         let context = run.sink.context();
         let queue_id = context.queue.queue_id;
@@ -580,15 +590,9 @@ where
     let mut slot = slot_from::<Fut>(run.spare);
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
     while let Some(batch) = run.next.take() {
-        // As in `run_in_spare`: a free permit means nobody waits for one.
-        if run.held.is_none() {
-            match run.permits.clone().try_acquire_owned() {
-                Ok(permit) => *run.held = Some(permit),
-                Err(_) => {
-                    *run.spare = Some(slot);
-                    return OrderlyRunStop::NoPermit(batch);
-                }
-            }
+        if !hold_permit(run.held, run.permits) {
+            *run.spare = Some(slot);
+            return OrderlyRunStop::NoPermit(batch);
         }
         let context = run.chain.context();
         let defaults = (
