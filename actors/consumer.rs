@@ -29,6 +29,7 @@ use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
     ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
     OwnedListener, OwnedOrderlyListener, RecipientListener, RecipientOrderlyListener,
+    SyncFnListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -702,6 +703,45 @@ impl PushConsumerBuilder {
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
         self.listener = Some(SendListener::ConcurrentOwned(Box::new(FnListener(f))));
+        self.config.consume_mode = ConsumeMode::Concurrently;
+        self
+    }
+
+    /// A synchronous closure listener, like Java's `MessageListenerConcurrently`: gets the
+    /// batch and the context by reference and returns the status at once.
+    ///
+    /// It runs on the consumer's arbiter thread between other work, so it suits quick
+    /// handlers (count, hand over to a channel, update a map); one that waits on I/O belongs
+    /// in [`listener_fn`](Self::listener_fn), whose futures run concurrently. It is the
+    /// cheapest listener: its calls over one pull run in a plain loop, nothing allocated or
+    /// moved per call. A panic in it is caught, and the batch is retried like a
+    /// [`ConsumeStatus::ReconsumeLater`].
+    ///
+    /// ```no_run
+    /// use rocketmq_actor::consumer::ConsumeStatus;
+    /// use rocketmq_actor::PushConsumer;
+    ///
+    /// # async fn run() -> rocketmq_actor::Result<()> {
+    /// let consumer = PushConsumer::builder()
+    ///     .namesrv_addr("127.0.0.1:9876")
+    ///     .group("order_counter")
+    ///     .subscribe("orders", "*")
+    ///     .listener_sync_fn(|messages, ctx| {
+    ///         for m in messages {
+    ///             println!("{} from queue {}", m.msg_id(), ctx.queue.queue_id);
+    ///         }
+    ///         ConsumeStatus::Success
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// consumer.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn listener_sync_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+    {
+        self.listener = Some(SendListener::ConcurrentOwned(Box::new(SyncFnListener(f))));
         self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }

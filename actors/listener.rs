@@ -410,6 +410,48 @@ where
     }
 }
 
+/// A listener made of a synchronous closure over the batch and the context, as Java's
+/// `MessageListenerConcurrently` is (see
+/// [`PushConsumerBuilder::listener_sync_fn`](crate::PushConsumerBuilder::listener_sync_fn)).
+pub struct SyncFnListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F> MessageListener for SyncFnListener<F>
+where
+    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+{
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
+        (self.0)(messages, ctx)
+    }
+}
+
+impl<F> OwnedListener for SyncFnListener<F>
+where
+    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+{
+    /// Every call finishes at once: the loop lends one context to each call in turn, with
+    /// no future, no call memory and no context moved per call.
+    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop {
+        let mut context = run.sink.context();
+        let queue_id = context.queue.queue_id;
+        for range in run.calls.by_ref() {
+            if !hold_permit(run.held, run.permits) {
+                run.sink.recycle(context);
+                return RunStop::NoPermit(range);
+            }
+            run.current = Some((range.clone(), queue_id));
+            let messages = run.pull.get(range.clone()).unwrap_or_default();
+            let status = (self.0)(messages, &mut context);
+            run.current = None;
+            run.sink
+                .finished_lending_call(run.pull, range, status, &context);
+            run.sink.reset_lent(&mut context);
+        }
+        run.sink.recycle(context);
+        RunStop::Done
+    }
+}
+
 /// The message an actor receives when it is the listener
 /// ([`PushConsumerBuilder::listener_actor`](crate::PushConsumerBuilder::listener_actor)).
 #[derive(Message, Clone)]

@@ -1144,13 +1144,17 @@ fn call_outcome(status: ConsumeStatus, context: &ConsumeContext) -> CallOutcome 
 /// when it is still the queue the user sees (a listener may have changed it).
 #[inline]
 fn recycle_into(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue, queue: MessageQueue) {
-    if spares.len() < MAX_SPARE_QUEUES
-        && queue.queue_id == user_queue.queue_id
-        && same_text(&queue.topic, &user_queue.topic)
-        && same_text(&queue.broker_name, &user_queue.broker_name)
-    {
+    if spares.len() < MAX_SPARE_QUEUES && same_queue(&queue, user_queue) {
         spares.push(queue);
     }
+}
+
+/// `a == b` for the queue of a listener context and the one the user sees.
+#[inline]
+fn same_queue(a: &MessageQueue, b: &MessageQueue) -> bool {
+    a.queue_id == b.queue_id
+        && same_text(&a.topic, &b.topic)
+        && same_text(&a.broker_name, &b.broker_name)
 }
 
 /// `a == b`, inline for the short names of topics and brokers: this runs twice per listener
@@ -1232,21 +1236,7 @@ impl RunSink<'_> {
         context: ConsumeContext,
     ) {
         let call = call_outcome(status, &context);
-        let succeeded = failed_count(range.len(), &call) == 0;
-        let joined = succeeded
-            && self.calls.last_mut().is_some_and(|last| {
-                last.epoch == self.epoch
-                    && last.all_succeeded()
-                    && last.batch.extend_with(pull, &range)
-                    && {
-                        last.calls += 1;
-                        // Each call acknowledged all of its own messages; an `ack_index` the
-                        // first one gave counts within its batch only, not the joined one.
-                        last.outcome.ack_index = None;
-                        true
-                    }
-            });
-        if joined {
+        if self.joined(pull, &range, &call) {
             recycle_into(self.spare_queues, self.user_queue, context.queue);
         } else {
             let outcome = ConsumeOutcome {
@@ -1256,6 +1246,68 @@ impl RunSink<'_> {
             };
             self.finished(Messages::slice(pull.clone(), range), outcome);
         }
+    }
+
+    /// [`RunSink::finished_call`] for a call that borrowed `context` (a synchronous listener's,
+    /// whose context serves the run's next call too).
+    #[inline]
+    pub(crate) fn finished_lending_call(
+        &mut self,
+        pull: &Arc<Vec<MessageExt>>,
+        range: std::ops::Range<usize>,
+        status: ConsumeStatus,
+        context: &ConsumeContext,
+    ) {
+        let call = call_outcome(status, context);
+        if !self.joined(pull, &range, &call) {
+            self.calls.push(FinishedCalls {
+                batch: Messages::slice(pull.clone(), range),
+                calls: 1,
+                epoch: self.epoch,
+                outcome: call,
+            });
+        }
+    }
+
+    /// Joins a call over `range` that acknowledged all its messages onto the last entry when
+    /// that one is of the same pull, right before it, and all succeeded; whether it did.
+    #[inline]
+    fn joined(
+        &mut self,
+        pull: &Arc<Vec<MessageExt>>,
+        range: &std::ops::Range<usize>,
+        call: &CallOutcome,
+    ) -> bool {
+        failed_count(range.len(), call) == 0
+            && self.calls.last_mut().is_some_and(|last| {
+                last.epoch == self.epoch
+                    && last.all_succeeded()
+                    && last.batch.extend_with(pull, range)
+                    && {
+                        last.calls += 1;
+                        // Each call acknowledged all of its own messages; an `ack_index` the
+                        // first one gave counts within its batch only, not the joined one.
+                        last.outcome.ack_index = None;
+                        true
+                    }
+            })
+    }
+
+    /// Readies `context`, lent to the call before, for the next call of the run: the
+    /// defaults again, and the queue the user sees should the listener have changed it.
+    #[inline]
+    pub(crate) fn reset_lent(&mut self, context: &mut ConsumeContext) {
+        context.ack_index = None;
+        context.delay_level = 0;
+        if !same_queue(&context.queue, self.user_queue) {
+            context.queue = take_spare(self.spare_queues, self.user_queue);
+        }
+    }
+
+    /// Takes back a context at the end of a run (its queue serves a later context).
+    #[inline]
+    pub(crate) fn recycle(&mut self, context: ConsumeContext) {
+        recycle_into(self.spare_queues, self.user_queue, context.queue);
     }
 }
 

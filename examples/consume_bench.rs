@@ -34,6 +34,8 @@
 //! 6. **pushh** (not run by default): the push phase with a no-op `RpcHook` on its client and a
 //!    no-op `ConsumeHook` on the consumer — what installed hooks cost (`--phases push,pushh`);
 //! 7. **push32** (not run by default): the push phase with `consume_message_batch_max_size = 32`;
+//!    **pushsync** (not run by default): the push phase with a synchronous listener
+//!    (`listener_sync_fn`) that only counts;
 //! 8. **orderly** / **keyord** (not run by default): an orderly listener, queue-ordered (broker
 //!    locks, one call per queue at a time) and key-ordered, that only counts.
 //!
@@ -419,6 +421,8 @@ enum PushKind {
     Hooks,
     /// `consume_message_batch_max_size = 32`.
     Batch32,
+    /// Default configuration with a synchronous closure listener.
+    Sync,
     /// An orderly listener (queue order, broker locks).
     Orderly,
     /// An orderly listener in key-ordered mode.
@@ -431,6 +435,7 @@ impl PushKind {
             PushKind::Default => "push",
             PushKind::Hooks => "pushh",
             PushKind::Batch32 => "push32",
+            PushKind::Sync => "pushsync",
             PushKind::Orderly => "orderly",
             PushKind::KeyOrdered => "keyord",
         }
@@ -478,6 +483,10 @@ async fn push_phase(
                 async move { (ConsumeStatus::Success, ctx) }
             })
         }
+        PushKind::Sync => builder.listener_sync_fn(move |messages, _ctx| {
+            listener_tally.add(messages.len());
+            ConsumeStatus::Success
+        }),
         PushKind::Orderly | PushKind::KeyOrdered => builder
             .key_ordered(kind == PushKind::KeyOrdered)
             .orderly_listener_fn(move |messages, ctx| {
@@ -531,6 +540,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             }
             "pushh" => push_phase(namesrv, topic, sent, PushKind::Hooks).await?.0,
             "push32" => push_phase(namesrv, topic, sent, PushKind::Batch32).await?.0,
+            "pushsync" => push_phase(namesrv, topic, sent, PushKind::Sync).await?.0,
             "orderly" => push_phase(namesrv, topic, sent, PushKind::Orderly).await?.0,
             "keyord" => push_phase(namesrv, topic, sent, PushKind::KeyOrdered).await?.0,
             "pull" => pull_phase(namesrv, topic).await?,
@@ -539,7 +549,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pushh, push32, orderly, keyord, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, push32, pushsync, orderly, keyord, pull, lite, liteb, sched)"
                 ))
             }
         };

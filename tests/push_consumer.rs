@@ -481,6 +481,61 @@ async fn a_panicking_listener_gets_the_message_again_and_the_runtime_survives() 
 }
 
 #[actix_rt::test]
+async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_panicked_calls_come_back(
+) {
+    let cluster = fast_retry_cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    send_numbered(&producer(&cluster), "SyncListener", 0..20).await;
+    // (body, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
+    let consumer = from_first_offset(&namesrv, "sync_group", "SyncListener", "*")
+        .listener_sync_fn(move |messages, ctx| {
+            // (Retried messages come from the group's retry topic.)
+            let fresh = ctx.ack_index.is_none()
+                && ctx.delay_level == 0
+                && ["SyncListener", "%RETRY%sync_group"].contains(&ctx.queue.topic.as_str());
+            // What one call leaves in its context must not reach the next.
+            ctx.queue.topic = "changed by the listener".into();
+            ctx.ack_index = messages.len().checked_sub(1);
+            let mut status = ConsumeStatus::Success;
+            for m in messages {
+                let body = text(m);
+                let first_delivery = m.reconsume_times == 0;
+                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
+                if body == "m5" && first_delivery {
+                    panic!("listener bug on the first delivery of m5");
+                }
+                if body == "m2" && first_delivery {
+                    status = ConsumeStatus::ReconsumeLater;
+                }
+            }
+            status
+        })
+        .start()
+        .await
+        .expect("consumer starts");
+    let seen = receive(&mut rx, 22).await;
+    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
+    let again: BTreeSet<&str> = seen
+        .iter()
+        .filter(|(_, times, _)| *times == 1)
+        .map(|(body, _, _)| body.as_str())
+        .collect();
+    assert_eq!(
+        again,
+        ["m2", "m5"].into(),
+        "the rejected and the panicked call"
+    );
+    let distinct: BTreeSet<&str> = seen.iter().map(|(body, _, _)| body.as_str()).collect();
+    assert_eq!(distinct.len(), 20);
+    assert_quiet(&mut rx, "a message was consumed more often than it failed").await;
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (20, 2));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;

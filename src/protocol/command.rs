@@ -8,7 +8,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::header::CommandHeader;
 use super::json::{
-    plain_integer_at, plain_prefix_len, string_at, write_i64, write_json_string, JsonCursor,
+    decimal, plain_integer_at, plain_prefix_len, string_at, write_i64, write_json_string,
+    JsonCursor, DECIMAL_WIDTH,
 };
 use crate::error::ProtocolError;
 
@@ -552,7 +553,58 @@ impl ExtWriter<'_> {
 
     /// A boolean field (`"true"`/`"false"`).
     pub fn bool(&mut self, key: &str, value: bool) {
-        self.str(key, if value { "true" } else { "false" });
+        self.key(key);
+        self.bool_value(value);
+    }
+
+    /// The start of a field whose key is given as its JSON text, `"key":` (a key needing no
+    /// escapes): one copy of a constant instead of a key written and checked per request.
+    #[inline]
+    fn member(&mut self, member: &'static [u8]) {
+        debug_assert!(
+            member.len() >= 3
+                && member.starts_with(b"\"")
+                && member.ends_with(b"\":")
+                && !member[1..member.len() - 2]
+                    .iter()
+                    .any(|&b| b < 0x20 || b == b'"' || b == b'\\'),
+            "not a plain JSON member key: {member:?}"
+        );
+        if !self.first {
+            self.dst.push(b',');
+        }
+        self.first = false;
+        self.dst.extend_from_slice(member);
+    }
+
+    /// [`ExtWriter::str`] with the key as its JSON text (see `member`).
+    #[inline]
+    pub(crate) fn str_member(&mut self, member: &'static [u8], value: &str) {
+        self.member(member);
+        write_json_string(self.dst, value);
+    }
+
+    /// [`ExtWriter::int`] with the key as its JSON text (see `member`).
+    #[inline]
+    pub(crate) fn int_member(&mut self, member: &'static [u8], value: i64) {
+        self.member(member);
+        let mut digits = [0u8; DECIMAL_WIDTH];
+        let digits = decimal(value, &mut digits);
+        self.dst.push(b'"');
+        self.dst.extend_from_slice(digits);
+        self.dst.push(b'"');
+    }
+
+    /// [`ExtWriter::bool`] with the key as its JSON text (see `member`).
+    #[inline]
+    pub(crate) fn bool_member(&mut self, member: &'static [u8], value: bool) {
+        self.member(member);
+        self.bool_value(value);
+    }
+
+    fn bool_value(&mut self, value: bool) {
+        let text: &[u8] = if value { b"\"true\"" } else { b"\"false\"" };
+        self.dst.extend_from_slice(text);
     }
 }
 

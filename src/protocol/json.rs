@@ -12,6 +12,7 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// Writes `s` as a JSON string literal (with quotes), escaping like fastjson: `"` and `\`,
 /// the short forms `\b \f \n \r \t`, other control characters as `\u00XX`; everything else
 /// (including non-ASCII) raw.
+#[inline]
 pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
     let bytes = s.as_bytes();
     out.put_u8(b'"');
@@ -27,20 +28,43 @@ pub(crate) fn write_json_string<B: BufMut>(out: &mut B, s: &str) {
 /// Whether any byte of `bytes` is one JSON escapes, looked at a word at a time.
 #[inline]
 fn needs_escape(bytes: &[u8]) -> bool {
+    if bytes.len() < 8 {
+        // Header keys and most values are short: one word test instead of a byte-wise pass.
+        return word_needs_escape(short_word(bytes));
+    }
     let mut words = bytes.chunks_exact(8);
     for chunk in words.by_ref() {
         if word_needs_escape(word_at(chunk)) {
             return true;
         }
     }
-    let tail = words.remainder();
-    match bytes.len().checked_sub(8) {
-        // The last 8 bytes as one word: the bytes it shares with words already looked at are
-        // clean, so this only tells about the tail.
-        Some(last_word) if !tail.is_empty() => {
-            word_needs_escape(word_at(bytes.get(last_word..).unwrap_or_default()))
+    if words.remainder().is_empty() {
+        return false;
+    }
+    // The last 8 bytes as one word: the bytes it shares with words already looked at are
+    // clean, so this only tells about the tail.
+    word_needs_escape(word_at(bytes.get(bytes.len() - 8..).unwrap_or_default()))
+}
+
+/// The bytes of `bytes` (fewer than eight) in one word, each of them in some lane and every
+/// other lane a space (which needs no escape): overlapping reads, no byte-wise loop.
+#[inline]
+fn short_word(bytes: &[u8]) -> u64 {
+    const SPACES: u64 = ONES * b' ' as u64;
+    let len = bytes.len();
+    let at = |i: usize| u64::from(bytes.get(i).copied().unwrap_or(b' '));
+    match len {
+        0 => SPACES,
+        1..=3 => at(0) | at(len / 2) << 8 | at(len - 1) << 16 | (SPACES << 24),
+        _ => {
+            let four = |from: usize| {
+                bytes
+                    .get(from..from + 4)
+                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                    .map_or(0x2020_2020, u32::from_le_bytes)
+            };
+            u64::from(four(0)) | u64::from(four(len - 4)) << 32
         }
-        _ => tail.iter().copied().any(byte_needs_escape),
     }
 }
 
@@ -155,24 +179,47 @@ const fn word_needs_escape(word: u64) -> bool {
 }
 
 /// Writes a decimal integer without going through `fmt` (the header writer's hot path).
+#[inline]
 pub(crate) fn write_i64<B: BufMut>(out: &mut B, value: i64) {
-    let mut buf = [0u8; 20];
+    let mut buf = [0u8; DECIMAL_WIDTH];
+    out.put_slice(decimal(value, &mut buf));
+}
+
+/// Room for the longest `i64` in decimal, sign included.
+pub(crate) const DECIMAL_WIDTH: usize = 20;
+
+/// `value` in decimal, written at the end of `buf`: two digits per division, since a send
+/// header carries a 13-digit timestamp and several small numbers.
+#[inline]
+pub(crate) fn decimal(value: i64, buf: &mut [u8; DECIMAL_WIDTH]) -> &[u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut pos = buf.len();
-    let negative = value < 0;
     let mut magnitude = value.unsigned_abs();
-    loop {
+    while magnitude >= 100 {
+        // `magnitude % 100` is below 100, so the index is within the table.
+        let pair = (magnitude % 100) as usize * 2;
+        magnitude /= 100;
+        pos -= 2;
+        buf[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if magnitude >= 10 {
+        let pair = magnitude as usize * 2;
+        pos -= 2;
+        buf[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         pos -= 1;
-        // `magnitude % 10` is below 10, so the cast cannot truncate.
-        buf[pos] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
+        // Below 10 here, so the cast cannot truncate.
+        buf[pos] = b'0' + magnitude as u8;
     }
-    if negative {
-        out.put_u8(b'-');
+    if value < 0 {
+        pos -= 1;
+        buf[pos] = b'-';
     }
-    out.put_slice(buf.get(pos..).unwrap_or_default());
+    &buf[pos..]
 }
 
 /// How many bytes `bytes` starts with that are neither `"` nor `\\`: the plain run of a
@@ -801,6 +848,15 @@ mod tests {
             let _ = cursor.skip_value(0);
             let mut cursor = JsonCursor::new(&text);
             let _ = cursor.object(0, |c, _| c.skip_value(1));
+        }
+
+        #[test]
+        fn decimal_matches_display(value in any::<i64>(), small in -1000i64..1000) {
+            for value in [value, small, i64::MIN, i64::MAX, 0] {
+                let mut buf = [0u8; DECIMAL_WIDTH];
+                let expected = value.to_string();
+                prop_assert_eq!(decimal(value, &mut buf), expected.as_bytes());
+            }
         }
 
         #[test]
