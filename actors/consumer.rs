@@ -29,7 +29,7 @@ use crate::actors::listener::{
     AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
     ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
     OwnedListener, OwnedOrderlyListener, RecipientListener, RecipientOrderlyListener,
-    SyncFnListener,
+    SyncFnListener, SyncFnOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -679,6 +679,45 @@ impl PushConsumerBuilder {
         Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
     {
         self.listener = Some(SendListener::OrderlyOwned(Box::new(FnOrderlyListener(f))));
+        self.config.consume_mode = ConsumeMode::Orderly;
+        self
+    }
+
+    /// A synchronous orderly closure listener, like Java's `MessageListenerOrderly`: gets the
+    /// batch and the context by reference and returns the status at once.
+    ///
+    /// As with [`listener_sync_fn`](Self::listener_sync_fn), it runs on the consumer's
+    /// arbiter thread, so it suits quick handlers; a queue's calls run back to back in a
+    /// plain loop. A panic in it is caught and counts as a suspend of the queue, as
+    /// [`OrderlyStatus::SuspendCurrentQueueAMoment`] does.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> rocketmq_actor::Result<()> {
+    /// use rocketmq_actor::consumer::OrderlyStatus;
+    /// use rocketmq_actor::PushConsumer;
+    ///
+    /// let consumer = PushConsumer::builder()
+    ///     .namesrv_addr("127.0.0.1:9876")
+    ///     .group("ledger")
+    ///     .subscribe("Transfers", "*")
+    ///     .orderly_listener_sync_fn(|messages, ctx| {
+    ///         for m in messages {
+    ///             println!("queue {} offset {}", ctx.queue.queue_id, m.queue_offset);
+    ///         }
+    ///         OrderlyStatus::Success
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// consumer.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn orderly_listener_sync_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+    {
+        self.listener = Some(SendListener::OrderlyOwned(Box::new(SyncFnOrderlyListener(
+            f,
+        ))));
         self.config.consume_mode = ConsumeMode::Orderly;
         self
     }

@@ -675,6 +675,57 @@ where
     }
 }
 
+/// An orderly listener made of a synchronous closure over the batch and the context, as
+/// Java's `MessageListenerOrderly` is (see
+/// [`PushConsumerBuilder::orderly_listener_sync_fn`](crate::PushConsumerBuilder::orderly_listener_sync_fn)).
+pub struct SyncFnOrderlyListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F> OrderlyListener for SyncFnOrderlyListener<F>
+where
+    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+{
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
+        (self.0)(messages, ctx)
+    }
+}
+
+impl<F> OwnedOrderlyListener for SyncFnOrderlyListener<F>
+where
+    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+{
+    /// Every call finishes at once: the chain runs in a plain loop, no future and no call
+    /// memory per call.
+    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+        while let Some(batch) = run.next.take() {
+            if !hold_permit(run.held, run.permits) {
+                return OrderlyRunStop::NoPermit(batch);
+            }
+            let mut context = run.chain.context();
+            let defaults = (
+                context.auto_commit,
+                context.suspend_time,
+                context.queue.queue_id,
+            );
+            run.current = Some((batch, defaults));
+            let status = match &run.current {
+                Some((batch, _)) => (self.0)(batch, &mut context),
+                None => break,
+            };
+            let Some((batch, _)) = run.current.take() else {
+                break;
+            };
+            let outcome = OrderlyOutcome {
+                status,
+                context,
+                elapsed: Duration::ZERO,
+            };
+            run.next = run.chain.finished_call(batch, outcome);
+        }
+        OrderlyRunStop::Done
+    }
+}
+
 /// The message an actor receives when it is the orderly listener.
 #[derive(Message, Clone)]
 #[rtype(result = "OrderlyReply")]

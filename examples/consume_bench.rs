@@ -37,7 +37,8 @@
 //!    **pushsync** (not run by default): the push phase with a synchronous listener
 //!    (`listener_sync_fn`) that only counts;
 //! 8. **orderly** / **keyord** (not run by default): an orderly listener, queue-ordered (broker
-//!    locks, one call per queue at a time) and key-ordered, that only counts.
+//!    locks, one call per queue at a time) and key-ordered, that only counts; **orderlysync** /
+//!    **keyordsync** the same with a synchronous listener (`orderly_listener_sync_fn`).
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
 //! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
@@ -427,6 +428,10 @@ enum PushKind {
     Orderly,
     /// An orderly listener in key-ordered mode.
     KeyOrdered,
+    /// A synchronous orderly closure listener.
+    OrderlySync,
+    /// A synchronous orderly closure listener in key-ordered mode.
+    KeyOrderedSync,
 }
 
 impl PushKind {
@@ -438,6 +443,8 @@ impl PushKind {
             PushKind::Sync => "pushsync",
             PushKind::Orderly => "orderly",
             PushKind::KeyOrdered => "keyord",
+            PushKind::OrderlySync => "orderlysync",
+            PushKind::KeyOrderedSync => "keyordsync",
         }
     }
 }
@@ -487,6 +494,12 @@ async fn push_phase(
             listener_tally.add(messages.len());
             ConsumeStatus::Success
         }),
+        PushKind::OrderlySync | PushKind::KeyOrderedSync => builder
+            .key_ordered(kind == PushKind::KeyOrderedSync)
+            .orderly_listener_sync_fn(move |messages, _ctx| {
+                listener_tally.add(messages.len());
+                OrderlyStatus::Success
+            }),
         PushKind::Orderly | PushKind::KeyOrdered => builder
             .key_ordered(kind == PushKind::KeyOrdered)
             .orderly_listener_fn(move |messages, ctx| {
@@ -543,13 +556,15 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "pushsync" => push_phase(namesrv, topic, sent, PushKind::Sync).await?.0,
             "orderly" => push_phase(namesrv, topic, sent, PushKind::Orderly).await?.0,
             "keyord" => push_phase(namesrv, topic, sent, PushKind::KeyOrdered).await?.0,
+            "orderlysync" => push_phase(namesrv, topic, sent, PushKind::OrderlySync).await?.0,
+            "keyordsync" => push_phase(namesrv, topic, sent, PushKind::KeyOrderedSync).await?.0,
             "pull" => pull_phase(namesrv, topic).await?,
             "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
             "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pushh, push32, pushsync, orderly, keyord, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, push32, pushsync, orderly, keyord, orderlysync, keyordsync, pull, lite, liteb, sched)"
                 ))
             }
         };

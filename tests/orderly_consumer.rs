@@ -330,6 +330,60 @@ async fn a_panicking_key_ordered_listener_is_suspended_and_the_key_goes_on() {
     a_panicking_orderly_listener_is_suspended_and_goes_on(true).await;
 }
 
+async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_ordered: bool) {
+    let topic = if key_ordered { "SyncKeys" } else { "SyncQueue" };
+    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
+    // (seq, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(usize, i32, bool)>();
+    let default_suspend = Duration::from_millis(20);
+    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
+        .key_ordered(key_ordered)
+        .configure(|c| c.suspend_current_queue_time = default_suspend)
+        .orderly_listener_sync_fn(move |messages, ctx| {
+            let fresh = ctx.suspend_time == default_suspend && ctx.auto_commit;
+            // What one call leaves in its context must not reach the next.
+            ctx.suspend_time = Duration::from_millis(10);
+            let (_, seq) = key_and_seq(&messages[0]);
+            let first_delivery = messages[0].reconsume_times == 0;
+            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
+            match seq {
+                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
+                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
+                _ => OrderlyStatus::Success,
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let seen = receive(&mut rx, 12).await;
+    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
+    let order: Vec<(usize, i32)> = seen.iter().map(|(seq, times, _)| (*seq, *times)).collect();
+    let expected: Vec<(usize, i32)> = (0..10)
+        .flat_map(|seq| {
+            let again = (seq == 3 || seq == 6).then_some((seq, 1));
+            std::iter::once((seq, 0)).chain(again)
+        })
+        .collect();
+    assert_eq!(
+        order, expected,
+        "each failed call comes back at once, before the next"
+    );
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (10, 2));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_sync_orderly_listener_keeps_queue_order_through_a_panic_and_a_suspend() {
+    a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(false).await;
+}
+
+#[actix_rt::test]
+async fn a_sync_key_ordered_listener_keeps_key_order_through_a_panic_and_a_suspend() {
+    a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(true).await;
+}
+
 #[actix_rt::test]
 async fn rollback_without_auto_commit_replays_since_the_last_commit() {
     let (cluster, namesrv) = cluster_with_keyed("Rollback", 1, 6, 1).await;

@@ -828,6 +828,7 @@ impl<'a> PlainJson<'a> {
     }
 
     /// A string literal without escapes.
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a str> {
         self.byte(b'"')?;
         let start = self.pos;
