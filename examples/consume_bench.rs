@@ -62,10 +62,10 @@ use rocketmq_actor::embedded::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::pull::{LitePullConsumer, PullConsumer, PullScheduleService, PullStatus};
 use rocketmq_actor::rpc::PullRequest;
 use rocketmq_actor::tls::{ServerTlsConfig, TlsConfig, TlsMode};
-use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig};
 use rocketmq_actor::{Message, MessageQueue};
 use rocketmq_actor::{Producer, ProducerConfig};
+use rocketmq_actor::{PushConsumer, PushConsumerBuilder};
 
 #[derive(Parser)]
 struct Args {
@@ -449,6 +449,42 @@ impl PushKind {
     }
 }
 
+/// `builder` with the synchronous listener of `kind`, counting into `tally`.
+#[cfg(not(bench_baseline))]
+fn with_sync_listener(
+    builder: PushConsumerBuilder,
+    kind: PushKind,
+    tally: Arc<Tally>,
+) -> Result<PushConsumerBuilder, String> {
+    Ok(if kind == PushKind::Sync {
+        builder.listener_sync_fn(move |messages, _ctx| {
+            tally.add(messages.len());
+            ConsumeStatus::Success
+        })
+    } else {
+        builder
+            .key_ordered(kind == PushKind::KeyOrderedSync)
+            .orderly_listener_sync_fn(move |messages, _ctx| {
+                tally.add(messages.len());
+                OrderlyStatus::Success
+            })
+    })
+}
+
+/// A baseline build (`scripts/bench.sh` compiles this file against an older version with
+/// `--cfg bench_baseline`) may predate the synchronous listeners.
+#[cfg(bench_baseline)]
+fn with_sync_listener(
+    _builder: PushConsumerBuilder,
+    kind: PushKind,
+    _tally: Arc<Tally>,
+) -> Result<PushConsumerBuilder, String> {
+    Err(format!(
+        "phase {}: the synchronous listeners are not in this baseline build",
+        kind.name()
+    ))
+}
+
 /// Returns the phase and the time from `start()` to the first message.
 async fn push_phase(
     namesrv: &str,
@@ -490,16 +526,9 @@ async fn push_phase(
                 async move { (ConsumeStatus::Success, ctx) }
             })
         }
-        PushKind::Sync => builder.listener_sync_fn(move |messages, _ctx| {
-            listener_tally.add(messages.len());
-            ConsumeStatus::Success
-        }),
-        PushKind::OrderlySync | PushKind::KeyOrderedSync => builder
-            .key_ordered(kind == PushKind::KeyOrderedSync)
-            .orderly_listener_sync_fn(move |messages, _ctx| {
-                listener_tally.add(messages.len());
-                OrderlyStatus::Success
-            }),
+        PushKind::Sync | PushKind::OrderlySync | PushKind::KeyOrderedSync => {
+            with_sync_listener(builder, kind, listener_tally)?
+        }
         PushKind::Orderly | PushKind::KeyOrdered => builder
             .key_ordered(kind == PushKind::KeyOrdered)
             .orderly_listener_fn(move |messages, ctx| {

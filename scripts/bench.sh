@@ -100,25 +100,31 @@ run() {
   esac
 }
 
-# instructions SIDE BINDIR NAMESRV: client instructions per message of each consumer phase,
-# counted by callgrind (the same on a busy machine as on an idle one, unlike the timings). Each
-# client start begins a new profile part: setup, producing, raw, push, push32, orderly, keyord.
+# The consumer phases measured: the baseline may predate the synchronous listeners (pushsync,
+# orderlysync, keyordsync), so it runs the others.
+PHASES=push,push32,pushsync,orderly,orderlysync,keyord,keyordsync
+BASELINE_PHASES=push,push32,orderly,keyord
+
+# instructions SIDE BINDIR NAMESRV PHASES: client instructions per message of each consumer
+# phase, counted by callgrind (the same on a busy machine as on an idle one, unlike the
+# timings). Each client start begins a new profile part: setup, producing, raw, then PHASES.
 instructions() {
-  local side=$1 bin=$2 ns=$3 count=100000
+  local side=$1 bin=$2 ns=$3 phases=$4 count=100000
   [ "${BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null || return 0
   echo "== $side: callgrind consume_bench --count $count" >&2
   local dir
   dir=$(mktemp -d)
   (cd "$dir" && valgrind --tool=callgrind --callgrind-out-file=phase \
     --dump-before=rocketmq_actor::actors::client::Client::start \
-    "$bin/consume_bench" --namesrv "$ns" --count "$count" --phases push,push32,orderly,keyord >/dev/null 2>&1) || {
+    "$bin/consume_bench" --namesrv "$ns" --count "$count" --phases "$phases" >/dev/null 2>&1) || {
     echo "$side: callgrind run failed; instruction counts left out" >&2
     rm -rf "$dir"
     return 0
   }
-  python3 - "$dir" "$side" "$count" >>"$OUT/instructions.jsonl" <<'PY'
+  python3 - "$dir" "$side" "$count" "$phases" >>"$OUT/instructions.jsonl" <<'PY'
 import json, os, re, sys
 directory, side, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+phases = sys.argv[4].split(",")
 def summary(path):
     with open(path) as handle:
         for line in handle:
@@ -127,7 +133,7 @@ def summary(path):
     return None
 parts = sorted((int(m.group(1)), f) for f in os.listdir(directory) if (m := re.fullmatch(r"phase\.(\d+)", f)))
 files = [f for _, f in parts] + ["phase"]  # the final part has no number
-names = ["setup", "produce", "raw", "push", "push32", "orderly", "keyord"]
+names = ["setup", "produce", "raw"] + phases
 if len(files) == len(names):
     counts = {n: summary(os.path.join(directory, f)) / count for n, f in zip(names, files)}
     print(json.dumps({"label": side, "count": count, "per_message": counts}))
@@ -137,12 +143,12 @@ PY
   rm -rf "$dir"
 }
 
-# suite SIDE BINDIR NAMESRV: the embedded-broker benchmarks for one side (after/before).
+# suite SIDE BINDIR NAMESRV PHASES: the embedded-broker benchmarks for one side (after/before).
 suite() {
-  local side=$1 bin=$2 ns=$3
+  local side=$1 bin=$2 ns=$3 phases=$4
   pin_broker on
   for _ in $(seq "$RUNS"); do
-    run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 1000000 --phases push,push32,orderly,keyord
+    run "$side" "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 1000000 --phases "$phases"
   done
   for _ in $(seq "$RUNS"); do
     run "$side" "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$ns" --count 200000
@@ -150,12 +156,12 @@ suite() {
   pin_broker off
   run "$side" "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$ns" --rates 1000,10000 --seconds 5
   run "$side" "$OUT/scale.jsonl" "$bin/scale_bench" --namesrv "$ns" --queues 1000,10000 --members 50 --member-queues 1000 --idle-seconds 5
-  instructions "$side" "$bin" "$ns"
+  instructions "$side" "$bin" "$ns" "$phases"
 }
 
 if [ "${BENCH_REAL_ONLY:-0}" != 1 ]; then
 start_broker
-suite after "$ROOT/target/release/examples" "127.0.0.1:$PORT"
+suite after "$ROOT/target/release/examples" "127.0.0.1:$PORT" "$PHASES"
 
 if [ -n "${BENCH_BASELINE:-}" ]; then
   BASE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rocketmq-actor-baseline.XXXXXX")
@@ -167,8 +173,9 @@ if [ -n "${BENCH_BASELINE:-}" ]; then
       printf '\n[[example]]\nname = "%s"\nrequired-features = ["embedded"]\n' "$b" >>"$BASE_DIR/Cargo.toml"
   done
   echo "== building the baseline $BENCH_BASELINE (release)" >&2
-  (cd "$BASE_DIR" && CARGO_TARGET_DIR="$OUT/baseline-target" cargo build --release --quiet $(printf -- '--example %s ' "${BENCHES[@]}"))
-  suite before "$OUT/baseline-target/release/examples" "127.0.0.1:$PORT"
+  (cd "$BASE_DIR" && CARGO_TARGET_DIR="$OUT/baseline-target" RUSTFLAGS="--cfg bench_baseline" \
+    cargo build --release --quiet $(printf -- '--example %s ' "${BENCHES[@]}"))
+  suite before "$OUT/baseline-target/release/examples" "127.0.0.1:$PORT" "$BASELINE_PHASES"
 fi
 
 kill "$BROKER_PID" 2>/dev/null || true
@@ -183,7 +190,7 @@ if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null ||
   bin=$ROOT/target/release/examples
   # The real broker shares the two cores and may refuse work under load: a failed run is
   # reported and left out, the embedded figures are written regardless.
-  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32 ||
+  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32,pushsync ||
     echo "real cluster: consume_bench failed; left out" >&2
   run real "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$real_ns" --count 20000 --inflight 16 ||
     echo "real cluster: produce_bench failed; left out" >&2

@@ -100,17 +100,24 @@ def runs_of(values):
     return [v for v in values if v is not None]
 
 
+# The consumer phases scripts/bench.sh runs (the baseline only those it has), and the phase
+# an orderly one is compared with: the concurrent push consumer with the same kind of listener.
+CONSUME_PHASES = "push,push32,pushsync,orderly,orderlysync,keyord,keyordsync"
+PUSH_OF = {"orderly": "push", "keyord": "push", "orderlysync": "pushsync", "keyordsync": "pushsync"}
+
+
 def consume_rows(rows):
     """Median figures of consume_bench runs: per phase rate and CPU, and the ratios."""
     out = {}
-    for name in ["raw", "push", "push32", "orderly", "keyord"]:
+    for name in ["raw"] + CONSUME_PHASES.split(","):
+        push = PUSH_OF.get(name, "push")
         out[name] = {
             "rate": median([phase(r["result"], name, "msgs_per_sec") for r in rows]),
             "cpu": median([phase(r["result"], name, "process_cpu_us_per_msg") for r in rows]),
             "rate_ratio": median([ratio(r["result"], name, "msgs_per_sec") for r in rows]),
             "cpu_ratio": median([ratio(r["result"], name, "process_cpu_us_per_msg") for r in rows]),
             "over_push": median(
-                [ratio(r["result"], name, "msgs_per_sec", base="push") for r in rows]
+                [ratio(r["result"], name, "msgs_per_sec", base=push) for r in rows]
             ),
             # Each run's own ratios: a target counts as met only when every run meets it.
             "rate_ratio_runs": runs_of([ratio(r["result"], name, "msgs_per_sec") for r in rows]),
@@ -118,7 +125,7 @@ def consume_rows(rows):
                 [ratio(r["result"], name, "process_cpu_us_per_msg") for r in rows]
             ),
             "over_push_runs": runs_of(
-                [ratio(r["result"], name, "msgs_per_sec", base="push") for r in rows]
+                [ratio(r["result"], name, "msgs_per_sec", base=push) for r in rows]
             ),
         }
     return out
@@ -167,8 +174,11 @@ def main():
     w("## Consumers against the raw pull loop")
     w("")
     w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 1000000 "
-      "--phases push,push32,orderly,keyord` (1,000,000 messages over 16 queues, each phase reading")
-    w("them all from offset 0 with a listener that only counts).")
+      f"--phases {CONSUME_PHASES}` (1,000,000 messages over 16 queues, each phase reading")
+    w("them all from offset 0 with a listener that only counts). \"async\" is a closure listener")
+    w("returning a future (`listener_fn`, `orderly_listener_fn`), \"sync\" a synchronous closure")
+    w("(`listener_sync_fn`, `orderly_listener_sync_fn`, not in the baseline). An orderly phase is")
+    w("compared with the push phase of the same kind of listener.")
     w("")
     w("| | phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw | throughput ÷ push |")
     w("|---|---|---:|---:|---:|---:|---:|")
@@ -179,10 +189,13 @@ def main():
         figures = consume_rows(rows)
         for name, desc in [
             ("raw", "raw loop (ceiling)"),
-            ("push", "push, default (1 msg per call)"),
-            ("push32", "push, batch 32"),
-            ("orderly", "orderly (queue order)"),
-            ("keyord", "orderly, key-ordered"),
+            ("push", "push, default (1 msg per call), async"),
+            ("push32", "push, batch 32, async"),
+            ("pushsync", "push, default (1 msg per call), sync"),
+            ("orderly", "orderly (queue order), async"),
+            ("orderlysync", "orderly (queue order), sync"),
+            ("keyord", "orderly, key-ordered, async"),
+            ("keyordsync", "orderly, key-ordered, sync"),
         ]:
             f = figures[name]
             if f["rate"] is None:
@@ -191,7 +204,7 @@ def main():
                 f"| {title} | {desc} | {fmt(f['rate'], 0)} | {fmt(f['cpu'])} | "
                 f"{'' if name == 'raw' else fmt(f['rate_ratio'])} | "
                 f"{'' if name == 'raw' else fmt(f['cpu_ratio'])} | "
-                f"{fmt(f['over_push']) if name in ('orderly', 'keyord') else ''} |"
+                f"{fmt(f['over_push']) if name in PUSH_OF else ''} |"
             )
     w("")
 
@@ -205,18 +218,21 @@ def main():
         w("")
         w("`valgrind --tool=callgrind --dump-before=rocketmq_actor::actors::client::Client::start "
           "target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 100000 "
-          "--phases push,push32,orderly,keyord`")
+          f"--phases {CONSUME_PHASES}` (the baseline without the sync phases)")
         w("")
-        w("| | raw loop | push | push, batch 32 | orderly | key-ordered | push ÷ raw | batch 32 ÷ raw |")
-        w("|---|---:|---:|---:|---:|---:|---:|---:|")
+        w("| | raw loop | push | push, batch 32 | push, sync | orderly | orderly, sync | key-ordered | key-ordered, sync | push ÷ raw | sync push ÷ raw | batch 32 ÷ raw |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+        def over_raw(n, name):
+            return n[name] / n["raw"] if n.get(name) is not None and n.get("raw") else None
+
         for label, title in sides:
             for row in by_label(instructions, label):
                 n = row["per_message"]
-                w(
-                    f"| {title} | {fmt(n['raw'], 0)} | {fmt(n['push'], 0)} | {fmt(n['push32'], 0)} | "
-                    f"{fmt(n['orderly'], 0)} | {fmt(n['keyord'], 0)} | {fmt(n['push'] / n['raw'])} | "
-                    f"{fmt(n['push32'] / n['raw'])} |"
-                )
+                cells = [fmt(n.get(k), 0) for k in
+                         ["raw", "push", "push32", "pushsync", "orderly", "orderlysync", "keyord", "keyordsync"]]
+                cells += [fmt(over_raw(n, k)) for k in ["push", "pushsync", "push32"]]
+                w(f"| {title} | " + " | ".join(cells) + " |")
         w("")
 
     # 3: producer.
@@ -310,7 +326,7 @@ def main():
             w("")
             w("| phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw |")
             w("|---|---:|---:|---:|---:|")
-            for name in ["raw", "push", "push32"]:
+            for name in ["raw", "push", "push32", "pushsync"]:
                 if name in r:
                     w(
                         f"| {name} | {fmt(phase(r, name, 'msgs_per_sec'), 0)} | "
@@ -368,7 +384,11 @@ def main():
         ratio_target("push ≤ 1.3 × raw CPU per message", p["cpu_ratio"], p["cpu_ratio_runs"], lambda v: v <= 1.3)
         b = after["push32"]
         ratio_target("push, batch 32 ≥ 0.95 × raw throughput", b["rate_ratio"], b["rate_ratio_runs"], lambda v: v >= 0.95)
-        for name, desc in [("orderly", "orderly"), ("keyord", "key-ordered")]:
+        s = after["pushsync"]
+        ratio_target("push with the sync listener ≥ 0.9 × raw throughput", s["rate_ratio"], s["rate_ratio_runs"], lambda v: v >= 0.9)
+        ratio_target("push with the sync listener ≤ 1.3 × raw CPU per message", s["cpu_ratio"], s["cpu_ratio_runs"], lambda v: v <= 1.3)
+        for name, desc in [("orderly", "orderly"), ("keyord", "key-ordered"),
+                           ("orderlysync", "orderly, sync"), ("keyordsync", "key-ordered, sync")]:
             o = after[name]
             ratio_target(f"{desc} ≥ 0.7 × push throughput", o["over_push"], o["over_push_runs"], lambda v: v >= 0.7)
     prows = by_label(produce, "after")
