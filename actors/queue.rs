@@ -197,7 +197,9 @@ pub struct QueueActor {
     /// How long the next start waits: a hand-over from a live member, or a restart's backoff.
     start_delay: Duration,
     /// `queue{topic, broker, id}` under the consumer's span: every log line of this actor carries both.
-    pub(crate) span: tracing::Span,
+    /// Shared, so entering it is a borrow of a local handle rather than a clone of the span
+    /// (which the subscriber counts in and out on every step).
+    pub(crate) span: Rc<tracing::Span>,
     /// The queue's cache and lag gauges.
     metrics: QueueMetrics,
     /// The broker's max offset as the last pull answer gave it (for the lag gauge).
@@ -254,7 +256,7 @@ impl QueueActor {
         let offset_key = Arc::new(queue.clone());
         QueueActor {
             user_queue,
-            span,
+            span: Rc::new(span),
             metrics,
             last_max_offset: None,
             retry_queue: retry::is_retry_topic(&queue.topic),
@@ -350,7 +352,8 @@ impl QueueActor {
 
     /// Carries out the core's decisions.
     pub(crate) fn execute(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
-        let _span = self.span.clone().entered();
+        let span = Rc::clone(&self.span);
+        let _entered = span.enter();
         self.orderly_calls_left = ORDERLY_CALLS_PER_TURN;
         self.execute_rounds(actions, ctx);
         // Every commit of the step goes to the offset store as one update.
@@ -586,7 +589,7 @@ impl QueueActor {
                             break;
                         };
                         // The listener's own log lines carry the consumer and queue.
-                        let pending = pending.instrument(self.span.clone());
+                        let pending = pending.instrument(tracing::Span::clone(&self.span));
                         ctx.spawn(actix::fut::wrap_future::<_, Self>(pending).map(
                             move |outcome, act, ctx| act.on_consumed(batch, epoch, outcome, ctx),
                         ));
@@ -874,7 +877,7 @@ impl QueueActor {
             }
             results
         }
-        .instrument(self.span.clone());
+        .instrument(tracing::Span::clone(&self.span));
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             if epoch == act.core.epoch {
                 let sent = results.iter().filter(|(_, ok)| *ok).count();
@@ -928,9 +931,10 @@ impl QueueActor {
             }
             persisted
         };
-        let span = self.span.clone();
+        let span = tracing::Span::clone(&self.span);
         ctx.wait(persist.instrument(span).into_actor(self).map(move |result, act, ctx| {
-            let _span = act.span.clone().entered();
+            let span = Rc::clone(&act.span);
+            let _entered = span.enter();
             act.metrics.clear();
             match result {
                 Ok(Ok(())) => tracing::debug!(queue = %act.queue, offset = ?committed, "queue dropped, offset persisted"),
@@ -1008,7 +1012,8 @@ impl Supervised for QueueActor {
         for waiter in self.drain_waiters.drain(..) {
             let _ = waiter.send(());
         }
-        let _span = self.span.clone().entered();
+        let span = Rc::clone(&self.span);
+        let _entered = span.enter();
         match self.restarts.on_failure(now_ms()) {
             RestartDecision::Restart { after } => {
                 self.shared.stats.metrics.queue_restarted();
@@ -1086,7 +1091,8 @@ impl Handler<ConnectionEvent> for QueueActor {
 
     fn handle(&mut self, event: ConnectionEvent, ctx: &mut Self::Context) {
         if let ConnectionEvent::Disconnected { peer, reason } = event {
-            let _span = self.span.clone().entered();
+            let span = Rc::clone(&self.span);
+            let _entered = span.enter();
             tracing::debug!(queue = %self.queue, %peer, %reason, "broker connection closed; re-locking");
             let mut out = self.take_actions();
             self.core.on_broker_disconnected(now_ms(), &mut out);

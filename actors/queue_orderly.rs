@@ -219,7 +219,7 @@ impl QueueActor {
         pending: PendingOrderly,
         ctx: &mut Context<Self>,
     ) {
-        let consumed = pending.instrument(self.span.clone());
+        let consumed = pending.instrument(tracing::Span::clone(&self.span));
         ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
             let mut out = act.take_actions();
             let env = act.env();
@@ -324,7 +324,7 @@ impl QueueActor {
             }
             sent
         }
-        .instrument(self.span.clone());
+        .instrument(tracing::Span::clone(&self.span));
         ctx.spawn(send.into_actor(self).map(move |sent, act, ctx| {
             if epoch == act.core.epoch {
                 act.shared.stats.record_sent_back(sent.len());
