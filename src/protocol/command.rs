@@ -668,23 +668,8 @@ impl RequestFrame {
     /// Writes `opaque` into its slot (left-aligned, padded with spaces).
     pub fn set_opaque(&mut self, opaque: i32) {
         let mut slot = [b' '; OPAQUE_SLOT_WIDTH];
-        let mut digits = [0u8; OPAQUE_SLOT_WIDTH];
-        let mut pos = digits.len();
-        let mut magnitude = opaque.unsigned_abs();
-        loop {
-            pos -= 1;
-            // `magnitude % 10` is below 10, so the cast cannot truncate.
-            digits[pos] = b'0' + (magnitude % 10) as u8;
-            magnitude /= 10;
-            if magnitude == 0 {
-                break;
-            }
-        }
-        if opaque < 0 {
-            pos -= 1;
-            digits[pos] = b'-';
-        }
-        let text = digits.get(pos..).unwrap_or_default();
+        let mut digits = [0u8; DECIMAL_WIDTH];
+        let text = decimal(i64::from(opaque), &mut digits);
         if let Some(prefix) = slot.get_mut(..text.len()) {
             prefix.copy_from_slice(text);
         }
