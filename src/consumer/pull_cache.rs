@@ -399,13 +399,15 @@ impl PullCache {
     /// Removes the messages `range` of `pull`, when `pull` is cached (the concurrent service
     /// hands pulls to the listener in parts, so finished calls name what they consumed this
     /// way): no search by offset. Returns `false` when `pull` is not cached (dropped, or all
-    /// of it consumed); then nothing changes.
+    /// of it consumed); then only the time of the last consumption changes, as it does for
+    /// [`PullCache::remove_offsets`] (and Java's `removeMessage`) whatever is removed.
     pub(crate) fn remove_part(
         &mut self,
         pull: &Arc<Vec<MessageExt>>,
         range: Range<usize>,
         now_ms: i64,
     ) -> bool {
+        self.last_consume_ms = now_ms;
         let is_it = |cached: &CachedPull| Arc::ptr_eq(&cached.messages, pull);
         let p = match self.pulls.get(self.hint) {
             Some(cached) if is_it(cached) => self.hint,
@@ -417,7 +419,6 @@ impl PullCache {
         let Some(cached) = self.pulls.get_mut(p) else {
             return false;
         };
-        self.last_consume_ms = now_ms;
         self.hint = p;
         let mut removed = 0usize;
         let mut body_bytes = 0u64;
@@ -820,6 +821,18 @@ mod tests {
             1 => (0u64..40).prop_map(|ms| Step::Expire(Duration::from_millis(ms))),
             1 => Just(Step::Clear),
         ]
+    }
+
+    #[test]
+    fn a_call_finishing_after_its_pull_left_still_counts_as_consuming() {
+        let mut cache = PullCache::new(0);
+        let pull = Arc::new(vec![message(0, 1), message(1, 2)]);
+        cache.put_pull(&pull, 1);
+        assert!(cache.remove_part(&pull, 0..2, 2));
+        // The pull is gone; a late call over it changes nothing but the consume time.
+        assert!(!cache.remove_part(&pull, 0..1, 3));
+        assert_eq!(cache.snapshot(7).last_consume_timestamp, 3);
+        assert_eq!(cache.cache_stats().count, 0);
     }
 
     fn cache_holds_pull(cache: &PullCache, batch: &Arc<Vec<MessageExt>>) -> bool {
