@@ -192,24 +192,28 @@ impl PullRequest {
     /// pull path's form when no RPC hook needs to see the command).
     pub(crate) fn to_frame(&self) -> std::result::Result<RequestFrame, ProtocolError> {
         RequestFrame::json(request_code::PULL_MESSAGE, b"", |ext| {
-            // In ascending key order, as the command's encoding sorts them.
-            ext.str("bname", &self.queue.broker_name);
-            ext.int("commitOffset", self.commit_offset.unwrap_or(0));
-            ext.str("consumerGroup", &self.group);
-            ext.str("expressionType", EXPRESSION_TYPE_TAG);
+            // In ascending key order, as the command's encoding sorts them; the keys are
+            // constant JSON text (a pull is sent for every batch a queue receives).
+            ext.str_member(b"\"bname\":", &self.queue.broker_name);
+            ext.int_member(b"\"commitOffset\":", self.commit_offset.unwrap_or(0));
+            ext.str_member(b"\"consumerGroup\":", &self.group);
+            ext.str_member(b"\"expressionType\":", EXPRESSION_TYPE_TAG);
             if let Some(max_bytes) = self.max_bytes {
-                ext.int("maxMsgBytes", i64::from(max_bytes));
+                ext.int_member(b"\"maxMsgBytes\":", i64::from(max_bytes));
             }
-            ext.int("maxMsgNums", i64::from(self.max_messages));
-            ext.int("queueId", i64::from(self.queue.queue_id));
-            ext.int("queueOffset", self.offset);
-            ext.int("subVersion", self.subscription.sub_version);
+            ext.int_member(b"\"maxMsgNums\":", i64::from(self.max_messages));
+            ext.int_member(b"\"queueId\":", i64::from(self.queue.queue_id));
+            ext.int_member(b"\"queueOffset\":", self.offset);
+            ext.int_member(b"\"subVersion\":", self.subscription.sub_version);
             if self.send_subscription {
-                ext.str("subscription", self.subscription.expression.sub_string());
+                ext.str_member(
+                    b"\"subscription\":",
+                    self.subscription.expression.sub_string(),
+                );
             }
-            ext.int("suspendTimeoutMillis", self.suspend_millis());
-            ext.int("sysFlag", i64::from(self.sys_flag()));
-            ext.str("topic", &self.queue.topic);
+            ext.int_member(b"\"suspendTimeoutMillis\":", self.suspend_millis());
+            ext.int_member(b"\"sysFlag\":", i64::from(self.sys_flag()));
+            ext.str_member(b"\"topic\":", &self.queue.topic);
         })
     }
 
