@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 use crate::metrics::QueueMetrics;
 use crate::protocol::codes::request_code;
-use crate::rpc::PullRequest;
+use crate::rpc::{PullRequest, Subscription};
 
 /// How many spare copies of its queue a queue actor keeps (about the listener calls it has
 /// running at once).
@@ -204,6 +204,9 @@ pub struct QueueActor {
     metrics: QueueMetrics,
     /// The broker's max offset as the last pull answer gave it (for the lag gauge).
     last_max_offset: Option<i64>,
+    /// The last pull's request, filled in again for the next pull once nothing else holds it
+    /// (see [`QueueActor::next_pull_request`]).
+    last_pull_request: Option<Arc<PullRequest>>,
     /// `queue` as the application names it (outside the consumer's namespace): what listener
     /// contexts carry.
     pub(crate) user_queue: MessageQueue,
@@ -259,6 +262,7 @@ impl QueueActor {
             span: Rc::new(span),
             metrics,
             last_max_offset: None,
+            last_pull_request: None,
             retry_queue: retry::is_retry_topic(&queue.topic),
             subscribed: shared.subscription(&queue.topic).is_some(),
             queue,
@@ -735,19 +739,7 @@ impl QueueActor {
             self.execute(out, ctx);
             return;
         };
-        let request = Arc::new(PullRequest {
-            group: shared.group.clone(),
-            queue: self.queue.clone(),
-            offset: order.offset,
-            max_messages: shared.config.pull_batch_size as i32,
-            max_bytes: Some(shared.config.pull_batch_size_in_bytes as i32),
-            subscription,
-            send_subscription: order.send_subscription,
-            commit_offset: order.commit_offset,
-            suspend: Some(order.suspend),
-            timeout: order.timeout,
-            broker_id: order.broker_id,
-        });
+        let request = self.next_pull_request(&order, subscription);
         let started = std::time::Instant::now();
         // The connection answers here directly; the puller only puts the request on the wire.
         let (reply, answer) = oneshot::channel();
@@ -755,10 +747,11 @@ impl QueueActor {
             request: Arc::clone(&request),
             reply,
         };
-        let queued = match shared.puller.try_send(pull) {
+        let puller = &self.shared.puller;
+        let queued = match puller.try_send(pull) {
             Ok(()) => Ok(None),
             // A full mailbox: wait for room (the data path does not bypass its capacity).
-            Err(actix::dev::SendError::Full(pull)) => Ok(Some(shared.puller.send(pull))),
+            Err(actix::dev::SendError::Full(pull)) => Ok(Some(puller.send(pull))),
             Err(actix::dev::SendError::Closed(_)) => Err(MailboxError::Closed),
         };
         let timeout = request.timeout;
@@ -777,6 +770,9 @@ impl QueueActor {
                 let response = settle_reply(waited, peer, request_code::PULL_MESSAGE, timeout)?;
                 request.read_raw_answer(peer, response)?.decode(&request)
             });
+            // Let go of the request before the core asks for the next pull, which can then
+            // reuse it.
+            drop(request);
             let retry_group = act.retry_queue.then(|| act.shared.group.clone());
             if let Ok(response) = &mut answer {
                 // The listener sees each message's topic as the application names it.
@@ -803,6 +799,38 @@ impl QueueActor {
             );
             act.execute(out, ctx);
         }));
+    }
+
+    /// The request of the pull `order` asks for. The last pull's request is filled in again
+    /// when nothing else holds it any more, the usual case once its answer has been read: a
+    /// pull then allocates no request and copies no queue names. Otherwise (a pull still on
+    /// its way) it is copied first.
+    fn next_pull_request(
+        &mut self,
+        order: &PullOrder,
+        subscription: Arc<Subscription>,
+    ) -> Arc<PullRequest> {
+        let config = &self.shared.config;
+        let mut request = match self.last_pull_request.take() {
+            Some(last) => last,
+            None => Arc::new(PullRequest::new(
+                Arc::clone(&self.shared.group),
+                self.queue.clone(),
+                order.offset,
+            )),
+        };
+        let fill = Arc::make_mut(&mut request);
+        fill.offset = order.offset;
+        fill.max_messages = config.pull_batch_size as i32;
+        fill.max_bytes = Some(config.pull_batch_size_in_bytes as i32);
+        fill.subscription = subscription;
+        fill.send_subscription = order.send_subscription;
+        fill.commit_offset = order.commit_offset;
+        fill.suspend = Some(order.suspend);
+        fill.timeout = order.timeout;
+        fill.broker_id = order.broker_id;
+        self.last_pull_request = Some(Arc::clone(&request));
+        request
     }
 
     /// Whether this queue must hold the broker lock to consume (orderly clustering).
