@@ -469,15 +469,13 @@ async fn a_second_consumer_of_a_group_on_one_client_is_refused_cleanly() {
     cluster.shutdown().await;
 }
 
-/// A client started inside `System::block_on` whose actor never got to run before the system
-/// went away shuts down quietly: nothing arms a timer once the runtime is gone.
-#[test]
-fn a_client_left_before_it_ran_shuts_down_without_a_panic() {
+/// Runs `run` and tells whether anything panicked on this thread meanwhile, caught or not.
+/// The runtime's teardown catches a panic of an actor it drops, so a panic hook is what sees
+/// it (only this thread's panics count: other tests run beside this one).
+fn panics_on_this_thread<T>(run: impl FnOnce() -> T) -> (T, bool) {
     thread_local! {
         static PANICKED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
-    // The runtime's teardown catches a panic of the actor it drops, so a hook is what sees it
-    // (only this thread's panics count: other tests run beside this one).
     PANICKED_HERE.with(|flag| flag.set(false));
     let previous = std::sync::Arc::new(std::panic::take_hook());
     let chained = previous.clone();
@@ -485,16 +483,92 @@ fn a_client_left_before_it_ran_shuts_down_without_a_panic() {
         PANICKED_HERE.with(|flag| flag.set(true));
         chained(info);
     }));
-    let system = actix::System::new();
-    let started = system.block_on(async {
-        Client::start(ClientConfig::new("127.0.0.1:9")).map(|client| client.client_id().to_owned())
-    });
-    drop(system);
+    let value = run();
     drop(std::panic::take_hook());
     std::panic::set_hook(Box::new(move |info| previous(info)));
+    (value, PANICKED_HERE.with(|flag| flag.get()))
+}
+
+/// A client started inside `System::block_on` whose actor never got to run before the system
+/// went away shuts down quietly: nothing arms a timer once the runtime is gone.
+#[test]
+fn a_client_left_before_it_ran_shuts_down_without_a_panic() {
+    let (started, panicked) = panics_on_this_thread(|| {
+        let system = actix::System::new();
+        let started = system.block_on(async {
+            Client::start(ClientConfig::new("127.0.0.1:9"))
+                .map(|client| client.client_id().to_owned())
+        });
+        drop(system);
+        started
+    });
     assert!(started.is_ok(), "the client starts: {started:?}");
+    assert!(!panicked, "dropping the system panicked");
+}
+
+/// Consumers of every kind, started inside `System::block_on` and left running when the
+/// system goes away, go with it quietly: none of their actors (members, heartbeats, offset
+/// stores, rebalancers, queues, lite-pull queues) panics in the runtime's teardown.
+#[test]
+fn consumers_left_running_when_their_system_goes_away_end_without_a_panic() {
+    for wait_for_a_message in [true, false] {
+        consumers_left_running_end_quietly(wait_for_a_message);
+    }
+}
+
+/// The system goes away with consumers of every kind running, after the push consumer's
+/// first message or at once (its queue actors perhaps not started yet).
+fn consumers_left_running_end_quietly(wait_for_a_message: bool) {
+    let (started, panicked) = panics_on_this_thread(|| {
+        let system = actix::System::new();
+        let started = system.block_on(async {
+            let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
+                .await
+                .map_err(|e| e.to_string())?;
+            let namesrv = cluster.namesrv_addr();
+            let client = Client::start(ClientConfig::new(&namesrv)).map_err(|e| e.to_string())?;
+            let producer = producer_on(&client);
+            send_numbered(&producer, "LeftTopic", 0..4).await;
+            let (seen, mut received) = unbounded_channel();
+            let push = PushConsumer::builder()
+                .namesrv_addr(&namesrv)
+                .group("left_push")
+                .subscribe("LeftTopic", "*")
+                .configure(|c| c.consume_from_where = ConsumeFromWhere::FirstOffset)
+                .listener_fn(move |_messages, ctx| {
+                    let _ = seen.send(());
+                    async move { (ConsumeStatus::Success, ctx) }
+                })
+                .start()
+                .await
+                .map_err(|e| e.to_string())?;
+            let pull = rocketmq_actor::pull::PullConsumer::builder()
+                .namesrv_addr(&namesrv)
+                .group("left_pull")
+                .start()
+                .await
+                .map_err(|e| e.to_string())?;
+            let lite = rocketmq_actor::pull::LitePullConsumer::builder()
+                .namesrv_addr(&namesrv)
+                .group("left_lite")
+                .subscribe("LeftTopic", "*")
+                .start()
+                .await
+                .map_err(|e| e.to_string())?;
+            if wait_for_a_message {
+                // The push consumer's queue actors are running: its first message arrived.
+                received.recv().await.ok_or("the listener went away")?;
+            }
+            // Left running: the system's end is their end.
+            std::mem::forget((push, pull, lite, producer, client, cluster));
+            Ok::<_, String>(())
+        });
+        drop(system);
+        started
+    });
+    assert!(started.is_ok(), "the consumers start: {started:?}");
     assert!(
-        !PANICKED_HERE.with(|flag| flag.get()),
-        "dropping the system panicked"
+        !panicked,
+        "dropping the system panicked (waited for a message: {wait_for_a_message})"
     );
 }
