@@ -776,6 +776,26 @@ impl Client {
         connection::await_reply(response, addr, code, timeout).await
     }
 
+    /// Queues `frame` on the cached connection to `addr` if it is up and has room in its
+    /// mailbox now, and returns where the answer will arrive; otherwise hands `frame` back, for
+    /// [`Client::call_encoded`], which waits for the connection or the room. For a caller that
+    /// waits for the answer its own way (a send, up to the deadline it has already set).
+    pub(crate) fn try_enqueue_encoded(
+        &self,
+        addr: &str,
+        frame: RequestFrame,
+    ) -> std::result::Result<tokio::sync::oneshot::Receiver<Result<RemotingCommand>>, RequestFrame>
+    {
+        let (reply, response) = tokio::sync::oneshot::channel();
+        match self
+            .shared
+            .try_send_cached(addr, connection::EncodedRequest { frame, reply })
+        {
+            Ok(()) => Ok(response),
+            Err(request) => Err(request.frame),
+        }
+    }
+
     /// Queues `request` on the connection to `addr`: straight on the cached one when it is up
     /// and has room in its mailbox, and otherwise the way that can wait (opening the
     /// connection, or waiting for mailbox room, as [`connection::enqueue`] does).

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::future::Either;
 
 use crate::actors::client::Client;
+use crate::actors::connection;
 use crate::actors::now_ms;
 use crate::consumer::retry::is_retry_topic;
 use crate::error::{Error, Result};
@@ -134,6 +135,41 @@ pub struct SendResult {
 enum SendRequest {
     Frame(RequestFrame),
     Command(RemotingCommand),
+}
+
+/// A send's body and the header fields that come with it rather than from the message.
+struct Encoding<'a> {
+    body: &'a [u8],
+    sys_flag: i32,
+    batch: bool,
+    born_ms: i64,
+}
+
+/// A send on its way: queued on the connection, its answer to come on `response`, or a call
+/// still to be awaited.
+enum PendingSend<'a> {
+    Queued {
+        response: tokio::sync::oneshot::Receiver<Result<RemotingCommand>>,
+        code: i32,
+    },
+    Waiting(std::pin::Pin<Box<dyn Future<Output = Result<RemotingCommand>> + Send + 'a>>),
+}
+
+/// What the send hooks are shown of an attempt.
+fn send_hook_context<'a>(
+    config: &'a ProducerConfig,
+    messages: &'a [Message],
+    queue: &'a MessageQueue,
+    broker_addr: &'a str,
+    batch: bool,
+) -> SendHookContext<'a> {
+    SendHookContext {
+        group: &config.group,
+        messages,
+        queue,
+        broker_addr,
+        batch,
+    }
 }
 
 enum QueueChoice<'a> {
@@ -260,9 +296,10 @@ impl Producer {
         }
         let mut messages = messages;
         let mut ids = Vec::with_capacity(messages.len());
+        let born_ms = now_ms();
         for message in &mut messages {
             self.validate(message)?;
-            ids.push(self.ensure_unique_id(message));
+            ids.push(self.ensure_unique_id(message, born_ms));
         }
         let body = message::encode_batch_body(&messages);
         if body.len() > self.shared.config.max_message_size {
@@ -282,6 +319,7 @@ impl Producer {
             true,
             QueueChoice::RoundRobin,
             ids.join(","),
+            born_ms,
         )
         .await
     }
@@ -303,11 +341,12 @@ impl Producer {
         Ok(())
     }
 
-    fn ensure_unique_id(&self, message: &mut Message) -> String {
+    /// The message's unique id, generated (for a message born at `born_ms`) unless it has one.
+    fn ensure_unique_id(&self, message: &mut Message, born_ms: i64) -> String {
         if let Some(id) = message.properties.get(property::UNIQ_KEY) {
             return id.to_owned();
         }
-        let id = self.shared.ids.next_id(now_ms());
+        let id = self.shared.ids.next_id(born_ms);
         message.properties.insert_absent(property::UNIQ_KEY, &id);
         id
     }
@@ -324,7 +363,9 @@ impl Producer {
             return Either::Left(std::future::ready(Err(e)));
         }
         self.wire_topic(&mut message.topic);
-        let unique_id = self.ensure_unique_id(&mut message);
+        // One wall-clock read per send: the id and the born timestamp share it.
+        let born_ms = now_ms();
+        let unique_id = self.ensure_unique_id(&mut message, born_ms);
         let compressed = if message.body.len() > self.shared.config.compress_over {
             // Java's producer compresses with zlib at level 5.
             message::compress(CompressionType::Zlib, &message.body, 5).ok()
@@ -348,6 +389,7 @@ impl Producer {
                 false,
                 choice,
                 unique_id,
+                born_ms,
             )
             .await
         })
@@ -355,99 +397,160 @@ impl Producer {
 
     /// Sends `body` (the message's, or a batch's) with `message`'s header, retrying as the
     /// choice allows; `messages` are what the send hooks are shown, `msg_id` the id the
-    /// caller gets.
-    #[allow(clippy::too_many_arguments)]
-    async fn send_prepared(
-        &self,
-        messages: &[Message],
-        message: &Message,
-        body: &[u8],
+    /// caller gets, `born_ms` the born timestamp every attempt carries.
+    // A function returning an async block rather than an `async fn`: the block keeps each
+    // argument once, where an `async fn`'s future keeps a second copy of every one. A send's
+    // future is stored whole by whatever holds the sends in flight.
+    #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+    fn send_prepared<'a>(
+        &'a self,
+        messages: &'a [Message],
+        message: &'a Message,
+        body: &'a [u8],
         sys_flag: i32,
         batch: bool,
-        choice: QueueChoice<'_>,
+        choice: QueueChoice<'a>,
         mut msg_id: String,
-    ) -> Result<SendResult> {
-        let config = &self.shared.config;
-        let hooks = &config.send_hooks;
-        // With request hooks (or ACL) the request must be a typed command they can see.
-        let typed = !self.shared.client.request_hooks().is_empty();
-        let attempts = match choice {
-            QueueChoice::RoundRobin => config.retry_times + 1,
-            _ => 1,
-        };
-        let deadline = tokio::time::Instant::now() + config.send_timeout;
-        let mut pause = RECONNECT_PAUSE_INITIAL;
-        let mut failed_broker: Option<String> = None;
-        let mut attempt = 0;
-        loop {
-            let route = self.publish_route(&message.topic, attempt > 0).await?;
-            // Borrowed from the route (or the caller): a send copies no queue or address.
-            let queue: &MessageQueue = match &choice {
-                QueueChoice::Exact(queue) => queue.as_ref(),
-                QueueChoice::Hash(hash) => {
-                    let queues = &route.produce_queues;
-                    if queues.is_empty() {
-                        return Err(Error::TopicRouteNotFound(message.topic.to_string()));
+        born_ms: i64,
+    ) -> impl Future<Output = Result<SendResult>> + 'a {
+        async move {
+            let config = &self.shared.config;
+            let hooks = &config.send_hooks;
+            let attempts = match choice {
+                QueueChoice::RoundRobin => config.retry_times + 1,
+                _ => 1,
+            };
+            let started = tokio::time::Instant::now();
+            let deadline = started + config.send_timeout;
+            let mut pause = RECONNECT_PAUSE_INITIAL;
+            let mut failed_broker: Option<String> = None;
+            let mut attempt = 0;
+            loop {
+                let route = self.publish_route(&message.topic, attempt > 0).await?;
+                // Borrowed from the route (or the caller): a send copies no queue or address.
+                let queue: &MessageQueue = match &choice {
+                    QueueChoice::Exact(queue) => queue.as_ref(),
+                    QueueChoice::Hash(hash) => {
+                        let queues = &route.produce_queues;
+                        if queues.is_empty() {
+                            return Err(Error::TopicRouteNotFound(message.topic.to_string()));
+                        }
+                        &queues[*hash as usize % queues.len()]
                     }
-                    &queues[*hash as usize % queues.len()]
+                    QueueChoice::RoundRobin => self.pick_queue(&route, failed_broker.as_deref())?,
+                };
+                let Some(addr) = route.master_addr(&queue.broker_name) else {
+                    return Err(Error::TopicRouteNotFound(format!(
+                        "{} (no master for {})",
+                        message.topic, queue.broker_name
+                    )));
+                };
+                // The first attempt has the whole send timeout, timed from the clock read
+                // above; a later one what is left of it, but at least MIN_ATTEMPT_TIME.
+                let (attempt_deadline, attempt_timeout) = if attempt == 0 {
+                    let first = config.send_timeout.max(MIN_ATTEMPT_TIME);
+                    (started + first, first)
+                } else {
+                    let now = tokio::time::Instant::now();
+                    let left = deadline
+                        .saturating_duration_since(now)
+                        .max(MIN_ATTEMPT_TIME);
+                    (now + left, left)
+                };
+                if !hooks.is_empty() {
+                    let context = send_hook_context(config, messages, queue, addr, batch);
+                    for hook in hooks.iter() {
+                        guarded("send", || hook.before_send(&context));
+                    }
                 }
-                QueueChoice::RoundRobin => self.pick_queue(&route, failed_broker.as_deref())?,
-            };
-            let Some(addr) = route.master_addr(&queue.broker_name) else {
-                return Err(Error::TopicRouteNotFound(format!(
-                    "{} (no master for {})",
-                    message.topic, queue.broker_name
-                )));
-            };
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let hook_context = SendHookContext {
-                group: &config.group,
-                messages,
-                queue,
-                broker_addr: addr,
-                batch,
-            };
-            for hook in hooks.iter() {
-                guarded("send", || hook.before_send(&hook_context));
-            }
-            let mut outcome = self
-                .send_once(
+                let pending = self.start_send(
                     addr,
                     queue,
-                    self.encode_send(queue, message, body, sys_flag, batch, typed)?,
-                    batch,
-                    left.max(MIN_ATTEMPT_TIME),
-                )
-                .await;
-            if let Ok(result) = &mut outcome {
-                // A success ends the loop: the id moves into the result, no copy per send.
-                result.msg_id = std::mem::take(&mut msg_id);
+                    message,
+                    Encoding {
+                        body,
+                        sys_flag,
+                        batch,
+                        born_ms,
+                    },
+                    attempt_timeout,
+                )?;
+                let answer = match pending {
+                    PendingSend::Queued { response, code } => connection::settle_reply(
+                        tokio::time::timeout_at(attempt_deadline, response).await,
+                        || addr.to_owned(),
+                        code,
+                        attempt_timeout,
+                    ),
+                    PendingSend::Waiting(call) => call.await,
+                };
+                let mut outcome =
+                    answer.and_then(|response| self.send_result(addr, queue, batch, response));
+                if let Ok(result) = &mut outcome {
+                    // A success ends the loop: the id moves into the result, no copy per send.
+                    result.msg_id = std::mem::take(&mut msg_id);
+                }
+                if !hooks.is_empty() {
+                    let context = send_hook_context(config, messages, queue, addr, batch);
+                    for hook in hooks.iter() {
+                        guarded("send", || hook.after_send(&context, outcome.as_ref()));
+                    }
+                }
+                let error = match outcome {
+                    Ok(result) => return Ok(result),
+                    Err(e) if is_retriable(&e) => e,
+                    Err(e) => return Err(e),
+                };
+                attempt += 1;
+                if attempt < attempts {
+                    tracing::debug!(broker = %queue.broker_name, error = %error, "send failed, retrying on another broker");
+                    failed_broker = Some(queue.broker_name.clone());
+                    continue;
+                }
+                // Every broker tried: a broker that cannot be reached may be restarting, so
+                // the send waits for it (reconnecting, re-reading the route) while its time
+                // lasts.
+                let now = tokio::time::Instant::now();
+                if !error.is_transport() || now + pause >= deadline {
+                    return Err(error);
+                }
+                tracing::debug!(broker = %queue.broker_name, error = %error, ?pause, "send failed; retrying once the broker is back");
+                Box::pin(tokio::time::sleep(pause)).await;
+                pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+                failed_broker = None;
             }
-            for hook in hooks.iter() {
-                guarded("send", || hook.after_send(&hook_context, outcome.as_ref()));
-            }
-            let error = match outcome {
-                Ok(result) => return Ok(result),
-                Err(e) if is_retriable(&e) => e,
-                Err(e) => return Err(e),
-            };
-            attempt += 1;
-            if attempt < attempts {
-                tracing::debug!(broker = %queue.broker_name, error = %error, "send failed, retrying on another broker");
-                failed_broker = Some(queue.broker_name.clone());
-                continue;
-            }
-            // Every broker tried: a broker that cannot be reached may be restarting, so the
-            // send waits for it (reconnecting, re-reading the route) while its time lasts.
-            let now = tokio::time::Instant::now();
-            if !error.is_transport() || now + pause >= deadline {
-                return Err(error);
-            }
-            tracing::debug!(broker = %queue.broker_name, error = %error, ?pause, "send failed; retrying once the broker is back");
-            Box::pin(tokio::time::sleep(pause)).await;
-            pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
-            failed_broker = None;
         }
+    }
+
+    /// Encodes the send of `message` to `queue` and puts it on its way to `addr`: straight
+    /// onto the broker's connection when that can take it now, the usual case, whose answer
+    /// the caller then awaits itself; otherwise as a boxed call that waits for the connection
+    /// (or for room in its mailbox), or that request hooks must see as a command.
+    fn start_send<'a>(
+        &'a self,
+        addr: &'a str,
+        queue: &MessageQueue,
+        message: &Message,
+        encoding: Encoding<'_>,
+        timeout: Duration,
+    ) -> Result<PendingSend<'a>> {
+        let client = &self.shared.client;
+        // With request hooks (or ACL) the request must be a typed command they can see.
+        let typed = !client.request_hooks().is_empty();
+        Ok(match self.encode_send(queue, message, encoding, typed)? {
+            SendRequest::Frame(frame) => {
+                let code = frame.code();
+                match client.try_enqueue_encoded(addr, frame) {
+                    Ok(response) => PendingSend::Queued { response, code },
+                    Err(frame) => {
+                        PendingSend::Waiting(Box::pin(client.call_encoded(addr, frame, timeout)))
+                    }
+                }
+            }
+            SendRequest::Command(command) => {
+                PendingSend::Waiting(Box::pin(client.request(addr, command, timeout)))
+            }
+        })
     }
 
     fn pick_queue<'r>(
@@ -473,11 +576,15 @@ impl Producer {
         &self,
         queue: &MessageQueue,
         message: &Message,
-        body: &[u8],
-        sys_flag: i32,
-        batch: bool,
+        encoding: Encoding<'_>,
         typed: bool,
     ) -> Result<SendRequest> {
+        let Encoding {
+            body,
+            sys_flag,
+            batch,
+            born_ms,
+        } = encoding;
         let config = &self.shared.config;
         // Like Java's producer: for a retry topic the reconsume bookkeeping travels in the
         // header, where the broker reads it to route the message to the dead-letter queue.
@@ -502,7 +609,7 @@ impl Producer {
             default_topic_queue_nums: config.default_topic_queue_nums,
             queue_id: queue.queue_id,
             sys_flag,
-            born_timestamp: now_ms(),
+            born_timestamp: born_ms,
             flag: message.flag,
             properties: &properties,
             reconsume_times: reconsume_times.unwrap_or(0),
@@ -528,27 +635,15 @@ impl Producer {
         })?))
     }
 
-    /// Sends `frame` (the encoded send of a message to `queue`) to `addr`.
-    async fn send_once(
+    /// What the broker's `response` to a send of a message to `queue` at `addr` means for the
+    /// caller.
+    fn send_result(
         &self,
         addr: &str,
         queue: &MessageQueue,
-        request: SendRequest,
         batch: bool,
-        timeout: Duration,
+        response: RemotingCommand,
     ) -> Result<SendResult> {
-        let response = match request {
-            SendRequest::Frame(frame) => {
-                self.shared
-                    .client
-                    .call_encoded(addr, frame, timeout)
-                    .await?
-            }
-            // Boxed: only clients with request hooks take this path.
-            SendRequest::Command(command) => {
-                Box::pin(self.shared.client.request(addr, command, timeout)).await?
-            }
-        };
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
             response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
@@ -659,4 +754,20 @@ fn is_retriable(error: &Error) -> bool {
 
 fn invalid_message(why: &str) -> Error {
     Error::InvalidMessage(why.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles only while every kind of send is a future that may move between threads, as
+    /// a task of a multi-threaded runtime must.
+    #[allow(dead_code)]
+    fn sends_are_send(producer: &Producer, queue: &MessageQueue, batch: Vec<Message>) {
+        fn assert_send<T: Send>(_: &T) {}
+        assert_send(&producer.send(Message::new("T", "m")));
+        assert_send(&producer.send_to_queue(Message::new("T", "m"), queue));
+        assert_send(&producer.send_with_key(Message::new("T", "m"), "k"));
+        assert_send(&producer.send_batch(batch));
+    }
 }

@@ -974,6 +974,83 @@ async fn broker_calls_reach_a_client_handler_and_its_answer_comes_back() {
 }
 
 #[actix_rt::test]
+async fn a_send_the_broker_never_answers_waits_out_its_send_timeout_and_fails_as_a_timeout() {
+    let cluster = cluster().await;
+    cluster.create_topic("Unanswered", 1).await.unwrap();
+    let client = client(&cluster);
+    let send_timeout = Duration::from_millis(300);
+    let producer = Producer::new(
+        client.clone(),
+        ProducerConfig {
+            send_timeout,
+            ..ProducerConfig::default()
+        },
+    );
+    let queue = mq("Unanswered", 0);
+    cluster
+        .set_fault(BROKER, request_code::SEND_MESSAGE_V2, Some(Fault::Drop))
+        .await
+        .unwrap();
+    // To one queue: one attempt, which has the whole send timeout.
+    let started = Instant::now();
+    match producer
+        .send_to_queue(Message::new("Unanswered", "lost"), &queue)
+        .await
+    {
+        Err(Error::Timeout {
+            peer,
+            code,
+            timeout,
+        }) => {
+            assert_eq!(peer, broker_addr(&cluster));
+            assert_eq!(code.0, request_code::SEND_MESSAGE_V2);
+            assert_eq!(timeout, send_timeout);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() >= send_timeout,
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    // Round robin: the retries come after the first attempt's full wait, not within it.
+    let started = Instant::now();
+    let error = producer
+        .send(Message::new("Unanswered", "lost too"))
+        .await
+        .expect_err("nothing answers");
+    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    assert!(
+        started.elapsed() >= send_timeout,
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    // Once the broker answers again, so does the send, with the born time it was sent at.
+    cluster
+        .set_fault(BROKER, request_code::SEND_MESSAGE_V2, None)
+        .await
+        .unwrap();
+    let before = rocketmq_actor::util::now_ms();
+    let sent = producer
+        .send_to_queue(Message::new("Unanswered", "answered"), &queue)
+        .await
+        .unwrap();
+    let after = rocketmq_actor::util::now_ms();
+    let conn = broker_conn(&client, &cluster).await;
+    let stored = pull_all(&conn, "Unanswered", 0).await;
+    let answered = stored
+        .iter()
+        .find(|m| m.msg_id() == sent.msg_id)
+        .expect("the answered send is stored");
+    assert!(
+        (before..=after).contains(&answered.born_timestamp),
+        "born {} outside {before}..={after}",
+        answered.born_timestamp
+    );
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn injected_faults_fail_drop_and_disconnect_and_a_restarted_broker_keeps_its_data() {
     let cluster = cluster().await;
     cluster.create_topic("Faulty", 1).await.unwrap();
