@@ -161,6 +161,9 @@ struct CachedPull {
     messages: Arc<Vec<MessageExt>>,
     cached: Bits,
     left: usize,
+    /// The body bytes of the messages still cached: a call that consumed all of them
+    /// removes them without reading each message.
+    body_left: u64,
     /// When the listener got the pull.
     started_ms: i64,
     /// Rare: messages of this pull consumed again.
@@ -281,6 +284,7 @@ impl PullCache {
                 messages: messages.clone(),
                 cached: Bits::all(messages.len()),
                 left: messages.len(),
+                body_left: body_bytes,
                 started_ms: now_ms,
                 redelivered: Vec::new(),
                 increasing: true,
@@ -296,6 +300,7 @@ impl PullCache {
             messages: messages.clone(),
             cached: Bits::default(),
             left: 0,
+            body_left: 0,
             started_ms: now_ms,
             redelivered: Vec::new(),
             increasing: messages
@@ -324,6 +329,7 @@ impl PullCache {
         if pull.left == 0 {
             return;
         }
+        pull.body_left = body_bytes;
         self.count += pull.left;
         self.body_bytes += body_bytes;
         self.highest_offset_put = highest;
@@ -385,8 +391,9 @@ impl PullCache {
             if !pull.cached.clear(index) {
                 continue;
             }
-            let body_len = pull.messages.get(index).map_or(0, |m| m.body().len());
-            self.body_bytes = self.body_bytes.saturating_sub(body_len as u64);
+            let body_len = pull.messages.get(index).map_or(0, |m| m.body().len()) as u64;
+            self.body_bytes = self.body_bytes.saturating_sub(body_len);
+            pull.body_left = pull.body_left.saturating_sub(body_len);
             self.count -= 1;
             pull.left -= 1;
             if pull.left == 0 {
@@ -420,17 +427,25 @@ impl PullCache {
             return false;
         };
         self.hint = p;
-        let mut removed = 0usize;
-        let mut body_bytes = 0u64;
-        let messages = &cached.messages;
-        cached.cached.clear_range(range, |index| {
-            if let Some(message) = messages.get(index) {
-                removed += 1;
-                body_bytes += message.body().len() as u64;
-            }
-        });
+        let (removed, body_bytes) = if range.start == 0 && range.end >= cached.messages.len() {
+            // The whole pull in one call (a batch as large as the pull): all that is left of
+            // it goes.
+            cached.cached = Bits::default();
+            (cached.left, cached.body_left)
+        } else {
+            let (mut removed, mut body_bytes) = (0usize, 0u64);
+            let messages = &cached.messages;
+            cached.cached.clear_range(range, |index| {
+                if let Some(message) = messages.get(index) {
+                    removed += 1;
+                    body_bytes += message.body().len() as u64;
+                }
+            });
+            (removed, body_bytes)
+        };
         self.count -= removed;
         self.body_bytes = self.body_bytes.saturating_sub(body_bytes);
+        cached.body_left = cached.body_left.saturating_sub(body_bytes);
         cached.left -= removed;
         if cached.left == 0 {
             self.pull_gone(p);
@@ -816,7 +831,9 @@ mod tests {
             ),
             1 => prop::collection::vec((0i64..60, 1usize..9), 1..8).prop_map(Step::Put),
             5 => prop::collection::vec(0i64..300, 0..40).prop_map(Step::Remove),
+            // Parts of a pull, and whole pulls (a call over all of one).
             5 => (0usize..8, 0usize..150, 1usize..10).prop_map(|(p, at, n)| Step::RemoveCall(p, at, n)),
+            2 => (0usize..8).prop_map(|p| Step::RemoveCall(p, 0, 1000)),
             1 => prop::collection::vec(0i64..130, 0..6).prop_map(Step::Redeliver),
             1 => (0u64..40).prop_map(|ms| Step::Expire(Duration::from_millis(ms))),
             1 => Just(Step::Clear),
