@@ -138,6 +138,7 @@ enum SendRequest {
 }
 
 /// A send's body and the header fields that come with it rather than from the message.
+#[derive(Clone, Copy)]
 struct Encoding<'a> {
     body: &'a [u8],
     sys_flag: i32,
@@ -311,15 +312,18 @@ impl Producer {
         }
         self.wire_topic(&mut topic);
         let template = Message::new(topic, Bytes::new());
+        let encoding = Encoding {
+            body: &body,
+            sys_flag: 0,
+            batch: true,
+            born_ms,
+        };
         self.send_prepared(
             &messages,
             &template,
-            &body,
-            0,
-            true,
+            encoding,
             QueueChoice::RoundRobin,
             ids.join(","),
-            born_ms,
         )
         .await
     }
@@ -381,39 +385,40 @@ impl Producer {
                 ),
                 None => (&message.body, 0),
             };
+            let encoding = Encoding {
+                body,
+                sys_flag,
+                batch: false,
+                born_ms,
+            };
             self.send_prepared(
                 std::slice::from_ref(&message),
                 &message,
-                body,
-                sys_flag,
-                false,
+                encoding,
                 choice,
                 unique_id,
-                born_ms,
             )
             .await
         })
     }
 
-    /// Sends `body` (the message's, or a batch's) with `message`'s header, retrying as the
-    /// choice allows; `messages` are what the send hooks are shown, `msg_id` the id the
-    /// caller gets, `born_ms` the born timestamp every attempt carries.
+    /// Sends `encoding`'s body (the message's, or a batch's) with `message`'s header, retrying
+    /// as the choice allows; `messages` are what the send hooks are shown, `msg_id` the id the
+    /// caller gets.
     // A function returning an async block rather than an `async fn`: the block keeps each
     // argument once, where an `async fn`'s future keeps a second copy of every one. A send's
     // future is stored whole by whatever holds the sends in flight.
-    #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+    #[allow(clippy::manual_async_fn)]
     fn send_prepared<'a>(
         &'a self,
         messages: &'a [Message],
         message: &'a Message,
-        body: &'a [u8],
-        sys_flag: i32,
-        batch: bool,
+        encoding: Encoding<'a>,
         choice: QueueChoice<'a>,
         mut msg_id: String,
-        born_ms: i64,
     ) -> impl Future<Output = Result<SendResult>> + 'a {
         async move {
+            let batch = encoding.batch;
             let config = &self.shared.config;
             let hooks = &config.send_hooks;
             let attempts = match choice {
@@ -463,18 +468,7 @@ impl Producer {
                         guarded("send", || hook.before_send(&context));
                     }
                 }
-                let pending = self.start_send(
-                    addr,
-                    queue,
-                    message,
-                    Encoding {
-                        body,
-                        sys_flag,
-                        batch,
-                        born_ms,
-                    },
-                    attempt_timeout,
-                )?;
+                let pending = self.start_send(addr, queue, message, encoding, attempt_timeout)?;
                 let answer = match pending {
                     PendingSend::Queued { response, code } => connection::settle_reply(
                         tokio::time::timeout_at(attempt_deadline, response).await,
