@@ -24,20 +24,24 @@ impl<V> OffsetMap<V> {
     /// Where `offset` is (`Ok`) or would go (`Err`).
     #[inline]
     fn position(&self, offset: i64) -> Result<usize, usize> {
-        match self.entries.back() {
-            None => return Err(0),
-            Some((last, _)) if *last < offset => return Err(self.entries.len()),
-            _ => {}
+        let Some(&(first, _)) = self.entries.front() else {
+            return Err(0);
+        };
+        if offset < first {
+            return Err(0);
         }
-        if let Some((first, _)) = self.entries.front() {
-            // Offsets are usually contiguous: then the entry sits at `offset - first`.
-            let guess = usize::try_from(offset.wrapping_sub(*first)).ok();
-            if let Some((at, (found, _))) =
-                guess.and_then(|at| self.entries.get(at).map(|entry| (at, entry)))
-            {
-                if *found == offset {
-                    return Ok(at);
+        // Offsets are usually contiguous: then the entry sits at `offset - first`.
+        let guess = offset
+            .checked_sub(first)
+            .and_then(|gap| usize::try_from(gap).ok());
+        if let Some(guess) = guess {
+            match self.entries.get(guess) {
+                Some((found, _)) if *found == offset => return Ok(guess),
+                // Past the end: an append when the last offset is below (the usual insert).
+                None if self.entries.back().is_some_and(|(last, _)| *last < offset) => {
+                    return Err(self.entries.len())
                 }
+                _ => {}
             }
         }
         self.entries.binary_search_by_key(&offset, |(o, _)| *o)
@@ -55,6 +59,7 @@ impl<V> OffsetMap<V> {
         self.position(*offset).is_ok()
     }
 
+    #[inline]
     pub(crate) fn get(&self, offset: &i64) -> Option<&V> {
         let at = self.position(*offset).ok()?;
         self.entries.get(at).map(|(_, v)| v)
@@ -62,20 +67,24 @@ impl<V> OffsetMap<V> {
 
     /// Where the value at `offset` is, for [`OffsetMap::at`] and [`OffsetMap::at_mut`]: valid
     /// until the next insert or removal.
+    #[inline]
     pub(crate) fn index_of(&self, offset: i64) -> Option<usize> {
         self.position(offset).ok()
     }
 
     /// The value at `index` (from [`OffsetMap::index_of`]).
+    #[inline]
     pub(crate) fn at(&self, index: usize) -> Option<&V> {
         self.entries.get(index).map(|(_, v)| v)
     }
 
     /// The value at `index` (from [`OffsetMap::index_of`]).
+    #[inline]
     pub(crate) fn at_mut(&mut self, index: usize) -> Option<&mut V> {
         self.entries.get_mut(index).map(|(_, v)| v)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, offset: &i64) -> Option<&mut V> {
         let at = self.position(*offset).ok()?;
         self.entries.get_mut(at).map(|(_, v)| v)
