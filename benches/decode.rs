@@ -10,6 +10,8 @@ use rocketmq_actor::filter::TagExpression;
 use rocketmq_actor::message::{
     decode_messages, encode_stored_message, property, Message, MessageExt, UniqueIdGenerator,
 };
+use rocketmq_actor::protocol::command::RemotingCommand;
+use rocketmq_actor::protocol::header::SendMessageResponseHeader;
 
 const MESSAGES: usize = 32;
 const BODY_LEN: usize = 128;
@@ -69,5 +71,44 @@ fn bench_decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_decode);
+/// A send's answer as the embedded broker writes it (the client decodes one per message sent),
+/// without its length prefix.
+fn send_reply_frame() -> Bytes {
+    let request = RemotingCommand::request(310);
+    let header = SendMessageResponseHeader {
+        msg_id: "AC11000200002A9F00000000000F4240".to_owned(),
+        queue_id: 3,
+        queue_offset: 123_456,
+        transaction_id: None,
+        batch_uniq_id: None,
+    };
+    let reply = RemotingCommand::response_to(&request, 0, None)
+        .with_header(&header)
+        .with_ext(property::MSG_REGION, "DefaultRegion")
+        .with_ext(property::TRACE_ON, "true");
+    let mut frame = BytesMut::new();
+    reply.encode(&mut frame).unwrap();
+    frame.freeze().slice(4..)
+}
+
+fn bench_send_reply(c: &mut Criterion) {
+    let frame = send_reply_frame();
+    let mut group = c.benchmark_group("send_reply");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("decode", |b| {
+        b.iter(|| RemotingCommand::decode(black_box(frame.clone())).unwrap())
+    });
+    group.bench_function("decode_and_read_header", |b| {
+        b.iter(|| {
+            let reply = RemotingCommand::decode(black_box(frame.clone())).unwrap();
+            reply
+                .decode_header::<SendMessageResponseHeader>()
+                .unwrap()
+                .queue_offset
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_decode, bench_send_reply);
 criterion_main!(benches);

@@ -878,7 +878,7 @@ impl<'a> PlainJson<'a> {
             let key = self.string()?;
             self.byte(b':')?;
             let value = self.value_string()?;
-            ext.insert_str(key, &value);
+            ext.insert_decoded(key, &value);
             match self.next()? {
                 b',' => {}
                 b'}' => return Some(ext),

@@ -111,6 +111,7 @@ impl ExtFields {
     }
 
     /// Appends `key` then `value` to the text; the span covering both.
+    #[inline]
     fn append(&mut self, key: &str, value: &str) -> Span {
         if self.text.capacity() == 0 {
             // Room for a typical header at once, rather than growing through small sizes.
@@ -158,6 +159,23 @@ impl ExtFields {
                 self.index.insert(at, span);
                 None
             }
+        }
+    }
+
+    /// Sets `key` to `value` as [`ExtFields::insert_str`] does, in one comparison and no
+    /// index move when `key` sorts after every key present: a decoded header's keys arrive
+    /// in order, so each of its fields is added this way.
+    #[inline]
+    pub(crate) fn insert_decoded(&mut self, key: &str, value: &str) {
+        let follows_last = self
+            .index
+            .last()
+            .is_none_or(|last| self.compare_key(last, key.as_bytes()) == Ordering::Less);
+        if follows_last {
+            let span = self.append(key, value);
+            self.index.push(span);
+        } else {
+            self.insert_str(key, value);
         }
     }
 
@@ -332,6 +350,8 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Insert(String, String),
+        /// The decoder's insert, which skips the search when the key sorts last.
+        InsertDecoded(String, String),
         Remove(String),
     }
 
@@ -341,6 +361,7 @@ mod tests {
             ops in proptest::collection::vec(
                 prop_oneof![
                     ("[a-d]{0,3}", "[x-zé]{0,3}").prop_map(|(k, v)| Op::Insert(k, v)),
+                    ("[a-d]{0,3}", "[x-zé]{0,3}").prop_map(|(k, v)| Op::InsertDecoded(k, v)),
                     "[a-d]{0,3}".prop_map(Op::Remove),
                 ],
                 0..40,
@@ -352,6 +373,10 @@ mod tests {
                 match op {
                     Op::Insert(k, v) => {
                         prop_assert_eq!(ext.insert_str(&k, &v), model.insert(k, v));
+                    }
+                    Op::InsertDecoded(k, v) => {
+                        ext.insert_decoded(&k, &v);
+                        model.insert(k, v);
                     }
                     Op::Remove(k) => prop_assert_eq!(ext.remove(&k), model.remove(&k)),
                 }

@@ -84,7 +84,21 @@ impl HeaderValue for i32 {
         write_integer(ext, key, i64::from(*self));
     }
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError> {
-        text.trim().parse().map_err(|_| invalid(field, text))
+        plain_integer(text)
+            .and_then(|value| i32::try_from(value).ok())
+            .map_or_else(|| text.trim().parse().map_err(|_| invalid(field, text)), Ok)
+    }
+}
+
+/// `text` read as a plain decimal integer (digits, maybe a leading `-`, nothing else), the
+/// form every broker writes: without the trimming and the general parser's checks, which
+/// otherwise cost more than the rest of reading a send's or a pull's answer header.
+/// `None` for any other text, which the general parser then reads or rejects.
+#[inline]
+fn plain_integer(text: &str) -> Option<i64> {
+    match crate::protocol::json::plain_integer_at(text.as_bytes(), 0) {
+        Some((value, end)) if end == text.len() => Some(value),
+        _ => None,
     }
 }
 
@@ -96,7 +110,8 @@ impl HeaderValue for i64 {
         write_integer(ext, key, *self);
     }
     fn from_ext(field: &'static str, text: &str) -> Result<Self, ProtocolError> {
-        text.trim().parse().map_err(|_| invalid(field, text))
+        plain_integer(text)
+            .map_or_else(|| text.trim().parse().map_err(|_| invalid(field, text)), Ok)
     }
 }
 
@@ -1006,6 +1021,32 @@ pub(crate) mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn integer_fields_read_as_java_parses_them_plain_or_not() {
+        assert_eq!(i64::from_ext("f", "123456").ok(), Some(123_456));
+        assert_eq!(
+            i64::from_ext("f", "-9223372036854775808").ok(),
+            Some(i64::MIN)
+        );
+        assert_eq!(i64::from_ext("f", " 42 ").ok(), Some(42));
+        assert_eq!(i64::from_ext("f", "+7").ok(), Some(7));
+        assert_eq!(i32::from_ext("f", "-2147483648").ok(), Some(i32::MIN));
+        for bad in ["", "-", "12a", "1 2", "9223372036854775808"] {
+            assert!(i64::from_ext("f", bad).is_err(), "{bad:?}");
+        }
+        for bad in ["2147483648", "-2147483649", "0x10"] {
+            assert!(i32::from_ext("f", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn integer_fields_read_like_the_standard_parser(text in "[ +-]?[0-9]{0,20} ?") {
+            prop_assert_eq!(i64::from_ext("f", &text).ok(), text.trim().parse::<i64>().ok());
+            prop_assert_eq!(i32::from_ext("f", &text).ok(), text.trim().parse::<i32>().ok());
+        }
     }
 
     #[test]

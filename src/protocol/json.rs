@@ -224,22 +224,25 @@ pub(crate) fn decimal(value: i64, buf: &mut [u8; DECIMAL_WIDTH]) -> &[u8] {
 
 /// How many bytes `bytes` starts with that are neither `"` nor `\\`: the plain run of a
 /// string literal's text.
-#[inline]
+#[inline(always)]
 pub(crate) fn plain_prefix_len(bytes: &[u8]) -> usize {
     // Header keys and values are short: a look at the first words one at a time finds their
     // end sooner than memchr's set-up; long strings go on to memchr.
     const WORDS_BEFORE_MEMCHR: usize = 4;
-    let mut words = bytes.chunks_exact(8);
-    for (n, chunk) in words.by_ref().take(WORDS_BEFORE_MEMCHR).enumerate() {
-        let hits = quote_or_backslash(word_at(chunk));
+    let mut at = 0;
+    while at < WORDS_BEFORE_MEMCHR * 8 {
+        let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
+            break;
+        };
+        let hits = quote_or_backslash(u64::from_le_bytes(*word));
         if hits != 0 {
             // Little-endian: the lowest set bit is in the first such byte.
-            return n * 8 + (hits.trailing_zeros() / 8) as usize;
+            return at + (hits.trailing_zeros() / 8) as usize;
         }
+        at += 8;
     }
-    let scanned = (bytes.len() - words.remainder().len()).min(WORDS_BEFORE_MEMCHR * 8);
-    let unscanned = bytes.get(scanned..).unwrap_or_default();
-    scanned + memchr::memchr2(b'"', b'\\', unscanned).unwrap_or(unscanned.len())
+    let unscanned = bytes.get(at..).unwrap_or_default();
+    at + memchr::memchr2(b'"', b'\\', unscanned).unwrap_or(unscanned.len())
 }
 
 /// The string literal whose opening quote is at byte `at` of `text`, decoded, and the byte
