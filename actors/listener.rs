@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::actors::queue::RunSink;
 use crate::actors::queue_orderly::OrderlyChain;
-use crate::consumer::queue_core::{CallRanges, PullPart};
+use crate::consumer::queue_core::{BatchSpan, CallRanges, PullPart};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
@@ -199,6 +199,7 @@ impl<'a> IntoIterator for &'a Messages {
 
 impl From<crate::consumer::queue_core::OrderlyBatch> for Messages {
     /// Shares the batch as it is (nothing is copied).
+    #[inline]
     fn from(batch: crate::consumer::queue_core::OrderlyBatch) -> Self {
         use crate::consumer::queue_core::OrderlyBatch;
         match batch {
@@ -210,6 +211,7 @@ impl From<crate::consumer::queue_core::OrderlyBatch> for Messages {
 
 impl From<Arc<[MessageExt]>> for Messages {
     /// Shares the batch as it is (nothing is copied).
+    #[inline]
     fn from(batch: Arc<[MessageExt]>) -> Self {
         let end = batch.len();
         Messages {
@@ -601,8 +603,9 @@ pub(crate) struct OrderlyRun<'c, 'r> {
     permits: &'r Arc<Semaphore>,
     /// The memory of an earlier call that finished at once.
     spare: &'r mut Option<SpareCall>,
-    /// The call under way and its settings, to report should it panic.
-    current: Option<(Messages, OrderlyDefaults)>,
+    /// The call under way (its batch's span: the core still holds the batch, see
+    /// [`OrderlyChain::batch_of`]) and its settings, to report should it panic.
+    current: Option<(BatchSpan, OrderlyDefaults)>,
 }
 
 /// Why [`OwnedOrderlyListener::run_chain`] returned.
@@ -642,11 +645,12 @@ where
             context.suspend_time,
             context.queue.queue_id,
         );
-        // Set before the call: the closure itself may panic, not only its future.
-        run.current = Some((batch.clone(), defaults));
+        // Set before the call: the closure itself may panic, not only its future. The batch
+        // itself goes to the closure: the core keeps it, and rebuilds it should it be needed.
+        run.current = Some((BatchSpan::of(&batch), defaults));
         let call = start(batch, context);
         let polled = poll_first(&mut slot, call, &mut poll_context);
-        let Some((batch, defaults)) = run.current.take() else {
+        let Some((span, defaults)) = run.current.take() else {
             break;
         };
         match polled {
@@ -656,9 +660,12 @@ where
                     context,
                     elapsed: Duration::ZERO,
                 };
-                run.next = run.chain.finished_call(batch, outcome);
+                run.next = run.chain.finished_call(span, outcome);
             }
-            None => return OrderlyRunStop::Pending(batch, defaults, running_in(*slot)),
+            None => {
+                let batch = run.chain.batch_of(span);
+                return OrderlyRunStop::Pending(batch, defaults, running_in(*slot));
+            }
         }
     }
     *run.spare = Some(slot);
@@ -707,12 +714,10 @@ where
                 context.suspend_time,
                 context.queue.queue_id,
             );
-            run.current = Some((batch, defaults));
-            let status = match &run.current {
-                Some((batch, _)) => (self.0)(batch, &mut context),
-                None => break,
-            };
-            let Some((batch, _)) = run.current.take() else {
+            run.current = Some((BatchSpan::of(&batch), defaults));
+            let status = (self.0)(&batch, &mut context);
+            drop(batch);
+            let Some((span, _)) = run.current.take() else {
                 break;
             };
             let outcome = OrderlyOutcome {
@@ -720,7 +725,7 @@ where
                 context,
                 elapsed: Duration::ZERO,
             };
-            run.next = run.chain.finished_call(batch, outcome);
+            run.next = run.chain.finished_call(span, outcome);
         }
         OrderlyRunStop::Done
     }
@@ -1313,11 +1318,12 @@ impl ConsumeDispatcher {
                 Err((batch, pending))
             }
             Err(panic) => match current {
-                Some((batch, defaults)) => {
+                Some((span, defaults)) => {
+                    let batch = chain.batch_of(span);
                     let outcome =
                         panicked_orderly_call(&batch, defaults, panic.as_ref(), run_started);
                     // A suspend: the chain ends, the round settles it.
-                    let next = chain.finished_call(batch, outcome);
+                    let next = chain.finished_call(span, outcome);
                     debug_assert!(next.is_none(), "a suspended call ends its chain");
                     Ok(())
                 }

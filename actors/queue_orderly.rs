@@ -4,6 +4,7 @@
 //! nothing else ever touches the queue's cache, and no user-visible lock exists.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -18,7 +19,7 @@ use crate::consumer::lock::LOCK_RPC_TIMEOUT;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::orderly::{dead_letter_message, DeadLetter};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
-use crate::consumer::queue_core::{Mode, OrderlyBatch, QueueAction, QueueEnv};
+use crate::consumer::queue_core::{BatchSpan, Mode, OrderlyBatch, QueueAction, QueueEnv};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::Result;
 use crate::message::{MessageExt, MessageQueue};
@@ -69,24 +70,39 @@ impl OrderlyChain<'_> {
         OrderlyContext::new(actor.context_queue(), &actor.shared.config)
     }
 
-    /// A call over `batch` finished at once with `outcome`: settled now when it succeeded
-    /// (then the batch to call next, if the core has one ready), otherwise left for the
-    /// round to settle.
+    /// A call over the batch of `span` finished at once with `outcome`: settled now when it
+    /// succeeded (then the batch to call next, if the core has one ready), otherwise left for
+    /// the round to settle.
     #[inline]
     pub(crate) fn finished_call(
         &mut self,
-        batch: Messages,
+        span: BatchSpan,
         outcome: OrderlyOutcome,
     ) -> Option<Messages> {
         match self
             .actor
-            .settle_at_once(&batch, self.epoch, outcome, self.finished)
+            .settle_at_once(span, self.epoch, outcome, self.finished)
         {
             AtOnce::Next(chained) => Some(Messages::from(chained)),
             AtOnce::Settled => None,
             AtOnce::Unsettled(outcome) => {
+                let batch = self.batch_of(span);
                 self.finished.orderly.push((batch, self.epoch, outcome));
                 None
+            }
+        }
+    }
+
+    /// The batch of the call over `span` that just ended or is under way, as the core handed
+    /// it out: the run loop gives the batch itself to the call, and asks for it again only
+    /// when a call fails, waits or panics (nothing has changed in the core since).
+    pub(crate) fn batch_of(&self, span: BatchSpan) -> Messages {
+        match self.actor.core.batch_in_flight(span, self.epoch) {
+            Some(batch) => Messages::from(batch),
+            None => {
+                // Not reached: the core holds a batch until its call is settled.
+                debug_assert!(false, "no batch in flight for {span:?}");
+                Messages::from(OrderlyBatch::Owned(Arc::from([])))
             }
         }
     }
@@ -241,12 +257,15 @@ impl QueueActor {
     /// [`QueueCore::on_orderly_consumed_at_once`]: crate::consumer::queue_core::QueueCore::on_orderly_consumed_at_once
     fn settle_at_once(
         &mut self,
-        batch: &[MessageExt],
+        span: BatchSpan,
         epoch: u64,
         outcome: OrderlyOutcome,
         finished: &mut Finished,
     ) -> AtOnce {
-        let succeeded = orderly_failures(batch, outcome.status) == 0;
+        let succeeded = matches!(
+            outcome.status,
+            OrderlyStatus::Success | OrderlyStatus::Commit
+        );
         if !succeeded || self.orderly_calls_left == 0 {
             return AtOnce::Unsettled(outcome);
         }
@@ -258,7 +277,7 @@ impl QueueActor {
         let now = *finished.now_ms.get_or_insert_with(now_ms);
         let env = self.env();
         let next = self.core.on_orderly_consumed_at_once(
-            batch,
+            span,
             epoch,
             outcome.status,
             &outcome.context,
@@ -268,7 +287,7 @@ impl QueueActor {
             &mut finished.followups,
         );
         finished.chained += 1;
-        finished.chained_messages += batch.len();
+        finished.chained_messages += span.len;
         self.recycle_queue(outcome.context.queue);
         match next {
             Some(next) => AtOnce::Next(next),

@@ -68,6 +68,14 @@ pub fn ordering_key(msg: &MessageExt) -> Option<&str> {
     keys?.split(property::KEY_SEPARATOR).find(|k| !k.is_empty())
 }
 
+/// A copy of `message` carrying `reconsume_times`: what the copying hand-outs give.
+#[cfg(test)]
+fn copy_with_reconsume_times<M: CachedMessage + Clone>(message: &M, reconsume_times: i32) -> M {
+    let mut copy = message.clone();
+    copy.set_reconsume_times(reconsume_times);
+    copy
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     /// An earlier message of the same key is unfinished.
@@ -251,25 +259,46 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// ([`KeyOrderedQueue::give_back`]) before it is retried.
     pub fn next_ready(&mut self, max: usize, now_ms: i64) -> Vec<M> {
         let mut out = Vec::new();
-        self.hand_out_ready(max, now_ms, &mut out, Option::take);
+        self.hand_out_ready(max, now_ms, &mut out, |message, times| {
+            let mut message = message.take()?;
+            message.set_reconsume_times(times);
+            Some(message)
+        });
         out
     }
 
     /// [`KeyOrderedQueue::next_ready`] for cheap-to-copy messages: appends copies to `out`
     /// and keeps the messages, so a failed one needs no [`KeyOrderedQueue::give_back`].
+    #[cfg(test)]
     pub(crate) fn next_ready_copies(&mut self, max: usize, now_ms: i64, out: &mut Vec<M>)
     where
         M: Clone,
     {
-        self.hand_out_ready(max, now_ms, out, |message| message.clone());
+        self.next_ready_built(max, now_ms, out, copy_with_reconsume_times);
     }
 
-    fn hand_out_ready(
+    /// [`KeyOrderedQueue::next_ready_copies`] with each handed-out message turned into what
+    /// `build` makes of it and its reconsume count, instead of a copy: the message stays here
+    /// (so a failed one needs no [`KeyOrderedQueue::give_back`]), and a caller that only needs
+    /// a handle to it (a shared pull) makes no copy to drop.
+    pub(crate) fn next_ready_built<B>(
         &mut self,
         max: usize,
         now_ms: i64,
-        out: &mut Vec<M>,
-        mut hand_out: impl FnMut(&mut Option<M>) -> Option<M>,
+        out: &mut Vec<B>,
+        mut build: impl FnMut(&M, i32) -> B,
+    ) {
+        self.hand_out_ready(max, now_ms, out, |message, times| {
+            message.as_ref().map(|message| build(message, times))
+        });
+    }
+
+    fn hand_out_ready<B>(
+        &mut self,
+        max: usize,
+        now_ms: i64,
+        out: &mut Vec<B>,
+        mut hand_out: impl FnMut(&mut Option<M>, i32) -> Option<B>,
     ) {
         let mut at = 0;
         let mut handed = 0;
@@ -283,11 +312,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
                 at += 1;
                 continue;
             }
-            let Some(mut message) = hand_out(&mut entry.message) else {
+            let times = entry.reconsume_times();
+            let Some(message) = hand_out(&mut entry.message, times) else {
                 at += 1;
                 continue;
             };
-            message.set_reconsume_times(entry.reconsume_times());
             entry.slot = Slot::InFlight;
             out.push(message);
             handed += 1;
@@ -400,10 +429,23 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
     /// run now (so nothing is passed over; a paused key does not count): the copy to run, as
     /// [`KeyOrderedQueue::next_ready_copies`] would give it. `None` when that is not so, and
     /// then nothing has changed (complete the message as usual).
+    #[cfg(test)]
     pub(crate) fn finish_and_take_next(&mut self, offset: i64, now_ms: i64) -> Option<M>
     where
         M: Clone,
     {
+        self.finish_and_build_next(offset, now_ms, copy_with_reconsume_times)
+    }
+
+    /// [`KeyOrderedQueue::finish_and_take_next`] with the next message turned into what
+    /// `build` makes of it and its reconsume count instead of a copy (see
+    /// [`KeyOrderedQueue::next_ready_built`]).
+    pub(crate) fn finish_and_build_next<B>(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+        build: impl FnOnce(&M, i32) -> B,
+    ) -> Option<B> {
         let others_due = self
             .ready
             .iter()
@@ -423,14 +465,25 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         if next_entry.slot != Slot::Blocked || next_entry.not_before_ms > now_ms {
             return None;
         }
-        let mut message = next_entry.message.clone()?;
-        message.set_reconsume_times(next_entry.reconsume_times());
+        let built = build(next_entry.message.as_ref()?, next_entry.reconsume_times());
         next_entry.slot = Slot::InFlight;
         // One message out of flight, the next in: `in_flight` stays.
         if let Some(entry) = self.entries.at_mut(at).and_then(Option::take) {
             self.forget_finished(&entry);
         }
-        Some(message)
+        Some(built)
+    }
+
+    /// What `build` makes of the in-flight message at `offset` and its reconsume count, as
+    /// [`KeyOrderedQueue::next_ready_built`] handed it out; `None` when no message there is in
+    /// flight or it was lent out.
+    pub(crate) fn in_flight_built<B>(
+        &self,
+        offset: i64,
+        build: impl FnOnce(&M, i32) -> B,
+    ) -> Option<B> {
+        let entry = self.entry(offset).filter(|e| e.slot == Slot::InFlight)?;
+        Some(build(entry.message.as_ref()?, entry.reconsume_times()))
     }
 
     /// How many times the unfinished message at `offset` failed here (add the broker's

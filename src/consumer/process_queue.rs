@@ -490,6 +490,14 @@ impl<M: CachedMessage> ProcessQueue<M> {
         Some(message)
     }
 
+    /// Orderly: the last `len` messages [`ProcessQueue::take_messages_kept`] handed out, as
+    /// they are kept (the batch of the call under way).
+    pub(crate) fn last_kept(&self, len: usize) -> &[M] {
+        self.kept
+            .get(self.kept.len().saturating_sub(len)..)
+            .unwrap_or_default()
+    }
+
     /// Orderly: the batch was consumed; forgets it and returns the new consume offset (one past
     /// the batch's highest offset), `None` if no batch was taken.
     pub fn commit(&mut self) -> Option<i64> {

@@ -124,9 +124,34 @@ pub(crate) enum OrderlyBatch {
 }
 
 impl OrderlyBatch {
+    /// The batch of the one cached message `entry`, which the listener sees with
+    /// `reconsume_times`: a range of its pull when that is the count the pull carries,
+    /// otherwise a copy with the count set. (Built from the cache's entry rather than a copy
+    /// of it: the pull's count of owners is the costly part of handing out a message, so it is
+    /// taken once.)
+    #[inline]
+    fn of_entry(entry: &CachedEntry, reconsume_times: i32) -> Self {
+        match entry.message() {
+            Some(message) if message.reconsume_times == reconsume_times => OrderlyBatch::Pull {
+                messages: entry.batch.clone(),
+                range: entry.index..entry.index + 1,
+            },
+            Some(message) => {
+                let mut copy = message.clone();
+                copy.reconsume_times = reconsume_times;
+                OrderlyBatch::Owned(Arc::from([copy]))
+            }
+            None => OrderlyBatch::Owned(Arc::from([])),
+        }
+    }
+
     /// The batch of cache `entries` (in offset order): a range of their pull when they are
     /// one, otherwise copies with their reconsume counts set.
     fn of_entries(entries: &[CachedEntry]) -> Self {
+        // The usual orderly batch: one message.
+        if let [entry] = entries {
+            return OrderlyBatch::of_entry(entry, entry.reconsume_times);
+        }
         if let Some(first) = entries.first() {
             let in_one_pull = entries.iter().enumerate().all(|(i, entry)| {
                 Arc::ptr_eq(&entry.batch, &first.batch)
@@ -152,6 +177,30 @@ impl OrderlyBatch {
                 })
                 .collect(),
         )
+    }
+}
+
+/// Which messages an orderly call over a batch the core handed out is consuming: the batch's
+/// first offset and length. The core keeps a batch it handed out until the call is settled,
+/// so this is enough to settle a call that succeeded, and to rebuild the batch
+/// ([`QueueCore::batch_in_flight`]) while nothing has changed since: a caller need not keep a
+/// handle on the batch (a count of owners of its pull) through every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchSpan {
+    /// The batch's first queue offset (`-1` for an empty batch).
+    pub(crate) first_offset: i64,
+    /// How many messages the batch has.
+    pub(crate) len: usize,
+}
+
+impl BatchSpan {
+    /// The span of `batch`.
+    #[inline]
+    pub(crate) fn of(batch: &[MessageExt]) -> Self {
+        BatchSpan {
+            first_offset: batch.first().map_or(-1, |m| m.queue_offset),
+            len: batch.len(),
+        }
     }
 }
 
@@ -537,7 +586,7 @@ pub(crate) struct QueueCore {
     /// between rounds so a round of calls allocates nothing).
     done_offsets: Vec<i64>,
     /// Key-ordered: the messages that may run now (kept between calls, allocating nothing).
-    ready_buffer: Vec<CachedEntry>,
+    ready_buffer: Vec<OrderlyBatch>,
 }
 
 impl QueueCore {
@@ -1176,7 +1225,14 @@ impl QueueCore {
             return;
         }
         self.committed = Some(offset);
-        out.push(QueueAction::Commit(offset));
+        // Only the latest commit counts (the actor flushes the committed offset, whichever
+        // commit asked): one that follows another in the same step takes its place, so a
+        // chain of calls settled in one turn leaves one commit, not one per call.
+        if let Some(QueueAction::Commit(last)) = out.last_mut() {
+            *last = offset;
+        } else {
+            out.push(QueueAction::Commit(offset));
+        }
     }
 
     /// One listener call or send-back ended (in any epoch).
@@ -1439,11 +1495,11 @@ impl QueueCore {
         // Each carries its reconsume count: the broker's plus its failures here.
         let mut ready = std::mem::take(&mut self.ready_buffer);
         // Paused keys are woken by the wake-up their pause scheduled.
-        queue.next_ready_copies(room, now_ms, &mut ready);
-        for entry in ready.drain(..) {
+        queue.next_ready_built(room, now_ms, &mut ready, OrderlyBatch::of_entry);
+        for batch in ready.drain(..) {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
-                batch: OrderlyBatch::of_entries(std::slice::from_ref(&entry)),
+                batch,
                 epoch: self.epoch,
             });
         }
@@ -1472,25 +1528,51 @@ impl QueueCore {
         let Mode::KeyOrdered { queue } = &mut self.mode else {
             return None;
         };
-        let next = queue.finish_and_take_next(offset, now_ms)?;
+        let next = queue.finish_and_build_next(offset, now_ms, OrderlyBatch::of_entry)?;
         let committed = queue.committed_offset();
         if let Some(committed) = committed {
             self.commit(committed, out);
         }
         self.pull(cfg, env, now_ms, out);
-        Some(OrderlyBatch::of_entries(std::slice::from_ref(&next)))
+        Some(next)
     }
 
-    /// [`QueueCore::on_orderly_consumed`] of a call that finished at once, except that when the
-    /// queue's next step is to hand out its next call right away, that call is returned
-    /// instead of a [`QueueAction::ConsumeOrderly`], to be run in the same turn: an orderly
-    /// queue's next batch, or a key-ordered queue's next message of the key
+    /// The batch of the orderly call over `span` that the core handed out in `epoch` and has
+    /// not settled, rebuilt as it was handed out (the pull shared again, or copies with the
+    /// same reconsume counts). Valid until the core next changes: rebuild it right after the
+    /// call, before settling anything. `None` when no such batch is in flight.
+    pub(crate) fn batch_in_flight(&self, span: BatchSpan, epoch: u64) -> Option<OrderlyBatch> {
+        if epoch != self.epoch {
+            return None;
+        }
+        match &self.mode {
+            Mode::Orderly { pq, .. } => {
+                let kept = pq.last_kept(span.len);
+                let matches = kept.len() == span.len
+                    && kept.first().map_or(-1, |e| e.offset) == span.first_offset;
+                matches.then(|| OrderlyBatch::of_entries(kept))
+            }
+            Mode::KeyOrdered { queue } if span.len == 1 => {
+                queue.in_flight_built(span.first_offset, OrderlyBatch::of_entry)
+            }
+            Mode::KeyOrdered { .. } | Mode::Concurrent { .. } => None,
+        }
+    }
+
+    /// [`QueueCore::on_orderly_consumed`] of a call over `span` that finished at once, except
+    /// that when the queue's next step is to hand out its next call right away, that call is
+    /// returned instead of a [`QueueAction::ConsumeOrderly`], to be run in the same turn: an
+    /// orderly queue's next batch, or a key-ordered queue's next message of the key
     /// ([`QueueCore::next_of_key_at_once`]). A queue's calls then follow each other without a
     /// step per call. The returned call takes this one's place (nothing more to settle).
+    ///
+    /// Called right after the call, before the core changes: a call that did not succeed
+    /// (which needs its messages: reconsume counts, dead letters) is settled over its batch
+    /// as [`QueueCore::batch_in_flight`] rebuilds it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_orderly_consumed_at_once(
         &mut self,
-        batch: &[MessageExt],
+        span: BatchSpan,
         epoch: u64,
         status: OrderlyStatus,
         context: &OrderlyContext,
@@ -1499,22 +1581,33 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) -> Option<OrderlyBatch> {
-        if let ([message], Mode::KeyOrdered { .. }) = (batch, &self.mode) {
-            let succeeded = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
-            if succeeded {
-                let next =
-                    self.next_of_key_at_once(message.queue_offset, epoch, cfg, env, now_ms, out);
-                if next.is_some() {
-                    return next;
-                }
+        let succeeded = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
+        if !succeeded {
+            let batch = self.batch_in_flight(span, epoch);
+            let batch = batch.as_deref().unwrap_or_default();
+            self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
+            return None;
+        }
+        // A call that succeeded is settled by its offsets alone: neither mode reads the
+        // messages of a successful batch.
+        let no_messages: &[MessageExt] = &[];
+        if let (1, Mode::KeyOrdered { .. }) = (span.len, &self.mode) {
+            let next = self.next_of_key_at_once(span.first_offset, epoch, cfg, env, now_ms, out);
+            if next.is_some() {
+                return next;
+            }
+            if epoch == self.epoch {
+                self.on_key_succeeded(span.first_offset, cfg, env, now_ms, out);
+                self.settle(out);
+                return None;
             }
         }
         let current = epoch == self.epoch && !self.dropping;
         let (true, Mode::Orderly { pq, state }) = (current, &mut self.mode) else {
-            self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
+            self.on_orderly_consumed(no_messages, epoch, status, context, cfg, env, now_ms, out);
             return None;
         };
-        let step = state.on_orderly_result(pq, batch, status, context, cfg, now_ms);
+        let step = state.on_orderly_result(pq, no_messages, status, context, cfg, now_ms);
         if !matches!(step.next, OrderlyNext::Continue) || self.consume_scheduled {
             self.apply_orderly_step(step, cfg, env, now_ms, out);
             self.settle(out);
@@ -1610,17 +1703,15 @@ impl QueueCore {
             return;
         };
         let offset = message.queue_offset;
-        let ok = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
+        if matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit) {
+            self.on_key_succeeded(offset, cfg, env, now_ms, out);
+            return;
+        }
         let max = cfg.effective_max_reconsume_times();
         let Mode::KeyOrdered { queue } = &mut self.mode else {
             return;
         };
         let suspend = context.effective_suspend_time();
-        if ok {
-            queue.complete(offset, true);
-            self.after_key_change(cfg, env, now_ms, out);
-            return;
-        }
         if max.is_some_and(|max| message.reconsume_times >= i32::try_from(max).unwrap_or(i32::MAX))
         {
             // At the maximum: to the dead-letter queue, then the key moves on.
@@ -1638,6 +1729,22 @@ impl QueueCore {
         let due = now_ms + suspend.as_millis() as i64;
         queue.retry_at(offset, due);
         self.wake_keys_at(due, now_ms, out);
+        self.after_key_change(cfg, env, now_ms, out);
+    }
+
+    /// Key-ordered: the call over the message at `offset` succeeded; the next of its key may run.
+    fn on_key_succeeded(
+        &mut self,
+        offset: i64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+        out: &mut Vec<QueueAction>,
+    ) {
+        let Mode::KeyOrdered { queue } = &mut self.mode else {
+            return;
+        };
+        queue.complete(offset, true);
         self.after_key_change(cfg, env, now_ms, out);
     }
 
@@ -2095,7 +2202,11 @@ mod tests {
         assert_eq!(commits(&out), vec![1]);
         let (m, r, e) = &calls[1];
         core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 2, &mut out);
-        assert_eq!(commits(&out), vec![1, 3]);
+        assert_eq!(
+            commits(&out),
+            vec![3],
+            "a commit that follows another in the same actions takes its place"
+        );
     }
 
     #[test]
@@ -2326,6 +2437,105 @@ mod tests {
         let (last, _) = orderly_batch_of(&out);
         assert!(matches!(last, OrderlyBatch::Pull { .. }), "{last:?}");
         assert_eq!(offsets(&last), vec![4]);
+    }
+
+    /// A call is settled at once by its span alone, and the core rebuilds its batch as it
+    /// handed it out whenever the caller needs the messages again (a call that failed, waits
+    /// or panicked). A failed call settled at once goes back like any failed call.
+    #[test]
+    fn the_batch_of_a_call_in_flight_is_rebuilt_from_its_span() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        cfg.consume_message_batch_max_size = 2;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        let offsets =
+            |batch: &OrderlyBatch| batch.iter().map(|m| m.queue_offset).collect::<Vec<_>>();
+        let (first, epoch) = orderly_batch_of(&out);
+        let span = BatchSpan::of(&first);
+        let rebuilt = core.batch_in_flight(span, epoch).expect("in flight");
+        assert!(matches!(rebuilt, OrderlyBatch::Pull { .. }), "{rebuilt:?}");
+        assert_eq!(offsets(&rebuilt), vec![0, 1]);
+        assert!(
+            core.batch_in_flight(span, epoch + 1).is_none(),
+            "another epoch's"
+        );
+        let other = BatchSpan {
+            first_offset: 1,
+            len: 2,
+        };
+        assert!(
+            core.batch_in_flight(other, epoch).is_none(),
+            "not this batch"
+        );
+
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
+        let mut out = Vec::new();
+        let next = core
+            .on_orderly_consumed_at_once(span, epoch, status, &context, &cfg, &env, 2, &mut out);
+        assert!(next.is_none(), "a failed call chains nothing");
+        assert_eq!(core.unsettled, 0, "settled");
+        assert!(
+            core.batch_in_flight(span, epoch).is_none(),
+            "no longer in flight"
+        );
+        let mut out = Vec::new();
+        core.on_consume_timer(&cfg, 4_000, &mut out);
+        let (again, epoch) = orderly_batch_of(&out);
+        assert_eq!(
+            offsets(&again),
+            vec![0, 1],
+            "the failed batch comes back first"
+        );
+        assert!(again.iter().all(|m| m.reconsume_times == 1), "{again:?}");
+        let rebuilt = core
+            .batch_in_flight(BatchSpan::of(&again), epoch)
+            .expect("in flight");
+        assert_eq!(offsets(&rebuilt), vec![0, 1]);
+        assert!(
+            rebuilt.iter().all(|m| m.reconsume_times == 1),
+            "{rebuilt:?}"
+        );
+    }
+
+    #[test]
+    fn the_message_of_a_key_ordered_call_in_flight_is_rebuilt_from_its_span() {
+        let (cfg, env, mut core, messages, out) = key_ordered_after_pull(&["a", "a"], |_| {});
+        assert_eq!(key_calls(&out), [0]);
+        let epoch = core.epoch;
+        let span = BatchSpan::of(&messages[0..1]);
+        let rebuilt = core.batch_in_flight(span, epoch).expect("in flight");
+        assert_eq!(rebuilt.first().map(|m| m.queue_offset), Some(0));
+        let waiting = BatchSpan::of(&messages[1..2]);
+        assert!(
+            core.batch_in_flight(waiting, epoch).is_none(),
+            "not in flight"
+        );
+
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
+        let mut out = Vec::new();
+        let next = core
+            .on_orderly_consumed_at_once(span, epoch, status, &context, &cfg, &env, 10, &mut out);
+        assert!(next.is_none(), "a failed call chains nothing");
+        assert_eq!(core.unsettled, 0, "settled");
+        let (_, due) = *wake_ups(&out).first().expect("the key pauses");
+        let mut out = Vec::new();
+        core.on_key_wake_timer(due, &cfg, due, &mut out);
+        assert_eq!(
+            key_calls(&out),
+            [0],
+            "the failed message again, before the next"
+        );
+        let rebuilt = core.batch_in_flight(span, epoch).expect("in flight again");
+        assert_eq!(
+            rebuilt.first().map(|m| m.reconsume_times),
+            Some(1),
+            "with its count bumped"
+        );
     }
 
     /// An orderly queue that consumed offset 0 of 0..4 and runs the batch of offset 1, then
@@ -2720,7 +2930,7 @@ mod tests {
         let at_once = |core: &mut QueueCore, batch: &[MessageExt], epoch: u64| {
             let mut out = Vec::new();
             let next = core.on_orderly_consumed_at_once(
-                batch,
+                BatchSpan::of(batch),
                 epoch,
                 OrderlyStatus::Success,
                 &context,

@@ -37,7 +37,8 @@ use crate::consumer::lite_core::SlotId;
 use crate::consumer::offset::{start_offset, StartOffset, StoredOffset};
 use crate::consumer::orderly::{dead_letter_message, OrderlyContext, OrderlyStatus};
 use crate::consumer::queue_core::{
-    CallOutcome, CallRanges, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore, QueueEnv,
+    BatchSpan, CallOutcome, CallRanges, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore,
+    QueueEnv,
 };
 use crate::consumer::rebalance::{plan_changes, topic_share};
 use crate::consumer::retry;
@@ -2286,7 +2287,14 @@ impl World {
                 let mut next = None;
                 self.with_queue(c, &mq, instance, |core, cfg, env, now, out| {
                     next = core.on_orderly_consumed_at_once(
-                        &batch, epoch, status, &context, cfg, env, now, out,
+                        BatchSpan::of(&batch),
+                        epoch,
+                        status,
+                        &context,
+                        cfg,
+                        env,
+                        now,
+                        out,
                     );
                 });
                 if let Some(next) = next {
