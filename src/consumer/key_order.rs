@@ -267,8 +267,8 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         out
     }
 
-    /// [`KeyOrderedQueue::next_ready`] for cheap-to-copy messages: appends copies to `out`
-    /// and keeps the messages, so a failed one needs no [`KeyOrderedQueue::give_back`].
+    /// [`KeyOrderedQueue::next_ready_built`] appending copies (that carry their reconsume
+    /// counts) to `out`.
     #[cfg(test)]
     pub(crate) fn next_ready_copies(&mut self, max: usize, now_ms: i64, out: &mut Vec<M>)
     where
@@ -277,10 +277,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.next_ready_built(max, now_ms, out, copy_with_reconsume_times);
     }
 
-    /// [`KeyOrderedQueue::next_ready_copies`] with each handed-out message turned into what
-    /// `build` makes of it and its reconsume count, instead of a copy: the message stays here
-    /// (so a failed one needs no [`KeyOrderedQueue::give_back`]), and a caller that only needs
-    /// a handle to it (a shared pull) makes no copy to drop.
+    /// Hands out up to `max` messages that may run now, as [`KeyOrderedQueue::next_ready`]
+    /// does, but keeps them: what goes to `out` is what `build` makes of each message and its
+    /// reconsume count (the broker's plus its failures here). A failed message then needs no
+    /// [`KeyOrderedQueue::give_back`], and a caller that needs only a handle on the message
+    /// (its shared pull) copies nothing.
     pub(crate) fn next_ready_built<B>(
         &mut self,
         max: usize,
@@ -424,11 +425,8 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.body_bytes = self.body_bytes.saturating_sub(entry.body_len);
     }
 
-    /// [`KeyOrderedQueue::complete`] of a message that succeeded, handing out the next message
-    /// of its key in the same step when that one may run at `now_ms` and no other message may
-    /// run now (so nothing is passed over; a paused key does not count): the copy to run, as
-    /// [`KeyOrderedQueue::next_ready_copies`] would give it. `None` when that is not so, and
-    /// then nothing has changed (complete the message as usual).
+    /// [`KeyOrderedQueue::finish_and_build_next`] making a copy (that carries its reconsume
+    /// count).
     #[cfg(test)]
     pub(crate) fn finish_and_take_next(&mut self, offset: i64, now_ms: i64) -> Option<M>
     where
@@ -437,9 +435,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.finish_and_build_next(offset, now_ms, copy_with_reconsume_times)
     }
 
-    /// [`KeyOrderedQueue::finish_and_take_next`] with the next message turned into what
-    /// `build` makes of it and its reconsume count instead of a copy (see
-    /// [`KeyOrderedQueue::next_ready_built`]).
+    /// [`KeyOrderedQueue::complete`] of a message that succeeded, handing out the next message
+    /// of its key in the same step when that one may run at `now_ms` and no other message may
+    /// run now (so nothing is passed over; a paused key does not count): what `build` makes of
+    /// it and its reconsume count, as [`KeyOrderedQueue::next_ready_built`] hands out. `None`
+    /// when that is not so, and then nothing has changed (complete the message as usual).
     pub(crate) fn finish_and_build_next<B>(
         &mut self,
         offset: i64,

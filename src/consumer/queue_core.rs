@@ -1584,6 +1584,11 @@ impl QueueCore {
         let succeeded = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
         if !succeeded {
             let batch = self.batch_in_flight(span, epoch);
+            // A call of an earlier epoch is released without its messages.
+            debug_assert!(
+                batch.is_some() || epoch != self.epoch,
+                "the batch of a failed call is gone: {span:?}"
+            );
             let batch = batch.as_deref().unwrap_or_default();
             self.on_orderly_consumed(batch, epoch, status, context, cfg, env, now_ms, out);
             return None;
