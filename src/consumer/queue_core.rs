@@ -2399,8 +2399,10 @@ mod tests {
             .expect("a batch")
     }
 
-    #[test]
-    fn orderly_batches_share_the_pull_unless_they_span_pulls_or_were_suspended() {
+    /// A locked orderly queue taking batches of up to 2 after one pull of offsets 0..3: the
+    /// configuration, environment, core and the pull's actions.
+    fn orderly_in_pairs_after_a_pull() -> (PushConsumerConfig, QueueEnv, QueueCore, Vec<QueueAction>)
+    {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         cfg.consume_message_batch_max_size = 2;
@@ -2408,9 +2410,17 @@ mod tests {
         let (mut core, order) = locked_orderly_core(&cfg, &env);
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        (cfg, env, core, out)
+    }
+
+    fn offsets(batch: &OrderlyBatch) -> Vec<i64> {
+        batch.iter().map(|m| m.queue_offset).collect()
+    }
+
+    #[test]
+    fn orderly_batches_share_the_pull_unless_they_span_pulls_or_were_suspended() {
+        let (cfg, env, mut core, out) = orderly_in_pairs_after_a_pull();
         let second_pull = first_pull(&out).expect("a second pull");
-        let offsets =
-            |batch: &OrderlyBatch| batch.iter().map(|m| m.queue_offset).collect::<Vec<_>>();
         let (first, epoch) = orderly_batch_of(&out);
         assert!(matches!(first, OrderlyBatch::Pull { .. }), "{first:?}");
         assert_eq!(offsets(&first), vec![0, 1]);
@@ -2444,20 +2454,32 @@ mod tests {
         assert_eq!(offsets(&last), vec![4]);
     }
 
+    /// Settles the call over `span` as one that failed (suspend) and finished at once; checks
+    /// that it chained nothing and was settled, and returns the actions.
+    fn failed_at_once(
+        core: &mut QueueCore,
+        span: BatchSpan,
+        epoch: u64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+        now_ms: i64,
+    ) -> Vec<QueueAction> {
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), cfg);
+        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
+        let mut out = Vec::new();
+        let next = core
+            .on_orderly_consumed_at_once(span, epoch, status, &context, cfg, env, now_ms, &mut out);
+        assert!(next.is_none(), "a failed call chains nothing");
+        assert_eq!(core.unsettled, 0, "settled");
+        out
+    }
+
     /// A call is settled at once by its span alone, and the core rebuilds its batch as it
     /// handed it out whenever the caller needs the messages again (a call that failed, waits
     /// or panicked). A failed call settled at once goes back like any failed call.
     #[test]
     fn the_batch_of_a_call_in_flight_is_rebuilt_from_its_span() {
-        let mut cfg = cfg();
-        cfg.consume_mode = ConsumeMode::Orderly;
-        cfg.consume_message_batch_max_size = 2;
-        let env = env(&cfg);
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
-        let offsets =
-            |batch: &OrderlyBatch| batch.iter().map(|m| m.queue_offset).collect::<Vec<_>>();
+        let (cfg, env, mut core, out) = orderly_in_pairs_after_a_pull();
         let (first, epoch) = orderly_batch_of(&out);
         let span = BatchSpan::of(&first);
         let rebuilt = core.batch_in_flight(span, epoch).expect("in flight");
@@ -2476,13 +2498,7 @@ mod tests {
             "not this batch"
         );
 
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
-        let mut out = Vec::new();
-        let next = core
-            .on_orderly_consumed_at_once(span, epoch, status, &context, &cfg, &env, 2, &mut out);
-        assert!(next.is_none(), "a failed call chains nothing");
-        assert_eq!(core.unsettled, 0, "settled");
+        failed_at_once(&mut core, span, epoch, &cfg, &env, 2);
         assert!(
             core.batch_in_flight(span, epoch).is_none(),
             "no longer in flight"
@@ -2520,13 +2536,7 @@ mod tests {
             "not in flight"
         );
 
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let status = OrderlyStatus::SuspendCurrentQueueAMoment;
-        let mut out = Vec::new();
-        let next = core
-            .on_orderly_consumed_at_once(span, epoch, status, &context, &cfg, &env, 10, &mut out);
-        assert!(next.is_none(), "a failed call chains nothing");
-        assert_eq!(core.unsettled, 0, "settled");
+        let out = failed_at_once(&mut core, span, epoch, &cfg, &env, 10);
         let (_, due) = *wake_ups(&out).first().expect("the key pauses");
         let mut out = Vec::new();
         core.on_key_wake_timer(due, &cfg, due, &mut out);
