@@ -1382,7 +1382,7 @@ impl ConsumeDispatcher {
                     .as_ref()
                     .ok()
                     .map(|status| ListenerStatus::Orderly(*status));
-                ctx.success = matches!(result, Ok(OrderlyStatus::Success | OrderlyStatus::Commit));
+                ctx.success = result.as_ref().is_ok_and(|status| status.succeeded());
                 ctx.panicked = result.is_err();
                 ctx.elapsed = started.elapsed();
                 hooks.after(&ctx);

@@ -110,9 +110,10 @@ impl OrderlyChain<'_> {
 
 /// How many messages of an orderly call's batch failed: all of them unless it succeeded.
 pub(crate) fn orderly_failures(batch: &[MessageExt], status: OrderlyStatus) -> usize {
-    match status {
-        OrderlyStatus::Success | OrderlyStatus::Commit => 0,
-        _ => batch.len(),
+    if status.succeeded() {
+        0
+    } else {
+        batch.len()
     }
 }
 
@@ -262,11 +263,7 @@ impl QueueActor {
         outcome: OrderlyOutcome,
         finished: &mut Finished,
     ) -> AtOnce {
-        let succeeded = matches!(
-            outcome.status,
-            OrderlyStatus::Success | OrderlyStatus::Commit
-        );
-        if !succeeded || self.orderly_calls_left == 0 {
+        if !outcome.status.succeeded() || self.orderly_calls_left == 0 {
             return AtOnce::Unsettled(outcome);
         }
         // A chain of calls reads the clock as a run of rounds does: the core's time is at most

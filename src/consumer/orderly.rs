@@ -90,6 +90,12 @@ impl OrderlyStatus {
     pub fn from_listener<E>(outcome: Result<OrderlyStatus, E>) -> OrderlyStatus {
         outcome.unwrap_or(OrderlyStatus::SuspendCurrentQueueAMoment)
     }
+
+    /// Whether a call with this status consumed its batch (`Success` or `Commit`): nothing of
+    /// it is consumed again.
+    pub(crate) fn succeeded(self) -> bool {
+        matches!(self, OrderlyStatus::Success | OrderlyStatus::Commit)
+    }
 }
 
 /// What an orderly listener is told about, and may change for, the batch it consumes (Java

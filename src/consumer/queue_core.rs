@@ -1581,8 +1581,7 @@ impl QueueCore {
         now_ms: i64,
         out: &mut Vec<QueueAction>,
     ) -> Option<OrderlyBatch> {
-        let succeeded = matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit);
-        if !succeeded {
+        if !status.succeeded() {
             let batch = self.batch_in_flight(span, epoch);
             // A call of an earlier epoch is released without its messages.
             debug_assert!(
@@ -1708,7 +1707,7 @@ impl QueueCore {
             return;
         };
         let offset = message.queue_offset;
-        if matches!(status, OrderlyStatus::Success | OrderlyStatus::Commit) {
+        if status.succeeded() {
             self.on_key_succeeded(offset, cfg, env, now_ms, out);
             return;
         }
