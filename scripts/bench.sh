@@ -140,6 +140,14 @@ if len(files) == len(names):
 else:
     print(f"{side}: {len(files)} profile parts, expected {len(names)}", file=sys.stderr)
 PY
+  # Where the instructions of each phase go, by part of the runtime, beside the raw loop's.
+  local parts=() i=3 phase
+  for phase in raw ${phases//,/ }; do
+    if [ -f "$dir/phase.$i" ]; then parts+=("$phase=$dir/phase.$i"); else parts+=("$phase=$dir/phase"); fi
+    i=$((i + 1))
+  done
+  python3 "$ROOT/scripts/callgrind_parts.py" --messages "$count" --label "$side" "${parts[@]}" \
+    >>"$OUT/instruction_parts.jsonl" || echo "$side: instruction parts left out" >&2
   rm -rf "$dir"
 }
 
