@@ -23,6 +23,7 @@ use crate::actors::listener::{
 use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
 use crate::actors::puller::Pull;
 use crate::actors::queue_orderly::orderly_failures;
+use crate::actors::WallClock;
 use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
 use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::offset::{start_offset, StartOffset};
@@ -182,6 +183,12 @@ pub struct QueueActor {
     /// A commit since the last offset update went to the offset store: sent once the
     /// current step's actions are carried out.
     offset_flush_pending: bool,
+    /// The latest monotonic clock reading of the current turn (a pull's answer, the end of a
+    /// round of calls), which the turn's next pull and calls begin at rather than reading
+    /// the clock again; cleared when the turn's actions are carried out.
+    turn_reading: Option<std::time::Instant>,
+    /// The core's `now_ms`, derived from those readings.
+    wall_clock: WallClock,
     /// `queue`, shared with the offset store's updates.
     offset_key: Arc<MessageQueue>,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
@@ -270,6 +277,8 @@ impl QueueActor {
             core,
             drain_waiters: Vec::new(),
             offset_flush_pending: false,
+            turn_reading: None,
+            wall_clock: WallClock::default(),
             offset_key,
             spare_queues: Vec::new(),
             retired: false,
@@ -365,6 +374,7 @@ impl QueueActor {
             self.flush_offset(ctx);
         }
         self.report_gauges();
+        self.turn_reading = None;
     }
 
     /// Sets the queue's cache and lag gauges.
@@ -381,12 +391,11 @@ impl QueueActor {
         // One listener permit serves every call that finishes at once, in every round; it is
         // released when the last round ends.
         let mut held_permit = None;
-        // The end of the first round with calls in both clocks, and the end of the last timed
-        // one: the next round's calls begin at the last end, and a monotonic reading plus the
-        // first gives the wall-clock time too (at most one clock read per round).
-        let mut base: Option<(std::time::Instant, i64)> = None;
-        let mut last_end: Option<std::time::Instant> = None;
-        let mut now = 0;
+        // The end of the last timed round: the next round's calls begin there. The first
+        // round's begin at the turn's reading when there is one (a pull's answer). The core's
+        // wall-clock time comes from the same readings (at most one clock read per round).
+        let mut last_end = self.turn_reading;
+        let mut wall_now = None;
         // Orderly calls settled since the last clock read, timed together at the next one.
         let mut untimed = UntimedCalls::default();
         // Listener calls that finish at once (the usual case) are timed together (one clock
@@ -423,19 +432,19 @@ impl QueueActor {
             // An orderly round is one call whose outcome decides the next, so a run of them is
             // a round each: they share a clock read every few rounds instead (the core's `now`
             // is then at most that many calls old).
-            let read_clock = base.is_none()
+            let read_clock = wall_now.is_none()
                 || !calls.is_empty()
                 || untimed.rounds >= ORDERLY_ROUNDS_PER_CLOCK_READ;
             let mut share = Duration::ZERO;
             if read_clock {
                 let ended = std::time::Instant::now();
-                let (base_at, base_ms) = *base.get_or_insert_with(|| (ended, now_ms()));
-                let since_base = i64::try_from((ended - base_at).as_millis()).unwrap_or(i64::MAX);
-                now = base_ms.saturating_add(since_base);
+                self.turn_reading = Some(ended);
+                wall_now = Some(self.wall_clock.ms_at(ended));
                 last_end = Some(ended);
                 let concurrent_calls = calls.iter().map(|c| c.calls).sum();
                 share = self.record_untimed(&mut untimed, ended, concurrent_calls);
             }
+            let now = wall_now.unwrap_or_else(now_ms);
             let env = self.env();
             for (batch, epoch, outcome) in orderly.drain(..) {
                 self.settle_orderly(&batch, epoch, outcome, &env, now, &mut actions);
@@ -740,7 +749,9 @@ impl QueueActor {
             return;
         };
         let request = self.next_pull_request(&order, subscription);
-        let started = std::time::Instant::now();
+        // A pull sent right after its queue's last answer (the usual case) begins at that
+        // answer's reading.
+        let started = self.turn_reading.unwrap_or_else(std::time::Instant::now);
         // The connection answers here directly; the puller only puts the request on the wire.
         let (reply, answer) = oneshot::channel();
         let pull = Pull {
@@ -763,13 +774,19 @@ impl QueueActor {
             Ok::<_, Error>(tokio::time::timeout(timeout, answer).await)
         };
         ctx.spawn(waited.into_actor(self).map(move |waited, act, ctx| {
-            act.shared.stats.record_pull(started.elapsed());
             let client = &act.shared.client;
             let mut answer = waited.and_then(|waited| {
                 let peer = || client.pull_peer(&request);
                 let response = settle_reply(waited, peer, request_code::PULL_MESSAGE, timeout)?;
                 request.read_raw_answer(peer, response)?.decode(&request)
             });
+            // One reading serves the pull's round trip (its decoding included, as Java counts
+            // it), the core's time and the begin of the calls the answer starts.
+            let arrived = std::time::Instant::now();
+            act.turn_reading = Some(arrived);
+            act.shared
+                .stats
+                .record_pull(arrived.saturating_duration_since(started));
             // Let go of the request before the core asks for the next pull, which can then
             // reuse it.
             drop(request);
@@ -788,13 +805,14 @@ impl QueueActor {
             }
             let mut out = act.take_actions();
             let env = act.env();
+            let now = act.wall_clock.ms_at(arrived);
             act.core.on_pull_answer(
                 &order,
                 answer,
                 retry_group.as_deref(),
                 &act.shared.config,
                 &env,
-                now_ms(),
+                now,
                 &mut out,
             );
             act.execute(out, ctx);
