@@ -767,11 +767,19 @@ impl QueueActor {
         };
         let timeout = request.timeout;
         let waited = async move {
-            if let Some(queued) = queued? {
-                queued.await?;
-            }
-            // The wait for the answer starts once the puller has the request.
-            Ok::<_, Error>(tokio::time::timeout(timeout, answer).await)
+            // The wait for the answer starts once the puller has the request: at once, from
+            // the reading the pull began at (no clock read of its own), or once a full
+            // mailbox took it.
+            let waited = match (queued?, started.checked_add(timeout)) {
+                (None, Some(deadline)) => tokio::time::timeout_at(deadline.into(), answer).await,
+                (queued, _) => {
+                    if let Some(queued) = queued {
+                        queued.await?;
+                    }
+                    tokio::time::timeout(timeout, answer).await
+                }
+            };
+            Ok::<_, Error>(waited)
         };
         ctx.spawn(waited.into_actor(self).map(move |waited, act, ctx| {
             let client = &act.shared.client;
