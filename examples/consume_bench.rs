@@ -438,16 +438,23 @@ impl ListenerCount {
         }
     }
 
-    /// Counts `n` messages.
-    #[inline]
+    /// Counts `n` messages. Out of line, as the shared tally's `add` is: the listener
+    /// closures stay small enough to be inlined into the consumer's call loop.
+    #[inline(never)]
     fn add(&self, n: usize) {
         let seen = self.seen.get() + n;
         self.seen.set(seen);
         let published = self.published.get();
         if published == 0 || seen - published >= PUBLISH_EVERY || seen >= self.tally.target {
-            self.tally.add(seen - published);
-            self.published.set(seen);
+            self.publish(seen);
         }
+    }
+
+    /// Adds what was counted since the last time to the shared tally.
+    #[cold]
+    fn publish(&self, seen: usize) {
+        self.tally.add(seen - self.published.get());
+        self.published.set(seen);
     }
 }
 
