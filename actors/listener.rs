@@ -334,22 +334,32 @@ where
 {
     let mut slot = slot_from::<Fut>(run.spare);
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    // The context a call gives back serves the next call (reset, as a synchronous
+    // listener's lent one is), rather than going back to the queue's spares and a fresh one
+    // coming out of them for every call.
+    let mut context = run.sink.context();
     for range in run.calls.by_ref() {
         if !hold_permit(run.held, run.permits) {
+            run.sink.recycle(context);
             *run.spare = Some(slot);
             return RunStop::NoPermit(range);
         }
-        let context = run.sink.context();
         let queue_id = context.queue.queue_id;
         run.current = Some((range.clone(), queue_id));
         let call = start(Messages::slice(run.pull.clone(), range.clone()), context);
         let polled = poll_first(&mut slot, call, &mut poll_context);
         run.current = None;
         match polled {
-            Some((status, context)) => run.sink.finished_call(run.pull, range, status, context),
+            Some((status, returned)) => {
+                run.sink
+                    .finished_lending_call(run.pull, range, status, &returned);
+                context = returned;
+                run.sink.reset_lent(&mut context);
+            }
             None => return RunStop::Pending(range, queue_id, running_in(*slot)),
         }
     }
+    run.sink.recycle(context);
     *run.spare = Some(slot);
     RunStop::Done
 }

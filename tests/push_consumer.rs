@@ -536,6 +536,56 @@ async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_pani
 }
 
 #[actix_rt::test]
+async fn a_closure_listener_gets_a_fresh_context_per_call_whatever_the_last_call_left_in_its_own() {
+    let cluster = fast_retry_cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    send_numbered(&producer(&cluster), "FnListener", 0..20).await;
+    // (body, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
+    let consumer = from_first_offset(&namesrv, "fn_group", "FnListener", "*")
+        .listener_fn(move |messages, mut ctx| {
+            // (Retried messages come from the group's retry topic.)
+            let fresh = ctx.ack_index.is_none()
+                && ctx.delay_level == 0
+                && ["FnListener", "%RETRY%fn_group"].contains(&ctx.queue.topic.as_str());
+            let mut status = ConsumeStatus::Success;
+            for m in &messages {
+                let body = text(m);
+                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
+                if body == "m2" && m.reconsume_times == 0 {
+                    status = ConsumeStatus::ReconsumeLater;
+                }
+            }
+            // The context goes back with the status: what it carries must not reach the
+            // next call, which finishes at once too (no await here).
+            ctx.queue.topic = "changed by the listener".into();
+            if status == ConsumeStatus::Success {
+                ctx.ack_index = messages.len().checked_sub(1);
+                ctx.delay_level = 2;
+            }
+            async move { (status, ctx) }
+        })
+        .start()
+        .await
+        .expect("consumer starts");
+    let seen = receive(&mut rx, 21).await;
+    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
+    let again: Vec<&str> = seen
+        .iter()
+        .filter(|(_, times, _)| *times == 1)
+        .map(|(body, _, _)| body.as_str())
+        .collect();
+    assert_eq!(again, ["m2"], "the rejected call came back once");
+    let distinct: BTreeSet<&str> = seen.iter().map(|(body, _, _)| body.as_str()).collect();
+    assert_eq!(distinct.len(), 20);
+    assert_quiet(&mut rx, "a message was consumed more often than it failed").await;
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (20, 1));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
