@@ -1,7 +1,8 @@
 //! The offset store actor: the consume offsets of one consumer group.
 //!
-//! Queue actors report the committed offset of their queue (the smallest unfinished message)
-//! here; the store keeps them in an [`OffsetTable`] and persists them — to the brokers with
+//! Queue actors publish the committed offset of their queue (the smallest unfinished message)
+//! in a [`CommittedOffset`] cell they attach here, which the store folds into its table before
+//! it reads it (no message per commit); pull consumers send theirs. The store keeps them in an [`OffsetTable`] and persists them — to the brokers with
 //! UPDATE_CONSUMER_OFFSET every `persist_consumer_offset_interval` in clustering mode (all
 //! queues of one broker sent back to back), or to a local JSON file written atomically with a
 //! `.bak` copy in broadcasting mode. Writes of the file run on the blocking pool so the arbiter
@@ -9,14 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 
 use crate::actors::client::Client;
 use crate::consumer::offset::{
-    self, encode_local_offsets, pick_local_offsets, OffsetTable, StoredOffset,
+    self, encode_local_offsets, pick_local_offsets, CommittedOffset, LiveOffsets, OffsetTable,
+    StoredOffset,
 };
 use crate::error::{Error, Result};
 use crate::message::MessageQueue;
@@ -46,15 +47,26 @@ pub struct LoadOffset {
 #[rtype(result = "Option<i64>")]
 pub struct ReadOffset(pub MessageQueue);
 
-/// Raises a queue's offset (increase-only).
+/// From now on `committed` holds the queue's commits (a queue actor's, sent before it reads
+/// its start offset); a cell it replaces is folded in first.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct UpdateOffset {
-    /// The queue (shared: a queue actor sends one per step that commits, and this copies no
-    /// string).
-    pub queue: Arc<MessageQueue>,
-    /// The new committed offset (next offset to consume).
-    pub offset: i64,
+pub(crate) struct AttachCommitted {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// Where its actor publishes its commits.
+    pub committed: CommittedOffset,
+}
+
+/// Folds `committed` in a last time and lets it go (a dropped queue's actor, before it has
+/// the offset persisted); a newer cell of the queue stays.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct DetachCommitted {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The cell its actor published in.
+    pub committed: CommittedOffset,
 }
 
 /// Sets a queue's offset in memory, up or down (a pull consumer's `update_consume_offset`, a
@@ -125,6 +137,8 @@ pub struct OffsetStore {
     group: String,
     backend: OffsetBackend,
     table: OffsetTable,
+    /// The queue actors' commits, folded into `table` before it is read.
+    live: LiveOffsets,
     persist_interval: Duration,
     /// Local mode: the offsets the file holds (read at start, then as last written).
     loaded: BTreeMap<MessageQueue, i64>,
@@ -158,6 +172,7 @@ impl OffsetStore {
             group: group.into(),
             backend,
             table: OffsetTable::from_offsets(loaded.clone()),
+            live: LiveOffsets::default(),
             persist_interval,
             loaded,
             ownership: None,
@@ -172,6 +187,10 @@ impl OffsetStore {
         only: Option<&MessageQueue>,
         sync: bool,
     ) -> impl ActorFuture<Self, Output = Result<()>> {
+        match only {
+            Some(queue) => self.live.fold(&mut self.table, queue),
+            None => self.live.fold_all(&mut self.table),
+        }
         let entries: Vec<(MessageQueue, i64)> = match (only, &self.ownership) {
             (Some(queue), _) => self
                 .table
@@ -348,15 +367,25 @@ impl Handler<ReadOffset> for OffsetStore {
     type Result = Option<i64>;
 
     fn handle(&mut self, msg: ReadOffset, _ctx: &mut Self::Context) -> Option<i64> {
+        self.live.fold(&mut self.table, &msg.0);
         self.table.read(&msg.0)
     }
 }
 
-impl Handler<UpdateOffset> for OffsetStore {
+impl Handler<AttachCommitted> for OffsetStore {
     type Result = ();
 
-    fn handle(&mut self, msg: UpdateOffset, _ctx: &mut Self::Context) {
-        self.table.update(&msg.queue, msg.offset, true);
+    fn handle(&mut self, msg: AttachCommitted, _ctx: &mut Self::Context) {
+        self.live.attach(&mut self.table, &msg.queue, msg.committed);
+    }
+}
+
+impl Handler<DetachCommitted> for OffsetStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: DetachCommitted, _ctx: &mut Self::Context) {
+        self.live
+            .detach(&mut self.table, &msg.queue, &msg.committed);
     }
 }
 
@@ -372,6 +401,9 @@ impl Handler<SetOffset> for OffsetStore {
     type Result = ResponseActFuture<Self, Result<()>>;
 
     fn handle(&mut self, msg: SetOffset, _ctx: &mut Self::Context) -> Self::Result {
+        // Commits published before the reset count before it, as the updates they replace
+        // did (a queue actor publishes the reset offset itself before it sends this).
+        self.live.fold(&mut self.table, &msg.queue);
         if msg.freeze {
             self.table.update_and_freeze(&msg.queue, msg.offset);
         } else {
@@ -427,6 +459,7 @@ impl Handler<Snapshot> for OffsetStore {
     type Result = MessageResult<Snapshot>;
 
     fn handle(&mut self, _msg: Snapshot, _ctx: &mut Self::Context) -> Self::Result {
+        self.live.fold_all(&mut self.table);
         MessageResult(
             self.table
                 .iter()

@@ -20,13 +20,15 @@ use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
     ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
 };
-use crate::actors::offset_store::{LoadOffset, PersistAndRemove, SetOffset, UpdateOffset};
+use crate::actors::offset_store::{
+    AttachCommitted, DetachCommitted, LoadOffset, PersistAndRemove, SetOffset,
+};
 use crate::actors::puller::Pull;
 use crate::actors::queue_orderly::orderly_failures;
 use crate::actors::WallClock;
 use crate::consumer::config::{ConsumeFromWhere, PushConsumerConfig};
 use crate::consumer::lock::needs_broker_lock;
-use crate::consumer::offset::{start_offset, StartOffset};
+use crate::consumer::offset::{start_offset, CommittedOffset, StartOffset};
 use crate::consumer::process_queue::ProcessQueueSnapshot;
 use crate::consumer::queue_core::{
     CallOutcome, CallRanges, EndedCalls, Mode, PullOrder, QueueAction, QueueCore, QueueEnv,
@@ -180,8 +182,8 @@ pub struct QueueActor {
     /// pull, not once per message).
     subscribed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
-    /// A commit since the last offset update went to the offset store: sent once the
-    /// current step's actions are carried out.
+    /// A commit since the offset store's cell was last written: written once the current
+    /// step's actions are carried out.
     offset_flush_pending: bool,
     /// The latest monotonic clock reading of the current turn (a pull's answer, the end of a
     /// round of calls), which the turn's next pull and calls begin at rather than reading
@@ -189,8 +191,9 @@ pub struct QueueActor {
     turn_reading: Option<std::time::Instant>,
     /// The core's `now_ms`, derived from those readings.
     wall_clock: WallClock,
-    /// `queue`, shared with the offset store's updates.
-    offset_key: Arc<MessageQueue>,
+    /// Where the committed offset is published for the offset store (attached to it before
+    /// the start offset is read; kept across restarts, as the fields are).
+    committed: CommittedOffset,
     /// Copies of `queue` that listener calls gave back, reused by the next calls (every call
     /// owns one in its context; this saves allocating its strings each time).
     spare_queues: Vec<MessageQueue>,
@@ -263,7 +266,6 @@ impl QueueActor {
         );
         let metrics = shared.stats.metrics.queue(&queue);
         let user_queue = shared.namespace.unwrap_queue(&queue).into_owned();
-        let offset_key = Arc::new(queue.clone());
         QueueActor {
             user_queue,
             span: Rc::new(span),
@@ -279,7 +281,7 @@ impl QueueActor {
             offset_flush_pending: false,
             turn_reading: None,
             wall_clock: WallClock::default(),
-            offset_key,
+            committed: CommittedOffset::new(),
             spare_queues: Vec::new(),
             retired: false,
             gave_up: false,
@@ -371,7 +373,7 @@ impl QueueActor {
         self.execute_rounds(actions, ctx);
         // Every commit of the step goes to the offset store as one update.
         if std::mem::take(&mut self.offset_flush_pending) {
-            self.flush_offset(ctx);
+            self.flush_offset();
         }
         self.report_gauges();
         self.turn_reading = None;
@@ -631,6 +633,9 @@ impl QueueActor {
                     self.offset_flush_pending = true;
                 }
                 QueueAction::AdoptOffset(offset) => {
+                    // The cell first: the store folds it in before it sets the offset, and
+                    // must not raise the offset back with a commit from before.
+                    self.committed.publish(offset);
                     let set = self.shared.offsets.send(SetOffset {
                         queue: self.queue.clone(),
                         offset,
@@ -691,7 +696,17 @@ impl QueueActor {
     pub(crate) fn load_start_offset(&mut self, ctx: &mut Context<Self>) {
         let shared = self.shared.clone();
         let queue = self.queue.clone();
+        let committed = self.committed.clone();
         let lookup = async move {
+            // Before any commit of this start (none comes before its start offset): one
+            // mailbox, so the store has the cell before anything this actor sends later.
+            shared
+                .offsets
+                .send(AttachCommitted {
+                    queue: queue.clone(),
+                    committed,
+                })
+                .await?;
             let stored = shared
                 .offsets
                 .send(LoadOffset {
@@ -943,22 +958,11 @@ impl QueueActor {
         }));
     }
 
-    /// Tells the offset store the committed offset (once per step that raised it: see
-    /// [`QueueActor::execute`]).
-    fn flush_offset(&mut self, ctx: &mut Context<Self>) {
-        let Some(offset) = self.core.committed else {
-            return;
-        };
-        let update = UpdateOffset {
-            queue: self.offset_key.clone(),
-            offset,
-        };
-        // Nothing waits for the store's answer: queued at once while its mailbox has room,
-        // otherwise by a task of this actor waiting for room (gone if the actor restarts, as
-        // before; the restart hands the committed offset over again).
-        if let Err(SendError::Full(update)) = self.shared.offsets.try_send(update) {
-            let sent = self.shared.offsets.send(update);
-            ctx.spawn(sent.into_actor(self).map(|_, _, _| ()));
+    /// Publishes the committed offset to the offset store's cell (once per step that raised
+    /// it: see [`QueueActor::execute`]); the store reads it when it reads or persists.
+    fn flush_offset(&mut self) {
+        if let Some(offset) = self.core.committed {
+            self.committed.publish(offset);
         }
     }
 
@@ -967,15 +971,18 @@ impl QueueActor {
         let offsets = self.shared.offsets.clone();
         let unlock = unlock && self.needs_lock();
         let shared = self.shared.clone();
+        if let Some(offset) = committed {
+            self.committed.publish(offset);
+        }
+        let cell = self.committed.clone();
         let persist = async move {
-            if let Some(offset) = committed {
-                let _ = offsets
-                    .send(UpdateOffset {
-                        queue: Arc::new(queue.clone()),
-                        offset,
-                    })
-                    .await;
-            }
+            // Folded in and let go before the persist, which then writes the last commit.
+            let _ = offsets
+                .send(DetachCommitted {
+                    queue: queue.clone(),
+                    committed: cell,
+                })
+                .await;
             let persisted = offsets.send(PersistAndRemove(queue.clone())).await;
             // Only after the offset is persisted may the next owner take the lock.
             if unlock {
@@ -1053,16 +1060,11 @@ impl Supervised for QueueActor {
         if self.retired {
             return;
         }
-        // An update still waiting for room in the store's mailbox went down with the old
-        // context: hand the committed offset over now, ahead of the new start's offset read
-        // (one mailbox, in order).
-        if let Some(offset) = self.core.committed {
-            let _ = self.shared.offsets.try_send(UpdateOffset {
-                queue: self.offset_key.clone(),
-                offset,
-            });
+        // The cell holds the last commit already (nothing waits in a mailbox); one of the
+        // failed step's not yet published goes there now.
+        if std::mem::take(&mut self.offset_flush_pending) {
+            self.flush_offset();
         }
-        self.offset_flush_pending = false;
         for waiter in self.drain_waiters.drain(..) {
             let _ = waiter.send(());
         }
@@ -1172,6 +1174,9 @@ impl Handler<ResetQueueOffset> for QueueActor {
 
     fn handle(&mut self, msg: ResetQueueOffset, ctx: &mut Self::Context) -> Self::Result {
         let offset = msg.0;
+        // The cell first: the store folds it in before it resets the offset, and must not
+        // raise the offset back with a commit from before the reset.
+        self.committed.publish(offset);
         let set = self.shared.offsets.send(SetOffset {
             queue: self.queue.clone(),
             offset,

@@ -624,3 +624,49 @@ async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_running_consumer_persists_what_it_consumed_with_each_periodic_persist() {
+    // Broadcasting: its offsets go to a local file, so nothing but the store's periodic
+    // persist can write them while the consumer runs (a clustering consumer's pulls would
+    // also carry the commit to the broker).
+    let (cluster, namesrv) = cluster_with_topic("LivePersist", 1).await;
+    let producer = producer(&cluster);
+    send_numbered(&producer, "LivePersist", 0..40).await;
+    let dir = std::env::temp_dir().join(format!("rmq-actor-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = recording_consumer(
+        &namesrv,
+        "live_persist",
+        "LivePersist",
+        "*",
+        0,
+        tx,
+        broadcasting(dir.clone()),
+    )
+    .await;
+    let queue = common::mq("LivePersist", 0);
+    // `<dir>/<instance>/<group>/offsets.json`, the one file of its name there.
+    let persisted = || async {
+        let instance = std::fs::read_dir(&dir).ok()?.next()?.ok()?.path();
+        let file = instance.join("live_persist").join("offsets.json");
+        let text = std::fs::read_to_string(file).ok()?;
+        let offsets = rocketmq_actor::consumer::decode_local_offsets(&text).ok()?;
+        offsets.get(&queue).copied()
+    };
+    receive(&mut rx, 40).await;
+    common::eventually("the file holds offset 40", || async {
+        (persisted().await == Some(40)).then_some(())
+    })
+    .await;
+    send_numbered(&producer, "LivePersist", 40..55).await;
+    receive(&mut rx, 15).await;
+    common::eventually("the file holds offset 55", || async {
+        (persisted().await == Some(55)).then_some(())
+    })
+    .await;
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

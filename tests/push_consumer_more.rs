@@ -850,3 +850,34 @@ async fn the_broker_can_read_running_info_and_make_the_consumer_consume_one_mess
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_broker_offset_reset_of_a_suspended_consumer_is_what_its_shutdown_persists() {
+    let cluster = fast_retry_cluster(1).await;
+    let (topic, group) = ("ResetSuspended", "reset_suspended_group");
+    let (consumer, mut rx, second_half) = consumed_ten(&cluster, topic, group).await;
+    consumer.suspend().await;
+
+    reset_to_m5(&cluster, group, topic, second_half).await;
+    eventually("the queue took the reset", || async {
+        let lags = consumer.lag().await;
+        let committed = lags
+            .iter()
+            .find(|l| l.queue == mq(topic, 0))?
+            .committed_offset;
+        (committed == Some(5)).then_some(())
+    })
+    .await;
+    // Suspended: nothing is consumed again, so the offset it persists on the way out is the
+    // reset one, not what it had committed before the reset.
+    consumer.shutdown().await;
+    assert_eq!(
+        cluster
+            .committed_offset(BROKER, group, topic, 0)
+            .await
+            .unwrap(),
+        Some(5)
+    );
+    assert_quiet(&mut rx, "a message consumed while suspended").await;
+    cluster.shutdown().await;
+}

@@ -255,6 +255,107 @@ impl OffsetTable {
     }
 }
 
+/// The latest offset a queue actor committed, shared with its group's offset store: a commit
+/// is one store of a word rather than a message to the store per pull, and the store reads it
+/// whenever it reads, resets or persists the queue's offset (see [`LiveOffsets`]). Being the
+/// latest value rather than a queue of updates, nothing of it can be left behind in a mailbox.
+#[derive(Debug, Clone)]
+pub(crate) struct CommittedOffset(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl CommittedOffset {
+    /// What the cell holds before the first commit.
+    const NONE: i64 = -1;
+
+    /// A cell with nothing committed yet.
+    pub(crate) fn new() -> Self {
+        CommittedOffset(std::sync::Arc::new(std::sync::atomic::AtomicI64::new(
+            Self::NONE,
+        )))
+    }
+
+    /// Makes `offset` the latest commit. Moving it backwards is for a reset, which the store
+    /// must then be told of ([`OffsetTable::reset`]): its table only takes increases from here.
+    #[inline]
+    pub(crate) fn publish(&self, offset: i64) {
+        self.0.store(offset, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The latest commit, if any.
+    pub(crate) fn latest(&self) -> Option<i64> {
+        let offset = self.0.load(std::sync::atomic::Ordering::Acquire);
+        (offset >= 0).then_some(offset)
+    }
+
+    /// Whether `self` and `other` are the same cell (not merely equal values).
+    pub(crate) fn is(&self, other: &CommittedOffset) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The [`CommittedOffset`]s of the queues whose actors commit into an offset store, folded
+/// into its [`OffsetTable`] as increase-only updates (as the messages they replace were)
+/// before the table is read.
+#[derive(Debug, Default)]
+pub(crate) struct LiveOffsets {
+    cells: HashMap<MessageQueue, CommittedOffset, foldhash::fast::RandomState>,
+}
+
+impl LiveOffsets {
+    /// `cell` now holds `mq`'s commits. A cell it replaces (the queue's earlier actor) is
+    /// folded in first: its last commits still count.
+    pub(crate) fn attach(
+        &mut self,
+        table: &mut OffsetTable,
+        mq: &MessageQueue,
+        cell: CommittedOffset,
+    ) {
+        fold(table, mq, &cell);
+        if let Some(replaced) = self.cells.insert(mq.clone(), cell) {
+            fold(table, mq, &replaced);
+        }
+    }
+
+    /// Folds `mq`'s latest commit into `table`.
+    pub(crate) fn fold(&self, table: &mut OffsetTable, mq: &MessageQueue) {
+        if let Some(cell) = self.cells.get(mq) {
+            fold(table, mq, cell);
+        }
+    }
+
+    /// Folds every queue's latest commit into `table`.
+    pub(crate) fn fold_all(&self, table: &mut OffsetTable) {
+        for (mq, cell) in &self.cells {
+            fold(table, mq, cell);
+        }
+    }
+
+    /// Folds `cell` in a last time and lets it go, unless another cell (a newer actor of the
+    /// queue) has replaced it.
+    pub(crate) fn detach(
+        &mut self,
+        table: &mut OffsetTable,
+        mq: &MessageQueue,
+        cell: &CommittedOffset,
+    ) {
+        fold(table, mq, cell);
+        if self.cells.get(mq).is_some_and(|held| held.is(cell)) {
+            self.cells.remove(mq);
+        }
+    }
+
+    /// How many queues have a cell attached.
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+}
+
+/// `cell`'s latest commit into `table` as an increase-only update of `mq`.
+fn fold(table: &mut OffsetTable, mq: &MessageQueue, cell: &CommittedOffset) {
+    if let Some(offset) = cell.latest() {
+        table.update(mq, offset, true);
+    }
+}
+
 /// What the offset store (broker or local file) said about a queue's consume offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoredOffset {
@@ -616,6 +717,76 @@ pub mod fs {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_commit_reaches_the_table_when_it_is_read_without_a_message() {
+        let (mut table, mut live) = (OffsetTable::new(), LiveOffsets::default());
+        let q = mq("a", 0);
+        let cell = CommittedOffset::new();
+        live.attach(&mut table, &q, cell.clone());
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), None, "nothing committed yet");
+        cell.publish(12);
+        live.fold(&mut table, &q);
+        assert_eq!(table.read(&q), Some(12));
+        cell.publish(30);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(30));
+    }
+
+    #[test]
+    fn a_reset_published_to_the_cell_is_not_undone_by_the_next_fold() {
+        let (mut table, mut live) = (OffsetTable::new(), LiveOffsets::default());
+        let q = mq("a", 0);
+        let cell = CommittedOffset::new();
+        live.attach(&mut table, &q, cell.clone());
+        cell.publish(50);
+        // The queue actor's reset: the cell first, then the store's reset.
+        cell.publish(10);
+        live.fold(&mut table, &q);
+        table.reset(&q, 10);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(10));
+        cell.publish(11);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(11));
+    }
+
+    #[test]
+    fn a_frozen_offset_ignores_folded_commits_as_it_ignores_updates() {
+        let (mut table, mut live) = (OffsetTable::new(), LiveOffsets::default());
+        let q = mq("a", 0);
+        let cell = CommittedOffset::new();
+        live.attach(&mut table, &q, cell.clone());
+        table.update_and_freeze(&q, 5);
+        cell.publish(90);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(5));
+    }
+
+    #[test]
+    fn a_detached_cell_counts_once_more_and_a_newer_one_stays() {
+        let (mut table, mut live) = (OffsetTable::new(), LiveOffsets::default());
+        let q = mq("a", 0);
+        let old = CommittedOffset::new();
+        live.attach(&mut table, &q, old.clone());
+        old.publish(7);
+        let newer = CommittedOffset::new();
+        live.attach(&mut table, &q, newer.clone());
+        assert_eq!(table.read(&q), Some(7), "the replaced cell's commit counts");
+        old.publish(8);
+        // The old actor's last commit, then its goodbye: the newer cell stays attached.
+        live.detach(&mut table, &q, &old);
+        assert_eq!((table.read(&q), live.len()), (Some(8), 1));
+        newer.publish(20);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(20));
+        live.detach(&mut table, &q, &newer);
+        assert_eq!(live.len(), 0);
+        newer.publish(25);
+        live.fold_all(&mut table);
+        assert_eq!(table.read(&q), Some(20), "a detached cell is read no more");
+    }
 
     fn mq(broker: &str, id: i32) -> MessageQueue {
         MessageQueue::new("T", broker, id)
