@@ -39,6 +39,7 @@ use crate::protocol::header::{
     ResetOffsetRequestHeader, SearchOffsetRequestHeader, ViewMessageRequestHeader,
 };
 use crate::protocol::RemotingCommand;
+use crate::remoting::Expiry;
 use crate::route::{NameServerList, TopicRoute};
 use crate::rpc::{
     broker_error, consumer_ids_command, expect_success, heartbeat_command, lock_batch_command,
@@ -771,8 +772,12 @@ impl Client {
     ) -> Result<RemotingCommand> {
         let code = frame.code();
         let (reply, response) = tokio::sync::oneshot::channel();
-        self.enqueue(addr, connection::EncodedRequest { frame, reply })
-            .await?;
+        let request = connection::EncodedRequest {
+            frame,
+            reply,
+            expiry: None,
+        };
+        self.enqueue(addr, request).await?;
         connection::await_reply(response, addr, code, timeout).await
     }
 
@@ -787,10 +792,12 @@ impl Client {
     ) -> std::result::Result<tokio::sync::oneshot::Receiver<Result<RemotingCommand>>, RequestFrame>
     {
         let (reply, response) = tokio::sync::oneshot::channel();
-        match self
-            .shared
-            .try_send_cached(addr, connection::EncodedRequest { frame, reply })
-        {
+        let request = connection::EncodedRequest {
+            frame,
+            reply,
+            expiry: None,
+        };
+        match self.shared.try_send_cached(addr, request) {
             Ok(()) => Ok(response),
             Err(request) => Err(request.frame),
         }
@@ -916,11 +923,12 @@ impl Client {
     /// Puts `request` on the wire with the broker's answer going to `reply`, without waiting:
     /// the consumer's pull path when the route and a connected connection are cached and no
     /// request hook must see the command. Otherwise `reply` comes back, for
-    /// [`Client::send_pull`].
+    /// [`Client::send_pull`]. The connection fails the pull with a timeout at `expiry`.
     pub(crate) fn try_send_pull(
         &self,
         request: &PullRequest,
         reply: PullReply,
+        expiry: Option<Expiry>,
     ) -> std::result::Result<(), PullReply> {
         if !self.shared.hooks.is_empty() {
             return Err(reply);
@@ -935,7 +943,14 @@ impl Client {
         match request.to_frame() {
             Ok(frame) => self
                 .shared
-                .try_send_cached(addr, connection::EncodedRequest { frame, reply })
+                .try_send_cached(
+                    addr,
+                    connection::EncodedRequest {
+                        frame,
+                        reply,
+                        expiry,
+                    },
+                )
                 .map_err(|request| request.reply),
             Err(e) => {
                 let _ = reply.send(Err(e.into()));
@@ -947,8 +962,14 @@ impl Client {
     /// [`Client::try_send_pull`] the way that can wait: fetching the route, opening the
     /// connection, waiting for room in its mailbox, or going through the request hooks. The
     /// answer, or the error that kept the request from the broker, goes to `reply` (one that
-    /// could not be queued drops it, which its waiter reads as a closed connection).
-    pub(crate) async fn send_pull(&self, request: &PullRequest, reply: PullReply) {
+    /// could not be queued drops it, which its waiter reads as a closed connection). Timed out
+    /// at `expiry` by the connection, or through the hooks by the request's own timeout.
+    pub(crate) async fn send_pull(
+        &self,
+        request: &PullRequest,
+        reply: PullReply,
+        expiry: Option<Expiry>,
+    ) {
         let addr = match self
             .route(&request.queue.topic)
             .await
@@ -976,9 +997,12 @@ impl Client {
         };
         // A request that cannot be queued is dropped with its reply, which its waiter reads as
         // a closed connection.
-        let _ = self
-            .enqueue(&addr, connection::EncodedRequest { frame, reply })
-            .await;
+        let request = connection::EncodedRequest {
+            frame,
+            reply,
+            expiry,
+        };
+        let _ = self.enqueue(&addr, request).await;
     }
 
     /// The address a pull of `request` goes to, for naming it in an error: the cached route's,

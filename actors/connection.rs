@@ -23,10 +23,14 @@ use crate::metrics::ConnectionMetrics;
 use crate::protocol::codes::response_code;
 use crate::protocol::command::RequestFrame;
 use crate::protocol::{RemotingCodec, RemotingCommand};
-use crate::remoting::{Backoff, RequestTable};
+use crate::remoting::{Backoff, Expiry, RequestTable};
 
 /// Initial capacity of a connection's read buffer.
 const READ_BUFFER_CAPACITY: usize = 512 * 1024;
+
+/// How often a connection fails the requests whose [`Expiry`] passed: the latest such a
+/// request is failed (queue actors' pulls, whose timeouts are tens of seconds).
+const EXPIRY_SWEEP_EVERY: Duration = Duration::from_millis(250);
 
 /// The read side of an established transport: a TCP stream's, or a TLS stream's over it.
 type TransportRead = Box<dyn AsyncRead + Unpin>;
@@ -106,7 +110,8 @@ pub struct Request {
 /// Sends a request already encoded by the caller (the producer's fast path); the connection
 /// only fills in the opaque and answers through `reply`. Sent by `Client::call_encoded`, which
 /// also applies the timeout: keeping the wait out of the actor saves a boxed future and a
-/// second channel per request.
+/// second channel per request. A queue actor's pull leaves its timeout to the connection
+/// instead (`expiry`), which saves it a runtime timer per pull.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EncodedRequest {
@@ -114,6 +119,9 @@ pub struct EncodedRequest {
     pub frame: RequestFrame,
     /// Receives the response, or the error that ended the connection.
     pub reply: oneshot::Sender<Result<RemotingCommand>>,
+    /// When `reply` gets a timeout error if no answer came by then (swept every
+    /// [`EXPIRY_SWEEP_EVERY`]); `None` when the caller times the wait itself.
+    pub expiry: Option<Expiry>,
 }
 
 /// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
@@ -514,6 +522,20 @@ impl Connection {
         }
     }
 
+    /// Fails the requests whose [`Expiry`] passed with a timeout (their answers, should they
+    /// come, find nothing).
+    fn fail_expired(&mut self) {
+        for (_, pending) in self.pending.take_expired(Instant::now()) {
+            if let Some(expiry) = pending.expiry {
+                let _ = pending.reply.send(Err(Error::Timeout {
+                    peer: self.peer.clone(),
+                    code: RequestCode(expiry.code),
+                    timeout: expiry.timeout,
+                }));
+            }
+        }
+    }
+
     fn fail_pending(&mut self, error: impl Fn(&str) -> Error) {
         for (_, pending) in self.pending.drain() {
             let _ = pending.reply.send(Err(error(&self.peer)));
@@ -604,6 +626,7 @@ impl Actor for Connection {
         // Many producers and queue actors share one connection; a roomy mailbox keeps their
         // `send`s from parking (parked senders resume in no particular order).
         ctx.set_mailbox_capacity(4096);
+        ctx.run_interval(EXPIRY_SWEEP_EVERY, |act, _ctx| act.fail_expired());
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -708,7 +731,7 @@ impl Connection {
     /// Registers the waiter of a request and returns the opaque to send it with; `None` when
     /// there is nothing to send (the connection is closed — the waiter is told — or the caller
     /// gave up while the request sat in the mailbox).
-    fn register_waiter(&mut self, reply: Reply) -> Option<i32> {
+    fn register_waiter(&mut self, reply: Reply, expiry: Option<Expiry>) -> Option<i32> {
         if self.closed {
             let _ = reply.send(Err(self.closed_error()));
             return None;
@@ -716,7 +739,7 @@ impl Connection {
         if reply.is_closed() {
             return None;
         }
-        let opaque = self.pending.register(reply);
+        let opaque = self.pending.register_expiring(reply, expiry);
         // A timed-out request leaves its entry behind (its caller waited outside the actor).
         self.pending.sweep_abandoned(|reply| reply.is_closed());
         Some(opaque)
@@ -728,7 +751,7 @@ impl Handler<CommandRequest> for Connection {
 
     fn handle(&mut self, msg: CommandRequest, ctx: &mut Self::Context) {
         let CommandRequest { mut command, reply } = msg;
-        let Some(opaque) = self.register_waiter(reply) else {
+        let Some(opaque) = self.register_waiter(reply, None) else {
             return;
         };
         command.opaque = opaque;
@@ -839,8 +862,12 @@ impl Handler<EncodedRequest> for Connection {
     type Result = ();
 
     fn handle(&mut self, msg: EncodedRequest, ctx: &mut Self::Context) {
-        let EncodedRequest { mut frame, reply } = msg;
-        let Some(opaque) = self.register_waiter(reply) else {
+        let EncodedRequest {
+            mut frame,
+            reply,
+            expiry,
+        } = msg;
+        let Some(opaque) = self.register_waiter(reply, expiry) else {
             return;
         };
         frame.set_opaque(opaque);
@@ -860,7 +887,16 @@ pub(crate) async fn call_encoded(
 ) -> Result<RemotingCommand> {
     let code = frame.code();
     let (reply, response) = oneshot::channel();
-    enqueue(conn, peer, EncodedRequest { frame, reply }).await?;
+    enqueue(
+        conn,
+        peer,
+        EncodedRequest {
+            frame,
+            reply,
+            expiry: None,
+        },
+    )
+    .await?;
     await_reply(response, peer, code, timeout).await
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::actors::client::{Client, PullReply};
+use crate::remoting::Expiry;
 use crate::rpc::PullRequest;
 
 /// Send one pull; the broker's answer (or the error that kept it from the broker) goes to
@@ -26,6 +27,8 @@ pub(crate) struct Pull {
     pub request: Arc<PullRequest>,
     /// Where the answer goes.
     pub reply: PullReply,
+    /// When the connection fails the pull with a timeout if the broker has not answered.
+    pub expiry: Option<Expiry>,
 }
 
 /// The puller of one consumer.
@@ -64,16 +67,20 @@ impl Handler<Pull> for Puller {
     type Result = ();
 
     fn handle(&mut self, msg: Pull, _ctx: &mut Self::Context) {
-        let Pull { request, reply } = msg;
+        let Pull {
+            request,
+            reply,
+            expiry,
+        } = msg;
         if reply.is_closed() {
             // The queue actor stopped waiting (dropped, or stopped) while this sat here.
             return;
         }
-        if let Err(reply) = self.client.try_send_pull(&request, reply) {
+        if let Err(reply) = self.client.try_send_pull(&request, reply, expiry) {
             // A task of its own rather than of this actor: a restart of the puller must not
             // drop a pull half sent.
             let client = std::rc::Rc::clone(&self.client);
-            actix_rt::spawn(async move { client.send_pull(&request, reply).await });
+            actix_rt::spawn(async move { client.send_pull(&request, reply, expiry).await });
         }
     }
 }
@@ -82,8 +89,11 @@ impl Handler<Pull> for Puller {
 mod tests {
     use super::*;
     use crate::actors::broker::{EmbeddedCluster, EmbeddedConfig};
+    use crate::broker::Fault;
     use crate::message::{Message, MessageQueue};
+    use crate::protocol::codes::request_code::PULL_MESSAGE;
     use crate::{ClientConfig, Error, Producer, ProducerConfig};
+    use std::time::Duration;
     use tokio::sync::oneshot;
 
     /// Sends one pull of `queue` from `offset` through `puller` and waits for its answer.
@@ -92,12 +102,23 @@ mod tests {
         queue: &MessageQueue,
         offset: i64,
     ) -> crate::Result<Vec<String>> {
+        pull_within(puller, queue, offset, Duration::from_secs(10)).await
+    }
+
+    /// [`pull_through`] with the connection failing the pull after `timeout`.
+    async fn pull_within(
+        puller: &Addr<Puller>,
+        queue: &MessageQueue,
+        offset: i64,
+        timeout: Duration,
+    ) -> crate::Result<Vec<String>> {
         let request = Arc::new(PullRequest::new("puller-test", queue.clone(), offset));
         let (reply, answer) = oneshot::channel();
         puller
             .send(Pull {
                 request: Arc::clone(&request),
                 reply,
+                expiry: Expiry::after(std::time::Instant::now(), timeout, PULL_MESSAGE),
             })
             .await
             .expect("the puller takes the pull");
@@ -152,6 +173,63 @@ mod tests {
         assert!(
             matches!(failed, Err(Error::TopicRouteNotFound(_))),
             "{failed:?}"
+        );
+    }
+
+    #[actix_rt::test]
+    async fn a_pull_the_broker_never_answers_fails_with_a_timeout_once_its_expiry_passes() {
+        let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
+            .await
+            .expect("embedded cluster starts");
+        cluster
+            .create_topic("SilentTopic", 1)
+            .await
+            .expect("topic created");
+        let sender = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
+        Producer::new(sender, ProducerConfig::default())
+            .send(Message::new("SilentTopic", "only"))
+            .await
+            .expect("sent");
+        let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
+        let puller = Puller::new(client).start();
+        let queue = MessageQueue::new("SilentTopic", "broker-a", 0);
+        let broker = crate::actors::broker::broker_name(0);
+        let silent = |fault| cluster.set_fault(&broker, PULL_MESSAGE, fault);
+        // Far longer than the pull's timeout: a pull nobody fails would wait this long.
+        let unanswered = |pull| async move {
+            tokio::time::timeout(Duration::from_secs(10), pull)
+                .await
+                .expect("the connection fails a pull the broker never answers")
+        };
+        let expect_timeout = |outcome: crate::Result<Vec<String>>, path: &str| {
+            assert!(
+                matches!(
+                    &outcome,
+                    Err(Error::Timeout { code, timeout, .. })
+                        if code.0 == PULL_MESSAGE && *timeout == Duration::from_millis(300)
+                ),
+                "{path}: {outcome:?}"
+            );
+        };
+
+        silent(Some(Fault::Drop)).await.expect("fault set");
+        // Nothing cached: the pull goes the way that fetches the route and connects.
+        let cold = unanswered(pull_within(&puller, &queue, 0, Duration::from_millis(300))).await;
+        expect_timeout(cold, "the way that connects");
+        silent(None).await.expect("fault cleared");
+        assert_eq!(
+            pull_through(&puller, &queue, 0).await.expect("pulled"),
+            ["only"]
+        );
+        // Cached now: put on the wire at once, timed out by the connection all the same.
+        silent(Some(Fault::Drop)).await.expect("fault set");
+        let warm = unanswered(pull_within(&puller, &queue, 0, Duration::from_millis(300))).await;
+        expect_timeout(warm, "the cached connection");
+        silent(None).await.expect("fault cleared");
+        assert_eq!(
+            pull_through(&puller, &queue, 0).await.expect("pulled"),
+            ["only"],
+            "the connection serves the next pull"
         );
     }
 }

@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 use crate::metrics::QueueMetrics;
 use crate::protocol::codes::request_code;
+use crate::remoting::Expiry;
 use crate::rpc::{PullRequest, Subscription};
 
 /// How many spare copies of its queue a queue actor keeps (about the listener calls it has
@@ -768,10 +769,14 @@ impl QueueActor {
         // answer's reading.
         let started = self.turn_reading.unwrap_or_else(std::time::Instant::now);
         // The connection answers here directly; the puller only puts the request on the wire.
+        // The connection also fails the pull once its timeout has passed (from the reading
+        // the pull began at), so no timer of the runtime is set and cleared per pull.
         let (reply, answer) = oneshot::channel();
+        let timeout = request.timeout;
         let pull = Pull {
             request: Arc::clone(&request),
             reply,
+            expiry: Expiry::after(started, timeout, request_code::PULL_MESSAGE),
         };
         let puller = &self.shared.puller;
         let queued = match puller.try_send(pull) {
@@ -780,21 +785,11 @@ impl QueueActor {
             Err(actix::dev::SendError::Full(pull)) => Ok(Some(puller.send(pull))),
             Err(actix::dev::SendError::Closed(_)) => Err(MailboxError::Closed),
         };
-        let timeout = request.timeout;
         let waited = async move {
-            // The wait for the answer starts once the puller has the request: at once, from
-            // the reading the pull began at (no clock read of its own), or once a full
-            // mailbox took it.
-            let waited = match (queued?, started.checked_add(timeout)) {
-                (None, Some(deadline)) => tokio::time::timeout_at(deadline.into(), answer).await,
-                (queued, _) => {
-                    if let Some(queued) = queued {
-                        queued.await?;
-                    }
-                    tokio::time::timeout(timeout, answer).await
-                }
-            };
-            Ok::<_, Error>(waited)
+            if let Some(queued) = queued? {
+                queued.await?;
+            }
+            Ok::<_, Error>(Ok(answer.await))
         };
         ctx.spawn(waited.into_actor(self).map(move |waited, act, ctx| {
             let client = &act.shared.client;

@@ -15,7 +15,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Below this many entries the table is not swept for abandoned requests.
 const ABANDONED_SWEEP_MIN: usize = 1024;
@@ -25,6 +25,35 @@ const ABANDONED_SWEEP_MIN: usize = 1024;
 pub(crate) struct Pending<T> {
     /// Who waits.
     pub reply: T,
+    /// When it stops waiting, for a request whose caller leaves its timeout to the table's
+    /// owner (see [`RequestTable::take_expired`]).
+    pub expiry: Option<Expiry>,
+}
+
+/// The deadline of a request whose timeout the connection enforces instead of its caller: a
+/// queue actor's pull, one per queue at all times, which would otherwise register a timer of
+/// its own with the runtime per pull. The connection sweeps its table on a coarse tick, as
+/// Java's `scanResponseTable` does once a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expiry {
+    /// When the request fails with a timeout if no answer came.
+    pub at: Instant,
+    /// The timeout `at` was computed from (for the error).
+    pub timeout: Duration,
+    /// The request's code (for the error).
+    pub code: i32,
+}
+
+impl Expiry {
+    /// The expiry of a request with `code` sent at `start` that waits up to `timeout`; `None`
+    /// when that is past what the clock can represent (it then waits for its answer).
+    pub(crate) fn after(start: Instant, timeout: Duration, code: i32) -> Option<Expiry> {
+        Some(Expiry {
+            at: start.checked_add(timeout)?,
+            timeout,
+            code,
+        })
+    }
 }
 
 /// The requests of one connection that wait for an answer.
@@ -34,6 +63,8 @@ pub(crate) struct RequestTable<T> {
     pending: HashMap<i32, Pending<T>, foldhash::fast::RandomState>,
     /// Table size at which the next sweep of abandoned requests runs.
     sweep_at: usize,
+    /// How many pending requests have an [`Expiry`]: a sweep of a table with none is free.
+    expiring: usize,
 }
 
 impl<T> Default for RequestTable<T> {
@@ -42,6 +73,7 @@ impl<T> Default for RequestTable<T> {
             next_opaque: 0,
             pending: HashMap::default(),
             sweep_at: ABANDONED_SWEEP_MIN,
+            expiring: 0,
         }
     }
 }
@@ -64,15 +96,45 @@ impl<T> RequestTable<T> {
     }
 
     /// Registers a request that waits for its answer; returns its opaque.
+    #[cfg(test)]
     pub(crate) fn register(&mut self, reply: T) -> i32 {
+        self.register_expiring(reply, None)
+    }
+
+    /// Registers a request that waits for its answer until `expiry`, if any (see
+    /// [`RequestTable::take_expired`]); returns its opaque.
+    pub(crate) fn register_expiring(&mut self, reply: T, expiry: Option<Expiry>) -> i32 {
         let opaque = self.allocate_opaque();
-        self.pending.insert(opaque, Pending { reply });
+        self.expiring += usize::from(expiry.is_some());
+        self.pending.insert(opaque, Pending { reply, expiry });
         opaque
     }
 
     /// The request an answer (or a timeout) is for, if it still waits.
     pub(crate) fn take(&mut self, opaque: i32) -> Option<Pending<T>> {
-        self.pending.remove(&opaque)
+        let taken = self.pending.remove(&opaque);
+        if taken.as_ref().is_some_and(|p| p.expiry.is_some()) {
+            self.expiring -= 1;
+        }
+        taken
+    }
+
+    /// Takes out the requests whose [`Expiry`] is due at `now`, in opaque order, for their
+    /// owner to fail with a timeout; an answer that comes later finds nothing.
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<(i32, Pending<T>)> {
+        if self.expiring == 0 {
+            return Vec::new();
+        }
+        let mut due: Vec<i32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.expiry.is_some_and(|e| e.at <= now))
+            .map(|(opaque, _)| *opaque)
+            .collect();
+        due.sort_unstable();
+        due.into_iter()
+            .filter_map(|opaque| self.take(opaque).map(|p| (opaque, p)))
+            .collect()
     }
 
     /// Whether the request of `opaque` still waits for its answer: registered, and its waiter
@@ -87,6 +149,7 @@ impl<T> RequestTable<T> {
     pub(crate) fn drain(&mut self) -> Vec<(i32, Pending<T>)> {
         let mut all: Vec<(i32, Pending<T>)> = self.pending.drain().collect();
         all.sort_unstable_by_key(|(opaque, _)| *opaque);
+        self.expiring = 0;
         all
     }
 
@@ -98,6 +161,7 @@ impl<T> RequestTable<T> {
             return;
         }
         self.pending.retain(|_, pending| !abandoned(&pending.reply));
+        self.expiring = self.pending.values().filter(|p| p.expiry.is_some()).count();
         self.sweep_at = (self.pending.len() * 2).max(ABANDONED_SWEEP_MIN);
     }
 
@@ -195,6 +259,51 @@ mod tests {
             ABANDONED_SWEEP_MIN / 2,
             "not before it doubles again"
         );
+    }
+
+    #[test]
+    fn only_requests_past_their_expiry_are_taken_out_and_their_answers_then_find_nothing() {
+        let mut table = RequestTable::new();
+        let now = Instant::now();
+        let expiry = |after_ms| {
+            Some(Expiry {
+                at: now + Duration::from_millis(after_ms),
+                timeout: Duration::from_millis(after_ms),
+                code: 11,
+            })
+        };
+        let forever = table.register('f');
+        let soon = table.register_expiring('s', expiry(10));
+        let later = table.register_expiring('l', expiry(50));
+        let answered = table.register_expiring('a', expiry(10));
+        assert!(table.take(answered).is_some(), "answered in time");
+        assert!(table.take_expired(now).is_empty(), "nothing due yet");
+        let due = table.take_expired(now + Duration::from_millis(10));
+        let due: Vec<(i32, char)> = due.into_iter().map(|(o, p)| (o, p.reply)).collect();
+        assert_eq!(due, vec![(soon, 's')]);
+        assert!(table.take(soon).is_none(), "a late answer finds nothing");
+        let due = table.take_expired(now + Duration::from_secs(3600));
+        assert_eq!(due.iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![later]);
+        assert_eq!(table.len(), 1, "one without an expiry waits on");
+        assert!(table.take(forever).is_some());
+        assert_eq!(table.expiring, 0);
+    }
+
+    #[test]
+    fn the_count_of_expiring_requests_follows_sweeps_and_drains() {
+        let mut table = RequestTable::new();
+        let expiry = Some(Expiry {
+            at: Instant::now(),
+            timeout: Duration::ZERO,
+            code: 11,
+        });
+        for i in 0..ABANDONED_SWEEP_MIN {
+            table.register_expiring(i % 2 == 0, expiry);
+        }
+        table.sweep_abandoned(|gave_up| *gave_up);
+        assert_eq!(table.expiring, ABANDONED_SWEEP_MIN / 2);
+        table.drain();
+        assert_eq!(table.expiring, 0);
     }
 
     #[test]
