@@ -21,6 +21,7 @@ use crate::acl::Credentials;
 use crate::actors::connection::{
     self, Connection, ConnectionConfig, RegisterHandler, ServerRequest,
 };
+use crate::actors::puller::Pull;
 use crate::actors::runtime;
 use crate::error::{Error, ProtocolError, Result};
 use crate::hooks::{Hooks, RequestHooks, RpcHook};
@@ -47,8 +48,82 @@ use crate::rpc::{
     PullRequest, PullResult, RawPullResult,
 };
 
-/// Where the broker's answer to a pull goes (see [`Client::try_send_pull`]).
+/// Where the broker's answer to a pull goes (see [`Client::try_send_pulls`]).
 pub(crate) type PullReply = oneshot::Sender<Result<RemotingCommand>>;
+
+/// The pulls of one puller turn grouped by the connection they go to. Kept by the puller
+/// between turns, so that its groups' memory serves the next turn.
+#[derive(Default)]
+pub(crate) struct PullBatches {
+    groups: Vec<PullGroup>,
+    /// How many of `groups` this turn uses.
+    used: usize,
+}
+
+/// The pulls of a turn to one broker address.
+#[derive(Default)]
+struct PullGroup {
+    addr: String,
+    requests: Vec<connection::EncodedRequest>,
+    /// The pull of each request, should the connection not take them (the way that can wait
+    /// starts from the pull).
+    pulls: Vec<Arc<PullRequest>>,
+}
+
+impl PullBatches {
+    /// Adds `encoded`, the frame of `pull`, to the group of `addr`.
+    fn add(&mut self, addr: &str, pull: Arc<PullRequest>, encoded: connection::EncodedRequest) {
+        let found = self.groups[..self.used].iter().position(|g| g.addr == addr);
+        let at = match found {
+            Some(at) => at,
+            None => {
+                if self.used == self.groups.len() {
+                    self.groups.push(PullGroup::default());
+                }
+                let group = &mut self.groups[self.used];
+                group.addr.clear();
+                group.addr.push_str(addr);
+                self.used += 1;
+                self.used - 1
+            }
+        };
+        let group = &mut self.groups[at];
+        group.requests.push(encoded);
+        group.pulls.push(pull);
+    }
+}
+
+impl PullGroup {
+    /// Queues the group's requests on the cached connection to its address, as one message
+    /// when there are several (a lone one goes as itself, and the group keeps its memory);
+    /// those the connection cannot take now go to `wait`.
+    fn send(&mut self, shared: &ClientShared, wait: &mut Vec<Pull>) {
+        let refused = match self.requests.len() {
+            0 => Vec::new(),
+            1 => match self.requests.pop() {
+                Some(request) => match shared.try_send_cached(&self.addr, request) {
+                    Ok(()) => Vec::new(),
+                    Err(request) => vec![request],
+                },
+                None => Vec::new(),
+            },
+            _ => {
+                let requests = connection::EncodedRequests(std::mem::take(&mut self.requests));
+                match shared.try_send_cached(&self.addr, requests) {
+                    Ok(()) => Vec::new(),
+                    Err(requests) => requests.0,
+                }
+            }
+        };
+        for (request, encoded) in self.pulls.drain(..).zip(refused) {
+            wait.push(Pull {
+                request,
+                reply: encoded.reply,
+                expiry: encoded.expiry,
+            });
+        }
+    }
+}
 
 /// Settings shared by everything that uses one client instance.
 ///
@@ -920,46 +995,66 @@ impl Client {
         request.read_raw_response(addr, response)
     }
 
-    /// Puts `request` on the wire with the broker's answer going to `reply`, without waiting:
-    /// the consumer's pull path when the route and a connected connection are cached and no
-    /// request hook must see the command. Otherwise `reply` comes back, for
-    /// [`Client::send_pull`]. The connection fails the pull with a timeout at `expiry`.
-    pub(crate) fn try_send_pull(
+    /// Puts the pulls of `turn` (a puller's batch, emptied) on the wire without waiting, those
+    /// to one broker connection as one message, with one route lookup per run of pulls of
+    /// one topic: the consumer's pull path when the route and a connected connection are
+    /// cached and no request hook must see the commands. Those that cannot go so are put in
+    /// `wait`, for [`Client::send_pull`]; a pull whose waiter has gone is dropped, one that
+    /// cannot be encoded is answered with the error. The connection fails each pull with a
+    /// timeout at its expiry.
+    pub(crate) fn try_send_pulls(
         &self,
-        request: &PullRequest,
-        reply: PullReply,
-        expiry: Option<Expiry>,
-    ) -> std::result::Result<(), PullReply> {
+        turn: &mut Vec<Pull>,
+        batches: &mut PullBatches,
+        wait: &mut Vec<Pull>,
+    ) {
         if !self.shared.hooks.is_empty() {
-            return Err(reply);
+            wait.append(turn);
+            return;
         }
-        let queue = &request.queue;
-        let Some(route) = self.shared.cached_route(&queue.topic) else {
-            return Err(reply);
-        };
-        let Some(addr) = route.pull_addr(&queue.broker_name, request.broker_id) else {
-            return Err(reply);
-        };
-        match request.to_frame() {
-            Ok(frame) => self
-                .shared
-                .try_send_cached(
+        let mut route: Option<Arc<TopicRoute>> = None;
+        for pull in turn.drain(..) {
+            if pull.reply.is_closed() {
+                continue;
+            }
+            let queue = &pull.request.queue;
+            if route.as_ref().is_none_or(|r| r.topic != queue.topic) {
+                route = self.shared.cached_route(&queue.topic);
+            }
+            let Some(addr) = route
+                .as_ref()
+                .and_then(|r| r.pull_addr(&queue.broker_name, pull.request.broker_id))
+            else {
+                wait.push(pull);
+                continue;
+            };
+            let Pull {
+                request,
+                reply,
+                expiry,
+            } = pull;
+            match request.to_frame() {
+                Ok(frame) => batches.add(
                     addr,
+                    request,
                     connection::EncodedRequest {
                         frame,
                         reply,
                         expiry,
                     },
-                )
-                .map_err(|request| request.reply),
-            Err(e) => {
-                let _ = reply.send(Err(e.into()));
-                Ok(())
+                ),
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                }
             }
         }
+        for group in batches.groups.iter_mut().take(batches.used) {
+            group.send(&self.shared, wait);
+        }
+        batches.used = 0;
     }
 
-    /// [`Client::try_send_pull`] the way that can wait: fetching the route, opening the
+    /// [`Client::try_send_pulls`] the way that can wait: fetching the route, opening the
     /// connection, waiting for room in its mailbox, or going through the request hooks. The
     /// answer, or the error that kept the request from the broker, goes to `reply` (one that
     /// could not be queued drops it, which its waiter reads as a closed connection). Timed out

@@ -124,6 +124,12 @@ pub struct EncodedRequest {
     pub expiry: Option<Expiry>,
 }
 
+/// Several [`EncodedRequest`]s in one message: the pulls of one puller turn to this
+/// connection's broker.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EncodedRequests(pub Vec<EncodedRequest>);
+
 /// Sends a command flagged one-way: the peer never answers. Resolves once it is queued for
 /// writing (or fails if the connection cannot be established).
 #[derive(Message)]
@@ -862,11 +868,27 @@ impl Handler<EncodedRequest> for Connection {
     type Result = ();
 
     fn handle(&mut self, msg: EncodedRequest, ctx: &mut Self::Context) {
+        self.send_encoded(msg, ctx);
+    }
+}
+
+impl Handler<EncodedRequests> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, msg: EncodedRequests, ctx: &mut Self::Context) {
+        for request in msg.0 {
+            self.send_encoded(request, ctx);
+        }
+    }
+}
+
+impl Connection {
+    fn send_encoded(&mut self, request: EncodedRequest, ctx: &mut Context<Self>) {
         let EncodedRequest {
             mut frame,
             reply,
             expiry,
-        } = msg;
+        } = request;
         let Some(opaque) = self.register_waiter(reply, expiry) else {
             return;
         };

@@ -1,11 +1,13 @@
 //! The puller actor: where every queue actor of one consumer sends its pulls.
 //!
-//! It puts each [`PullRequest`] on the wire through the shared base layer: the broker address
-//! and connection come from the client's shared cache, and all queues of one broker are
-//! pipelined on one socket (long polls included). It does not wait for the answers: the
-//! connection hands each one straight to the queue actor that asked, which decodes it,
-//! re-filters it by exact tag and decides what to do with it. Its mailbox is the consumer's one
-//! queue of pull requests not yet sent.
+//! It batches them: the pulls its mailbox holds when it runs (the queue actors that a burst of
+//! answers woke each send their next one) are put on the wire together once the mailbox is
+//! drained, those to one broker connection as one message ([`Client::try_send_pulls`]), with
+//! one route lookup per topic. The broker address and connection come from the client's
+//! shared cache, and all queues of one broker are pipelined on one socket (long polls
+//! included). It does not wait for the answers: the connection hands each one straight to the
+//! queue actor that asked, which decodes it, re-filters it by exact tag and decides what to do
+//! with it. Its mailbox is the consumer's one queue of pull requests not yet sent.
 //!
 //! Only a pull that cannot be sent at once (no cached route or connection, a full connection
 //! mailbox, or request hooks to run) becomes a task of its own, which sends it when it can.
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::actors::client::{Client, PullReply};
+use crate::actors::client::{Client, PullBatches, PullReply};
 use crate::remoting::Expiry;
 use crate::rpc::PullRequest;
 
@@ -38,6 +40,23 @@ pub(crate) struct Puller {
     client: std::rc::Rc<Client>,
     /// Stopped on purpose (see `StopActor`).
     pub(crate) retired: bool,
+    /// The pulls taken from the mailbox since the last flush.
+    turn: Vec<Pull>,
+    /// A [`FlushPulls`] is on its way (it runs once the mailbox is drained).
+    flush_due: bool,
+    /// The flush's grouping by connection, kept for its memory.
+    batches: PullBatches,
+    /// The flush's pulls that must wait, kept for its memory.
+    waiting: Vec<Pull>,
+}
+
+/// Puts the pulls of the turn on the wire: sent by the puller to itself when the first pull
+/// of a turn arrives, and handled after the messages its mailbox holds then (actix runs the
+/// context's own items once the mailbox is drained).
+struct FlushPulls;
+
+impl Message for FlushPulls {
+    type Result = ();
 }
 
 impl Puller {
@@ -46,12 +65,18 @@ impl Puller {
         Puller {
             client: std::rc::Rc::new(client),
             retired: false,
+            turn: Vec::new(),
+            flush_due: false,
+            batches: PullBatches::default(),
+            waiting: Vec::new(),
         }
     }
 }
 
-/// Stateless: a restarted puller just goes on. Pulls in its mailbox wait for it, and those
-/// sending in tasks of their own are not its futures, so a restart drops none of them.
+/// A restarted puller goes on: pulls in its mailbox wait for it, those of the turn it had
+/// taken are its fields (the flush it had asked for went down with the old context and is
+/// asked for again), and those sending in tasks of their own are not its futures, so a
+/// restart drops none of them.
 impl Supervised for Puller {}
 
 impl Actor for Puller {
@@ -60,23 +85,42 @@ impl Actor for Puller {
     fn started(&mut self, ctx: &mut Self::Context) {
         // One pull in flight per queue at most: room for every queue of a large consumer.
         ctx.set_mailbox_capacity(65_536);
+        self.flush_due = !self.turn.is_empty();
+        if self.flush_due {
+            ctx.notify(FlushPulls);
+        }
     }
 }
 
 impl Handler<Pull> for Puller {
     type Result = ();
 
-    fn handle(&mut self, msg: Pull, _ctx: &mut Self::Context) {
-        let Pull {
-            request,
-            reply,
-            expiry,
-        } = msg;
-        if reply.is_closed() {
+    fn handle(&mut self, pull: Pull, ctx: &mut Self::Context) {
+        if pull.reply.is_closed() {
             // The queue actor stopped waiting (dropped, or stopped) while this sat here.
             return;
         }
-        if let Err(reply) = self.client.try_send_pull(&request, reply, expiry) {
+        self.turn.push(pull);
+        if !self.flush_due {
+            self.flush_due = true;
+            ctx.notify(FlushPulls);
+        }
+    }
+}
+
+impl Handler<FlushPulls> for Puller {
+    type Result = ();
+
+    fn handle(&mut self, _flush: FlushPulls, _ctx: &mut Self::Context) {
+        self.flush_due = false;
+        self.client
+            .try_send_pulls(&mut self.turn, &mut self.batches, &mut self.waiting);
+        for Pull {
+            request,
+            reply,
+            expiry,
+        } in self.waiting.drain(..)
+        {
             // A task of its own rather than of this actor: a restart of the puller must not
             // drop a pull half sent.
             let client = std::rc::Rc::clone(&self.client);
@@ -231,5 +275,69 @@ mod tests {
             ["only"],
             "the connection serves the next pull"
         );
+    }
+
+    #[actix_rt::test]
+    async fn the_pulls_of_one_turn_to_two_brokers_each_get_their_own_answer() {
+        let mut config = EmbeddedConfig::ephemeral();
+        config.brokers = 2;
+        let cluster = EmbeddedCluster::start(config)
+            .await
+            .expect("embedded cluster starts");
+        cluster
+            .create_topic("TurnTopic", 2)
+            .await
+            .expect("topic created");
+        let sender = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
+        let producer = Producer::new(sender, ProducerConfig::default());
+        let queues: Vec<MessageQueue> = ["broker-a", "broker-b"]
+            .into_iter()
+            .flat_map(|broker| (0..2).map(move |id| MessageQueue::new("TurnTopic", broker, id)))
+            .collect();
+        for queue in &queues {
+            let body = format!("{}/{}", queue.broker_name, queue.queue_id);
+            producer
+                .send_to_queue(Message::new("TurnTopic", body), queue)
+                .await
+                .expect("sent");
+        }
+        let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
+        let puller = Puller::new(client).start();
+        // Route and both connections cached first, so the turn below takes the batched path.
+        for queue in &queues[1..3] {
+            pull_through(&puller, queue, 0).await.expect("pulled");
+        }
+
+        // Queued one after another without yielding: the puller takes them in one turn.
+        let mut answers = Vec::new();
+        for queue in &queues {
+            let request = Arc::new(PullRequest::new("puller-test", queue.clone(), 0));
+            let (reply, answer) = oneshot::channel();
+            puller
+                .try_send(Pull {
+                    request: Arc::clone(&request),
+                    reply,
+                    expiry: Expiry::after(std::time::Instant::now(), request.timeout, PULL_MESSAGE),
+                })
+                .expect("room in the mailbox");
+            answers.push((request, answer));
+        }
+        for (request, answer) in answers {
+            let response = answer.await.expect("answered").expect("pulled");
+            let pulled = request
+                .read_raw_answer(|| "broker".to_owned(), response)
+                .and_then(|raw| raw.decode(&request))
+                .expect("decoded");
+            let bodies: Vec<String> = pulled
+                .messages
+                .iter()
+                .map(|m| String::from_utf8_lossy(m.body()).into_owned())
+                .collect();
+            let queue = &request.queue;
+            assert_eq!(
+                bodies,
+                [format!("{}/{}", queue.broker_name, queue.queue_id)]
+            );
+        }
     }
 }
