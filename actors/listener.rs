@@ -644,12 +644,24 @@ where
 {
     let mut slot = slot_from::<Fut>(run.spare);
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    // The context a call gives back serves the next call (readied again), as in the
+    // synchronous loop, rather than going back to the queue's spares.
+    let mut returned: Option<OrderlyContext> = None;
     while let Some(batch) = run.next.take() {
         if !hold_permit(run.held, run.permits) {
+            if let Some(context) = returned {
+                run.chain.recycle(context);
+            }
             *run.spare = Some(slot);
             return OrderlyRunStop::NoPermit(batch);
         }
-        let context = run.chain.context();
+        let context = match returned.take() {
+            Some(mut context) => {
+                run.chain.reset_lent(&mut context);
+                context
+            }
+            None => run.chain.context(),
+        };
         let defaults = (
             context.auto_commit,
             context.suspend_time,
@@ -665,18 +677,17 @@ where
         };
         match polled {
             Some((status, context)) => {
-                let outcome = OrderlyOutcome {
-                    status,
-                    context,
-                    elapsed: Duration::ZERO,
-                };
-                run.next = run.chain.finished_call(span, outcome);
+                run.next = run.chain.finished_lending_call(span, status, &context);
+                returned = Some(context);
             }
             None => {
                 let batch = run.chain.batch_of(span);
                 return OrderlyRunStop::Pending(batch, defaults, running_in(*slot));
             }
         }
+    }
+    if let Some(context) = returned {
+        run.chain.recycle(context);
     }
     *run.spare = Some(slot);
     OrderlyRunStop::Done
@@ -712,30 +723,39 @@ where
     F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
 {
     /// Every call finishes at once: the chain runs in a plain loop, no future and no call
-    /// memory per call.
+    /// memory per call, and lends one context to each call in turn (readied again between
+    /// calls), as the concurrent synchronous loop does.
     fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+        let mut lent: Option<OrderlyContext> = None;
         while let Some(batch) = run.next.take() {
             if !hold_permit(run.held, run.permits) {
+                if let Some(context) = lent {
+                    run.chain.recycle(context);
+                }
                 return OrderlyRunStop::NoPermit(batch);
             }
-            let mut context = run.chain.context();
+            let context = match &mut lent {
+                Some(context) => {
+                    run.chain.reset_lent(context);
+                    context
+                }
+                None => lent.insert(run.chain.context()),
+            };
             let defaults = (
                 context.auto_commit,
                 context.suspend_time,
                 context.queue.queue_id,
             );
             run.current = Some((BatchSpan::of(&batch), defaults));
-            let status = (self.0)(&batch, &mut context);
+            let status = (self.0)(&batch, context);
             drop(batch);
             let Some((span, _)) = run.current.take() else {
                 break;
             };
-            let outcome = OrderlyOutcome {
-                status,
-                context,
-                elapsed: Duration::ZERO,
-            };
-            run.next = run.chain.finished_call(span, outcome);
+            run.next = run.chain.finished_lending_call(span, status, context);
+        }
+        if let Some(context) = lent {
+            run.chain.recycle(context);
         }
         OrderlyRunStop::Done
     }

@@ -923,6 +923,15 @@ impl QueueActor {
         take_spare(&mut self.spare_queues, &self.user_queue)
     }
 
+    /// Makes `queue`, a lent listener context's, the queue the user sees again should the
+    /// listener have changed it.
+    #[inline]
+    pub(crate) fn restore_context_queue(&mut self, queue: &mut MessageQueue) {
+        if !same_queue(queue, &self.user_queue) {
+            *queue = take_spare(&mut self.spare_queues, &self.user_queue);
+        }
+    }
+
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).
     fn send_back(
         &mut self,

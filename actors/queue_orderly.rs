@@ -70,6 +70,49 @@ impl OrderlyChain<'_> {
         OrderlyContext::new(actor.context_queue(), &actor.shared.config)
     }
 
+    /// Readies `context`, which the chain's last call was lent, for the next call, which
+    /// counts against the turn's calls: the defaults again, and the queue the user sees
+    /// should the listener have changed it.
+    #[inline]
+    pub(crate) fn reset_lent(&mut self, context: &mut OrderlyContext) {
+        let actor = &mut *self.actor;
+        actor.orderly_calls_left = actor.orderly_calls_left.saturating_sub(1);
+        context.auto_commit = true;
+        context.suspend_time = actor.shared.config.suspend_current_queue_time;
+        actor.restore_context_queue(&mut context.queue);
+    }
+
+    /// Takes back the context the chain's calls were lent, once the chain has ended (its
+    /// queue serves a later context).
+    #[inline]
+    pub(crate) fn recycle(&mut self, context: OrderlyContext) {
+        self.actor.recycle_queue(context.queue);
+    }
+
+    /// A call over the batch of `span` finished at once with `status`, leaving `context`,
+    /// which the chain lends to its next call too: settled now when it succeeded (then the
+    /// batch to call next, if the core has one ready), otherwise left for the round to settle
+    /// with a copy of the context.
+    #[inline]
+    pub(crate) fn finished_lending_call(
+        &mut self,
+        span: BatchSpan,
+        status: OrderlyStatus,
+        context: &OrderlyContext,
+    ) -> Option<Messages> {
+        if !status.succeeded() || self.actor.orderly_calls_left == 0 {
+            let outcome = OrderlyOutcome {
+                status,
+                context: context.clone(),
+                elapsed: Duration::ZERO,
+            };
+            return self.finished_call(span, outcome);
+        }
+        self.actor
+            .settle_succeeded_at_once(span, self.epoch, status, context, self.finished)
+            .map(Messages::from)
+    }
+
     /// A call over the batch of `span` finished at once with `outcome`: settled now when it
     /// succeeded (then the batch to call next, if the core has one ready), otherwise left for
     /// the round to settle.
@@ -266,6 +309,27 @@ impl QueueActor {
         if !outcome.status.succeeded() || self.orderly_calls_left == 0 {
             return AtOnce::Unsettled(outcome);
         }
+        let next =
+            self.settle_succeeded_at_once(span, epoch, outcome.status, &outcome.context, finished);
+        self.recycle_queue(outcome.context.queue);
+        match next {
+            Some(next) => AtOnce::Next(next),
+            None => AtOnce::Settled,
+        }
+    }
+
+    /// Settles a successful call over the batch of `span` that finished at once leaving
+    /// `context`, with calls left in the turn; the batch to call next, if the core has one
+    /// ready.
+    #[inline]
+    fn settle_succeeded_at_once(
+        &mut self,
+        span: BatchSpan,
+        epoch: u64,
+        status: OrderlyStatus,
+        context: &OrderlyContext,
+        finished: &mut Finished,
+    ) -> Option<OrderlyBatch> {
         // A chain of calls reads the clock as a run of rounds does: the core's time is at most
         // that many calls old (it judges the broker's lock by it).
         if finished.chained % ORDERLY_ROUNDS_PER_CLOCK_READ as usize == 0 {
@@ -276,8 +340,8 @@ impl QueueActor {
         let next = self.core.on_orderly_consumed_at_once(
             span,
             epoch,
-            outcome.status,
-            &outcome.context,
+            status,
+            context,
             &self.shared.config,
             &env,
             now,
@@ -285,11 +349,7 @@ impl QueueActor {
         );
         finished.chained += 1;
         finished.chained_messages += span.len;
-        self.recycle_queue(outcome.context.queue);
-        match next {
-            Some(next) => AtOnce::Next(next),
-            None => AtOnce::Settled,
-        }
+        next
     }
 
     /// Hands an orderly call's outcome to the core (the caller records it in the stats).

@@ -14,7 +14,7 @@ use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig
 use rocketmq_actor::EmbeddedCluster;
 use rocketmq_actor::Producer;
 use rocketmq_actor::PushConsumer;
-use rocketmq_actor::{Message, MessageExt};
+use rocketmq_actor::{Message, MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 /// How long the high-volume tests here wait for the next delivery: thousands of messages go
@@ -340,9 +340,13 @@ async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_o
         .key_ordered(key_ordered)
         .configure(|c| c.suspend_current_queue_time = default_suspend)
         .orderly_listener_sync_fn(move |messages, ctx| {
-            let fresh = ctx.suspend_time == default_suspend && ctx.auto_commit;
+            let fresh = ctx.suspend_time == default_suspend
+                && ctx.auto_commit
+                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
             // What one call leaves in its context must not reach the next.
             ctx.suspend_time = Duration::from_millis(10);
+            ctx.queue.topic.push_str("-changed");
+            ctx.queue.queue_id = 99;
             let (_, seq) = key_and_seq(&messages[0]);
             let first_delivery = messages[0].reconsume_times == 0;
             let _ = tx.send((seq, messages[0].reconsume_times, fresh));
@@ -382,6 +386,58 @@ async fn a_sync_orderly_listener_keeps_queue_order_through_a_panic_and_a_suspend
 #[actix_rt::test]
 async fn a_sync_key_ordered_listener_keeps_key_order_through_a_panic_and_a_suspend() {
     a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(true).await;
+}
+
+/// An async orderly listener (queue- or key-ordered) whose every call changes its context's
+/// queue and suspend time, and suspends `m6` once: every call must start with the defaults.
+async fn an_async_orderly_listener_gets_a_fresh_context_per_call(key_ordered: bool) {
+    let topic = if key_ordered {
+        "FreshKeys"
+    } else {
+        "FreshQueue"
+    };
+    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
+    let (tx, mut rx) = unbounded_channel::<(usize, bool)>();
+    let default_suspend = Duration::from_millis(20);
+    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
+        .key_ordered(key_ordered)
+        .configure(|c| c.suspend_current_queue_time = default_suspend)
+        .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
+            let fresh = ctx.suspend_time == default_suspend
+                && ctx.auto_commit
+                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
+            ctx.suspend_time = Duration::from_millis(10);
+            ctx.queue.topic.push_str("-changed");
+            ctx.queue.queue_id = 99;
+            let (_, seq) = key_and_seq(&messages[0]);
+            let _ = tx.send((seq, fresh));
+            let status = if seq == 6 && messages[0].reconsume_times == 0 {
+                OrderlyStatus::SuspendCurrentQueueAMoment
+            } else {
+                OrderlyStatus::Success
+            };
+            std::future::ready((status, ctx))
+        })
+        .start()
+        .await
+        .unwrap();
+    let seen = receive(&mut rx, 11).await;
+    assert!(seen.iter().all(|(_, fresh)| *fresh), "{seen:?}");
+    let order: Vec<usize> = seen.iter().map(|(seq, _)| *seq).collect();
+    let expected: Vec<usize> = (0..7).chain(6..10).collect();
+    assert_eq!(order, expected);
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn an_async_orderly_listener_gets_a_fresh_context_per_call_in_queue_order() {
+    an_async_orderly_listener_gets_a_fresh_context_per_call(false).await;
+}
+
+#[actix_rt::test]
+async fn an_async_key_ordered_listener_gets_a_fresh_context_per_call() {
+    an_async_orderly_listener_gets_a_fresh_context_per_call(true).await;
 }
 
 #[actix_rt::test]
