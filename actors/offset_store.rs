@@ -1,12 +1,12 @@
 //! The offset store actor: the consume offsets of one consumer group.
 //!
-//! Queue actors publish the committed offset of their queue (the smallest unfinished message)
-//! in a [`CommittedOffset`] cell they attach here, which the store folds into its table before
-//! it reads it (no message per commit); pull consumers send theirs. The store keeps them in an [`OffsetTable`] and persists them — to the brokers with
-//! UPDATE_CONSUMER_OFFSET every `persist_consumer_offset_interval` in clustering mode (all
-//! queues of one broker sent back to back), or to a local JSON file written atomically with a
-//! `.bak` copy in broadcasting mode. Writes of the file run on the blocking pool so the arbiter
-//! never blocks.
+//! Queue actors publish the committed offset of their queue (the smallest unfinished message) in a
+//! [`CommittedOffset`] cell they attach here, which the store folds into its table before it reads
+//! it (no message per commit); pull consumers send theirs. The store keeps them in an
+//! [`OffsetTable`] and persists them — to the brokers with UPDATE_CONSUMER_OFFSET every
+//! `persist_consumer_offset_interval` in clustering mode (all queues of one broker sent back to
+//! back), or to a local JSON file written atomically with a `.bak` copy in broadcasting mode.
+//! Writes of the file run on the blocking pool so the arbiter never blocks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

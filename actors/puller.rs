@@ -177,23 +177,26 @@ mod tests {
             .collect())
     }
 
-    #[actix_rt::test]
-    async fn each_pull_is_answered_to_its_own_reply_with_or_without_a_cached_route() {
+    /// A one-broker embedded cluster holding `bodies` in the one queue of `topic`.
+    async fn cluster_holding(topic: &str, bodies: &[&'static str]) -> EmbeddedCluster {
         let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
             .await
             .expect("embedded cluster starts");
-        cluster
-            .create_topic("PullerTopic", 1)
-            .await
-            .expect("topic created");
+        cluster.create_topic(topic, 1).await.expect("topic created");
         let sender = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
         let producer = Producer::new(sender, ProducerConfig::default());
-        for body in ["first", "second"] {
+        for body in bodies {
             producer
-                .send(Message::new("PullerTopic", body))
+                .send(Message::new(topic, *body))
                 .await
                 .expect("sent");
         }
+        cluster
+    }
+
+    #[actix_rt::test]
+    async fn each_pull_is_answered_to_its_own_reply_with_or_without_a_cached_route() {
+        let cluster = cluster_holding("PullerTopic", &["first", "second"]).await;
         let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
         let puller = Puller::new(client.clone()).start();
         let queue = MessageQueue::new("PullerTopic", "broker-a", 0);
@@ -222,18 +225,7 @@ mod tests {
 
     #[actix_rt::test]
     async fn a_pull_the_broker_never_answers_fails_with_a_timeout_once_its_expiry_passes() {
-        let cluster = EmbeddedCluster::start(EmbeddedConfig::ephemeral())
-            .await
-            .expect("embedded cluster starts");
-        cluster
-            .create_topic("SilentTopic", 1)
-            .await
-            .expect("topic created");
-        let sender = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
-        Producer::new(sender, ProducerConfig::default())
-            .send(Message::new("SilentTopic", "only"))
-            .await
-            .expect("sent");
+        let cluster = cluster_holding("SilentTopic", &["only"]).await;
         let client = Client::start(ClientConfig::new(cluster.namesrv_addr())).expect("client");
         let puller = Puller::new(client).start();
         let queue = MessageQueue::new("SilentTopic", "broker-a", 0);

@@ -927,9 +927,7 @@ impl QueueActor {
     /// listener have changed it.
     #[inline]
     pub(crate) fn restore_context_queue(&mut self, queue: &mut MessageQueue) {
-        if !same_queue(queue, &self.user_queue) {
-            *queue = take_spare(&mut self.spare_queues, &self.user_queue);
-        }
+        restore_queue(&mut self.spare_queues, &self.user_queue, queue);
     }
 
     /// Sends failed messages back for redelivery (or to the retry topic if the broker refuses).
@@ -1258,6 +1256,19 @@ fn word_at(bytes: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
+/// Makes `queue`, a lent listener context's, `user_queue` again should the listener have
+/// changed it (from `spares`, or a copy).
+#[inline(always)]
+fn restore_queue(
+    spares: &mut Vec<MessageQueue>,
+    user_queue: &MessageQueue,
+    queue: &mut MessageQueue,
+) {
+    if !same_queue(queue, user_queue) {
+        *queue = take_spare(spares, user_queue);
+    }
+}
+
 /// A queue kept in `spares` for a listener context, or a copy of `user_queue` if none is.
 #[inline]
 fn take_spare(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue) -> MessageQueue {
@@ -1349,9 +1360,7 @@ impl RunSink<'_> {
     pub(crate) fn reset_lent(&mut self, context: &mut ConsumeContext) {
         context.ack_index = None;
         context.delay_level = 0;
-        if !same_queue(&context.queue, self.user_queue) {
-            context.queue = take_spare(self.spare_queues, self.user_queue);
-        }
+        restore_queue(self.spare_queues, self.user_queue, &mut context.queue);
     }
 
     /// Takes back a context at the end of a run (its queue serves a later context).
