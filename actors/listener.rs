@@ -1353,8 +1353,7 @@ impl ConsumeDispatcher {
                     let outcome =
                         panicked_orderly_call(&batch, defaults, panic.as_ref(), run_started);
                     // A suspend: the chain ends, the round settles it.
-                    let next = chain.finished_call(span, outcome);
-                    debug_assert!(next.is_none(), "a suspended call ends its chain");
+                    chain.leave_to_round(span, outcome);
                     Ok(())
                 }
                 // Not a listener call: the runtime's own code panicked.

@@ -41,16 +41,6 @@ pub(crate) async fn unlock_queue(shared: &ConsumerShared, queue: &MessageQueue) 
         .await
 }
 
-/// What became of an orderly call that finished at once ([`QueueActor::settle_at_once`]).
-enum AtOnce {
-    /// Settled; this call runs next, in its place.
-    Next(OrderlyBatch),
-    /// Settled, with nothing to run at once.
-    Settled,
-    /// Not settled: the round settles it.
-    Unsettled(OrderlyOutcome),
-}
-
 /// One queue's chain of orderly calls in one turn, as a closure listener's run loop sees it
 /// (see [`ConsumeDispatcher::run_orderly_chain`](crate::actors::listener::ConsumeDispatcher::run_orderly_chain)):
 /// each call's context, and what follows each call that finished at once.
@@ -106,34 +96,19 @@ impl OrderlyChain<'_> {
                 context: context.clone(),
                 elapsed: Duration::ZERO,
             };
-            return self.finished_call(span, outcome);
+            self.leave_to_round(span, outcome);
+            return None;
         }
         self.actor
-            .settle_succeeded_at_once(span, self.epoch, status, context, self.finished)
+            .settle_at_once(span, self.epoch, status, context, self.finished)
             .map(Messages::from)
     }
 
-    /// A call over the batch of `span` finished at once with `outcome`: settled now when it
-    /// succeeded (then the batch to call next, if the core has one ready), otherwise left for
-    /// the round to settle.
-    #[inline]
-    pub(crate) fn finished_call(
-        &mut self,
-        span: BatchSpan,
-        outcome: OrderlyOutcome,
-    ) -> Option<Messages> {
-        match self
-            .actor
-            .settle_at_once(span, self.epoch, outcome, self.finished)
-        {
-            AtOnce::Next(chained) => Some(Messages::from(chained)),
-            AtOnce::Settled => None,
-            AtOnce::Unsettled(outcome) => {
-                let batch = self.batch_of(span);
-                self.finished.orderly.push((batch, self.epoch, outcome));
-                None
-            }
-        }
+    /// The call over the batch of `span` ended with `outcome` (a failure, a panic, or past
+    /// the turn's calls) and ends the chain: the round settles it.
+    pub(crate) fn leave_to_round(&mut self, span: BatchSpan, outcome: OrderlyOutcome) {
+        let batch = self.batch_of(span);
+        self.finished.orderly.push((batch, self.epoch, outcome));
     }
 
     /// The batch of the call over `span` that just ended or is under way, as the core handed
@@ -292,37 +267,16 @@ impl QueueActor {
         }));
     }
 
-    /// Settles an orderly call that succeeded at once in the same turn, and returns the
-    /// queue's next call when the core lets it follow at once (the next batch, or the next
-    /// message of the key: [`QueueCore::on_orderly_consumed_at_once`]). Failed calls are left
-    /// for the round to settle, as are calls past the turn's
-    /// [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN).
+    /// Settles an orderly call over the batch of `span` that succeeded at once leaving
+    /// `context`, with calls left in the turn, and returns the queue's next call when the
+    /// core lets it follow at once (the next batch, or the next message of the key:
+    /// [`QueueCore::on_orderly_consumed_at_once`]). Failed calls, and calls past the turn's
+    /// [`ORDERLY_CALLS_PER_TURN`](crate::actors::queue::ORDERLY_CALLS_PER_TURN), are left to
+    /// the round instead ([`OrderlyChain::leave_to_round`]).
     ///
     /// [`QueueCore::on_orderly_consumed_at_once`]: crate::consumer::queue_core::QueueCore::on_orderly_consumed_at_once
-    fn settle_at_once(
-        &mut self,
-        span: BatchSpan,
-        epoch: u64,
-        outcome: OrderlyOutcome,
-        finished: &mut Finished,
-    ) -> AtOnce {
-        if !outcome.status.succeeded() || self.orderly_calls_left == 0 {
-            return AtOnce::Unsettled(outcome);
-        }
-        let next =
-            self.settle_succeeded_at_once(span, epoch, outcome.status, &outcome.context, finished);
-        self.recycle_queue(outcome.context.queue);
-        match next {
-            Some(next) => AtOnce::Next(next),
-            None => AtOnce::Settled,
-        }
-    }
-
-    /// Settles a successful call over the batch of `span` that finished at once leaving
-    /// `context`, with calls left in the turn; the batch to call next, if the core has one
-    /// ready.
     #[inline]
-    fn settle_succeeded_at_once(
+    fn settle_at_once(
         &mut self,
         span: BatchSpan,
         epoch: u64,
