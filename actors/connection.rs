@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_util::codec::{BytesCodec, FramedRead};
 
+use crate::actors::spawn_ticker;
 use crate::error::{Error, ProtocolError, RequestCode, Result};
 use crate::metrics::ConnectionMetrics;
 use crate::protocol::codes::response_code;
@@ -265,6 +266,8 @@ pub struct Connection {
     metrics: ConnectionMetrics,
     /// A connection was up before (the next one is a reconnect).
     ever_connected: bool,
+    /// The task that sends [`SweepExpired`] every [`EXPIRY_SWEEP_EVERY`].
+    expiry_ticker: Option<actix_rt::task::JoinHandle<()>>,
     /// TLS over the TCP connection, when the client's configuration asks for it here.
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::TlsConnector>,
@@ -296,6 +299,7 @@ impl Connection {
             subscribers: Vec::new(),
             closed: false,
             restarts: 0,
+            expiry_ticker: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -632,11 +636,33 @@ impl Actor for Connection {
         // Many producers and queue actors share one connection; a roomy mailbox keeps their
         // `send`s from parking (parked senders resume in no particular order).
         ctx.set_mailbox_capacity(4096);
-        ctx.run_interval(EXPIRY_SWEEP_EVERY, |act, _ctx| act.fail_expired());
+        // A ticker task, not a timer of this context, which actix would poll on every read
+        // and write (see `spawn_ticker`).
+        if let Some(old) = self.expiry_ticker.take() {
+            old.abort();
+        }
+        let me = ctx.address().downgrade();
+        self.expiry_ticker = Some(spawn_ticker(me, EXPIRY_SWEEP_EVERY, SweepExpired));
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Some(ticker) = self.expiry_ticker.take() {
+            ticker.abort();
+        }
         self.fail_pending(|peer| Error::ConnectionClosed(peer.to_owned()));
+    }
+}
+
+/// Fail the requests whose [`Expiry`] passed (sent every [`EXPIRY_SWEEP_EVERY`]).
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+struct SweepExpired;
+
+impl Handler<SweepExpired> for Connection {
+    type Result = ();
+
+    fn handle(&mut self, _tick: SweepExpired, _ctx: &mut Self::Context) {
+        self.fail_expired();
     }
 }
 

@@ -14,6 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::ops::AsyncFn;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -26,10 +27,10 @@ use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterCo
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
-    AnyListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages, ConsumeOrderly,
-    ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages, OrderlyListener,
-    OwnedListener, OwnedOrderlyListener, RecipientListener, RecipientOrderlyListener,
-    SyncFnListener, SyncFnOrderlyListener,
+    AnyListener, AsyncFnListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages,
+    ConsumeOrderly, ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages,
+    OrderlyListener, OwnedListener, OwnedOrderlyListener, RecipientListener,
+    RecipientOrderlyListener, SyncFnListener, SyncFnOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -742,6 +743,49 @@ impl PushConsumerBuilder {
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
         self.listener = Some(SendListener::ConcurrentOwned(Box::new(FnListener(f))));
+        self.config.consume_mode = ConsumeMode::Concurrently;
+        self
+    }
+
+    /// An async closure listener that borrows the batch and the context:
+    /// `async |messages, ctx| { ... }` returns the status, as [`MessageListener::consume`]
+    /// does. The recommended async listener: nothing to hand back, and the cheapest one for
+    /// calls that may wait (a call that finishes without waiting costs about what a
+    /// [`listener_sync_fn`](Self::listener_sync_fn) call costs). Its calls run concurrently on
+    /// the consumer's arbiter, up to `consume_concurrency` at once, so their futures need not
+    /// be `Send`. What the closure keeps beyond the call it copies out of the batch (a
+    /// [`listener_fn`](Self::listener_fn) closure gets a batch it may keep instead). A panic
+    /// in it is caught, and the batch is retried like a [`ConsumeStatus::ReconsumeLater`].
+    ///
+    /// ```no_run
+    /// use rocketmq_actor::consumer::ConsumeStatus;
+    /// use rocketmq_actor::PushConsumer;
+    ///
+    /// # async fn store(_body: &[u8]) -> std::io::Result<()> { Ok(()) }
+    /// # async fn run() -> rocketmq_actor::Result<()> {
+    /// let consumer = PushConsumer::builder()
+    ///     .namesrv_addr("127.0.0.1:9876")
+    ///     .group("order_archiver")
+    ///     .subscribe("orders", "*")
+    ///     .listener_async(async |messages, ctx| {
+    ///         for m in messages {
+    ///             if store(&m.message.body).await.is_err() {
+    ///                 ctx.delay_level = 2; // retry in 5 s
+    ///                 return ConsumeStatus::ReconsumeLater;
+    ///             }
+    ///         }
+    ///         ConsumeStatus::Success
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// consumer.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn listener_async<F>(mut self, f: F) -> Self
+    where
+        F: AsyncFn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+    {
+        self.listener = Some(SendListener::ConcurrentOwned(Box::new(AsyncFnListener(f))));
         self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }

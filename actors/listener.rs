@@ -7,6 +7,7 @@
 //! never stops the runtime.
 
 use std::future::Future;
+use std::ops::AsyncFn;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -267,7 +268,9 @@ pub(crate) trait OwnedListener: MessageListener {
     /// a permit and finishes on that poll (see [`ConsumeDispatcher::consume_run`]). The loop
     /// lives in the listener's own type so that the user's closure is inlined into it and the
     /// kept call memory is looked up once per run, not once per call.
-    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop;
+    /// The listener comes as an `Rc` (counted up once per run, not atomically) so that a
+    /// call's future may hold it, as a borrowing async closure's does.
+    fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop;
 }
 
 /// The state of a run of by-value concurrent calls over one pull, as
@@ -304,22 +307,27 @@ pub(crate) enum RunStop {
     ),
 }
 
-/// Makes sure `held` has a permit for the next call of a run, taking a free one when it has
-/// none; false when none is free. A free permit means nobody waits for one (released permits
-/// go to waiters first), so taking it here keeps the first-come-first-served order. It stays
-/// in `held` while the run's calls go on.
+/// Whether the next call of a run may start: the run holds a permit, or one is free. A free
+/// permit means nobody waits for one (released permits go to waiters first), so starting
+/// now keeps the first-come-first-served order. The call takes no permit yet: most calls
+/// finish on their first poll, before anything else runs on this thread, and never overlap
+/// another; only one that waits takes the permit ([`permit_for_waiting_call`]), which is
+/// still free then. This saves each run a count down and up of the semaphore, whose release
+/// takes its lock.
 #[inline]
-fn hold_permit(
+fn hold_permit(held: &Option<tokio::sync::OwnedSemaphorePermit>, permits: &Semaphore) -> bool {
+    held.is_some() || permits.available_permits() > 0
+}
+
+/// The permit for a call that did not finish on its first poll: the run's, or the free one
+/// [`hold_permit`] saw. `None` only if something took that one during the poll (nothing
+/// else runs on the consumer's thread then); the call runs on without one.
+fn permit_for_waiting_call(
     held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     permits: &Arc<Semaphore>,
-) -> bool {
-    if held.is_none() {
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => *held = Some(permit),
-            Err(_) => return false,
-        }
-    }
-    true
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    held.take()
+        .or_else(|| permits.clone().try_acquire_owned().ok())
 }
 
 /// The loop of [`OwnedListener::run_owned`] for a listener whose calls are futures of type
@@ -417,7 +425,7 @@ where
     F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,
     Fut: Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
 {
-    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop {
+    fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
         run_in_spare(run, |messages, context| (self.0)(messages, context))
     }
 }
@@ -443,7 +451,7 @@ where
 {
     /// Every call finishes at once: the loop lends one context to each call in turn, with
     /// no future, no call memory and no context moved per call.
-    fn run_owned(&self, run: &mut OwnedRun<'_, '_>) -> RunStop {
+    fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
         for range in run.calls.by_ref() {
@@ -462,6 +470,132 @@ where
         run.sink.recycle(context);
         RunStop::Done
     }
+}
+
+/// A listener made of an async closure that borrows the batch and the context, as
+/// [`MessageListener::consume`] does (see
+/// [`PushConsumerBuilder::listener_async`](crate::PushConsumerBuilder::listener_async)).
+pub(crate) struct AsyncFnListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F> MessageListener for AsyncFnListener<F>
+where
+    F: AsyncFn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+{
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
+        (self.0)(messages, ctx).await
+    }
+}
+
+/// What the calls of one run of an [`AsyncFnListener`] share: the listener, the pull and the
+/// context lent to each call in turn. Each call's future holds it (an `Rc`: a count up that
+/// is not atomic, where handing a by-value closure its batch costs an atomic count up and
+/// down on the pull), so the call borrows the batch and the context for as long as it runs.
+struct BorrowedRun<F> {
+    listener: Rc<AsyncFnListener<F>>,
+    pull: Arc<Vec<MessageExt>>,
+    /// Lent to one call at a time: a call that waits ends the run and keeps this run state to
+    /// itself, and the next run gets a state of its own.
+    context: std::cell::RefCell<ConsumeContext>,
+}
+
+impl<F> BorrowedRun<F> {
+    /// Takes the context out, leaving one that allocates nothing.
+    fn take_context(&self) -> ConsumeContext {
+        let empty = ConsumeContext::new(MessageQueue {
+            topic: String::new(),
+            broker_name: String::new(),
+            queue_id: 0,
+        });
+        std::mem::replace(&mut *self.context.borrow_mut(), empty)
+    }
+}
+
+/// One call of an [`AsyncFnListener`] over the messages `range` of its run's pull.
+// The context stays borrowed while the call waits, and nothing else borrows it then: the run
+// loop reads it only after the call's future is gone, and a call that waits ends the run,
+// which leaves the state to that call alone.
+#[allow(clippy::await_holding_refcell_ref)]
+async fn borrowed_call<F>(run: Rc<BorrowedRun<F>>, range: std::ops::Range<usize>) -> ConsumeStatus
+where
+    F: AsyncFn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus,
+{
+    let messages = run.pull.get(range).unwrap_or_default();
+    let mut context = run.context.borrow_mut();
+    (run.listener.0)(messages, &mut context).await
+}
+
+impl<F> OwnedListener for AsyncFnListener<F>
+where
+    F: AsyncFn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+{
+    /// The loop of [`run_in_spare`], with calls that borrow: the context stays in the run
+    /// state (nothing moved in and out of a future per call) and the batch is a slice of the
+    /// run's pull.
+    fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
+        run_borrowing(self, run, borrowed_call::<F>)
+    }
+}
+
+/// The loop of [`AsyncFnListener::run_owned`], its calls' futures of type `Fut` started by
+/// `start`.
+#[inline]
+fn run_borrowing<F, Fut>(
+    listener: Rc<AsyncFnListener<F>>,
+    run: &mut OwnedRun<'_, '_>,
+    start: impl Fn(Rc<BorrowedRun<F>>, std::ops::Range<usize>) -> Fut,
+) -> RunStop
+where
+    F: 'static,
+    Fut: Future<Output = ConsumeStatus> + 'static,
+{
+    let mut slot = slot_from::<Fut>(run.spare);
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    let shared = Rc::new(BorrowedRun {
+        listener,
+        pull: run.pull.clone(),
+        context: std::cell::RefCell::new(run.sink.context()),
+    });
+    let queue_id = shared.context.borrow().queue.queue_id;
+    for range in run.calls.by_ref() {
+        if !hold_permit(run.held, run.permits) {
+            run.sink.recycle(shared.take_context());
+            *run.spare = Some(slot);
+            return RunStop::NoPermit(range);
+        }
+        run.current = Some((range.clone(), queue_id));
+        let polled = poll_first(
+            &mut slot,
+            start(shared.clone(), range.clone()),
+            &mut poll_context,
+        );
+        run.current = None;
+        match polled {
+            Some(status) => {
+                let mut context = shared.context.borrow_mut();
+                run.sink
+                    .finished_lending_call(run.pull, range, status, &context);
+                run.sink.reset_lent(&mut context);
+            }
+            None => {
+                // The call keeps the run state (and its context) until it finishes.
+                let mut slot: CallSlot<Fut> = *slot;
+                let call = Box::pin(async move {
+                    let status = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
+                        Some(call) => call.poll(cx),
+                        // Not reached: the slot holds the call until it is dropped.
+                        None => std::task::Poll::Pending,
+                    })
+                    .await;
+                    (status, shared.take_context())
+                });
+                return RunStop::Pending(range, queue_id, call);
+            }
+        }
+    }
+    run.sink.recycle(shared.take_context());
+    *run.spare = Some(slot);
+    RunStop::Done
 }
 
 /// The message an actor receives when it is the listener
@@ -1214,7 +1348,7 @@ impl ConsumeDispatcher {
         held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Option<(Messages, PendingConsume)> {
         let owned = match (&self.listener, &self.owned, &self.hooks) {
-            (AnyListener::Concurrent(_), Some(owned), None) => owned.as_ref(),
+            (AnyListener::Concurrent(_), Some(owned), None) => owned,
             _ => {
                 for range in calls.by_ref() {
                     let batch = Messages::slice(messages.clone(), range);
@@ -1237,7 +1371,8 @@ impl ConsumeDispatcher {
                 spare: &mut spare_call,
                 current: None,
             };
-            let stop = std::panic::catch_unwind(AssertUnwindSafe(|| owned.run_owned(&mut run)));
+            let stop =
+                std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(owned).run_owned(&mut run)));
             let panicked_in = run.current.take();
             match stop {
                 Ok(stop) => {
@@ -1253,7 +1388,7 @@ impl ConsumeDispatcher {
                             let batch = Messages::slice(messages.clone(), range);
                             let pending = owned_pending(
                                 call,
-                                held.take(),
+                                permit_for_waiting_call(held, &self.permits),
                                 batch.clone(),
                                 queue_id,
                                 run_started,
@@ -1343,7 +1478,7 @@ impl ConsumeDispatcher {
             Ok(OrderlyRunStop::Done) => Ok(()),
             Ok(OrderlyRunStop::NoPermit(batch)) => Err(self.waiting_orderly_call(batch, chain)),
             Ok(OrderlyRunStop::Pending(batch, defaults, call)) => {
-                let permit = held.take();
+                let permit = permit_for_waiting_call(held, &self.permits);
                 let pending = owned_orderly_pending(call, permit, batch.clone(), defaults);
                 Err((batch, pending))
             }

@@ -10,6 +10,36 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Sends `tick` to the actor at `addr` every `every` (the first after `every`), from a task
+/// of its own rather than from a timer in the actor's context: actix polls every timer of an
+/// actor each time the actor wakes, which for an actor on the data path is many times per
+/// timer period. The task ends when the actor is gone; abort its handle to end it sooner (a
+/// restarted actor starts a new one).
+pub(crate) fn spawn_ticker<A, M>(
+    addr: actix::WeakAddr<A>,
+    every: std::time::Duration,
+    tick: M,
+) -> actix_rt::task::JoinHandle<()>
+where
+    A: actix::Actor<Context = actix::Context<A>> + actix::Handler<M>,
+    M: actix::Message + Clone + Send + 'static,
+    M::Result: Send,
+{
+    actix_rt::spawn(async move {
+        let first = actix_rt::time::Instant::now() + every;
+        let mut interval = actix_rt::time::interval_at(first, every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let Some(addr) = addr.upgrade() else { break };
+            // A full mailbox misses a tick; a closed one ends the ticker.
+            if let Err(actix::dev::SendError::Closed(_)) = addr.try_send(tick.clone()) {
+                break;
+            }
+        }
+    })
+}
+
 /// Wall-clock milliseconds derived from monotonic clock readings the caller already has: the
 /// wall clock itself is read again only when the last such read is [`WallClock::REREAD`]
 /// old. A queue actor reads the monotonic clock for its pull and call timings anyway; taking

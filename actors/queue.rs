@@ -207,6 +207,8 @@ pub struct QueueActor {
     restarts: RestartTracker,
     /// How long the next start waits: a hand-over from a live member, or a restart's backoff.
     start_delay: Duration,
+    /// Started (any start delay is over): the rebalancer's [`QueueTick`]s count from here.
+    begun: bool,
     /// `queue{topic, broker, id}` under the consumer's span: every log line of this actor carries both.
     /// Shared, so entering it is a borrow of a local handle rather than a clone of the span
     /// (which the subscriber counts in and out on every step).
@@ -288,6 +290,7 @@ impl QueueActor {
             gave_up: false,
             restarts,
             start_delay: Duration::ZERO,
+            begun: false,
             action_buffer: Vec::new(),
             finished_buffer: Vec::new(),
             finished_orderly_buffer: Vec::new(),
@@ -319,21 +322,16 @@ impl QueueActor {
     /// What `started` does, once any start delay is over.
     fn begin(&mut self, ctx: &mut Context<Self>) {
         // A queue that needs the broker lock is locked before its first pull, then kept locked.
+        // The lock renewal and the clean-up of overdue calls run on the rebalancer's timers
+        // ([`QueueTick`]), not on timers of this actor: actix polls every timer of an actor
+        // each time it wakes, which for a queue actor is every pull.
+        self.begun = true;
         let mut out = self.take_actions();
         self.core.start(&self.shared.config, &mut out);
         self.execute(out, ctx);
         if self.needs_lock() {
             self.watch_broker_connection(ctx);
-            let every = self.shared.config.lock_interval;
-            ctx.run_interval(every, |act, ctx| {
-                let mut out = act.take_actions();
-                act.core.on_renew_timer(&mut out);
-                act.execute(out, ctx);
-            });
         }
-        let timeout = self.shared.config.consume_timeout;
-        let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
-        ctx.run_interval(every, |act, ctx| act.clean_expired(ctx));
     }
 
     /// What the core needs to know of the consumer now.
@@ -1059,6 +1057,7 @@ impl Actor for QueueActor {
 /// offset is read twice by it, nothing above it is skipped.
 impl Supervised for QueueActor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
+        self.begun = false;
         if self.retired {
             return;
         }
@@ -1098,6 +1097,45 @@ impl Supervised for QueueActor {
                     failures,
                 });
             }
+        }
+    }
+}
+
+/// A consumer-wide timer's tick, which the rebalancer sends every queue actor it owns: one
+/// timer per consumer for each, as Java's consumer has, instead of one per queue actor.
+#[derive(Message, Clone, Copy, Debug, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub(crate) enum QueueTick {
+    /// Look for listener calls running past `consume_timeout` (every
+    /// [`clean_expired_every`]).
+    CleanExpired,
+    /// Renew the broker lock of an orderly queue (every `lock_interval`).
+    RenewLock,
+}
+
+/// How often [`QueueTick::CleanExpired`] comes: a quarter of `consume_timeout`, within
+/// 10 ms and 60 s.
+pub(crate) fn clean_expired_every(config: &PushConsumerConfig) -> Duration {
+    (config.consume_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
+}
+
+impl Handler<QueueTick> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, tick: QueueTick, ctx: &mut Self::Context) {
+        // A queue waiting out a hand-over or a restart's backoff has nothing to renew or
+        // clean yet.
+        if self.retired || !self.begun {
+            return;
+        }
+        match tick {
+            QueueTick::CleanExpired => self.clean_expired(ctx),
+            QueueTick::RenewLock if self.needs_lock() => {
+                let mut out = self.take_actions();
+                self.core.on_renew_timer(&mut out);
+                self.execute(out, ctx);
+            }
+            QueueTick::RenewLock => {}
         }
     }
 }

@@ -16,9 +16,12 @@ use tracing::Instrument;
 use crate::actors::connection::ConnectedFor;
 use crate::actors::consumer::{ConsumerEvent, ConsumerShared};
 use crate::actors::heartbeat::{Heartbeat, SendHeartbeat};
-use crate::actors::queue::{DropQueue, GetQueueStatus, QueueActor, QueueStatus};
+use crate::actors::queue::{
+    clean_expired_every, DropQueue, GetQueueStatus, QueueActor, QueueStatus, QueueTick,
+};
 use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::flow::QueueThresholds;
+use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::rebalance::{
     departures_unconfirmed, handed_over_by_live_members, plan_changes, topic_share,
     unconfirmed_share, ShareError, MEMBERSHIP_SETTLE,
@@ -101,6 +104,14 @@ impl Rebalancer {
             stopped: false,
             members_seen: BTreeMap::new(),
             retired: false,
+        }
+    }
+
+    /// Sends `tick` to every queue actor owned. One whose mailbox is full misses it and
+    /// gets the next.
+    fn tick_queues(&self, tick: QueueTick) {
+        for queue in self.queues.values() {
+            let _ = queue.try_send(tick);
         }
     }
 
@@ -421,9 +432,17 @@ impl Actor for Rebalancer {
             return;
         }
         self.trigger(ctx);
-        ctx.run_interval(self.shared.config.rebalance_interval, |act, ctx| {
-            act.trigger(ctx)
+        let config = &self.shared.config;
+        ctx.run_interval(config.rebalance_interval, |act, ctx| act.trigger(ctx));
+        // The queue actors' timers, run here once for all of them (see `QueueTick`).
+        ctx.run_interval(clean_expired_every(config), |act, _ctx| {
+            act.tick_queues(QueueTick::CleanExpired)
         });
+        if needs_broker_lock(config) {
+            ctx.run_interval(config.lock_interval, |act, _ctx| {
+                act.tick_queues(QueueTick::RenewLock)
+            });
+        }
     }
 }
 

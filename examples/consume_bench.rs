@@ -35,7 +35,8 @@
 //!    no-op `ConsumeHook` on the consumer — what installed hooks cost (`--phases push,pushh`);
 //! 7. **push32** (not run by default): the push phase with `consume_message_batch_max_size = 32`;
 //!    **pushsync** (not run by default): the push phase with a synchronous listener
-//!    (`listener_sync_fn`) that only counts;
+//!    (`listener_sync_fn`) that only counts; **pushasync** (not run by default): the same
+//!    with a borrowing async closure listener (`listener_async`);
 //! 8. **orderly** / **keyord** (not run by default): an orderly listener, queue-ordered (broker
 //!    locks, one call per queue at a time) and key-ordered, that only counts; **orderlysync** /
 //!    **keyordsync** the same with a synchronous listener (`orderly_listener_sync_fn`).
@@ -469,6 +470,8 @@ enum PushKind {
     Batch32,
     /// Default configuration with a synchronous closure listener.
     Sync,
+    /// Default configuration with a borrowing async closure listener (`listener_async`).
+    Async,
     /// An orderly listener (queue order, broker locks).
     Orderly,
     /// An orderly listener in key-ordered mode.
@@ -486,6 +489,7 @@ impl PushKind {
             PushKind::Hooks => "pushh",
             PushKind::Batch32 => "push32",
             PushKind::Sync => "pushsync",
+            PushKind::Async => "pushasync",
             PushKind::Orderly => "orderly",
             PushKind::KeyOrdered => "keyord",
             PushKind::OrderlySync => "orderlysync",
@@ -503,6 +507,11 @@ fn with_sync_listener(
 ) -> Result<PushConsumerBuilder, String> {
     Ok(if kind == PushKind::Sync {
         builder.listener_sync_fn(move |messages, _ctx| {
+            count.add(messages.len());
+            ConsumeStatus::Success
+        })
+    } else if kind == PushKind::Async {
+        builder.listener_async(async move |messages, _ctx| {
             count.add(messages.len());
             ConsumeStatus::Success
         })
@@ -571,7 +580,7 @@ async fn push_phase(
                 async move { (ConsumeStatus::Success, ctx) }
             })
         }
-        PushKind::Sync | PushKind::OrderlySync | PushKind::KeyOrderedSync => {
+        PushKind::Sync | PushKind::Async | PushKind::OrderlySync | PushKind::KeyOrderedSync => {
             with_sync_listener(builder, kind, count)?
         }
         PushKind::Orderly | PushKind::KeyOrdered => builder
@@ -628,6 +637,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "pushh" => push_phase(namesrv, topic, sent, PushKind::Hooks).await?.0,
             "push32" => push_phase(namesrv, topic, sent, PushKind::Batch32).await?.0,
             "pushsync" => push_phase(namesrv, topic, sent, PushKind::Sync).await?.0,
+            "pushasync" => push_phase(namesrv, topic, sent, PushKind::Async).await?.0,
             "orderly" => push_phase(namesrv, topic, sent, PushKind::Orderly).await?.0,
             "keyord" => push_phase(namesrv, topic, sent, PushKind::KeyOrdered).await?.0,
             "orderlysync" => push_phase(namesrv, topic, sent, PushKind::OrderlySync).await?.0,
@@ -638,7 +648,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pushh, push32, pushsync, orderly, keyord, orderlysync, keyordsync, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, push32, pushsync, pushasync, orderly, keyord, orderlysync, keyordsync, pull, lite, liteb, sched)"
                 ))
             }
         };

@@ -6,14 +6,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::{
-    client, cluster_with_topic, fast_retry_cluster, from_first_offset, producer, receive,
-    receive_within, recording, text, Shared, BROKER,
+    client, cluster_with_topic, fast_retry_cluster, fast_retry_config, from_first_offset, producer,
+    receive, receive_within, recording, start_cluster, text, Shared, BROKER,
 };
 use rocketmq_actor::consumer::Messages;
 use rocketmq_actor::consumer::{OrderlyContext, OrderlyStatus, PushConsumerConfig};
-use rocketmq_actor::EmbeddedCluster;
 use rocketmq_actor::Producer;
 use rocketmq_actor::PushConsumer;
+use rocketmq_actor::{EmbeddedCluster, EmbeddedConfig};
 use rocketmq_actor::{Message, MessageExt, MessageQueue};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
@@ -569,25 +569,19 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
     cluster.shutdown().await;
 }
 
-#[actix_rt::test]
-async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
+/// How many of `topic`'s queues on the cluster's broker a new client of `group` gets when it
+/// asks for their broker locks (LOCK_BATCH_MQ), as another member would.
+async fn locks_another_client_gets(cluster: &EmbeddedCluster, group: &str, topic: &str) -> usize {
     use rocketmq_actor::protocol::body::{
         decode_json, encode_json, LockBatchRequestBody, LockBatchResponseBody,
     };
     use rocketmq_actor::protocol::codes::request_code;
     use rocketmq_actor::protocol::RemotingCommand;
-    let (cluster, namesrv) = cluster_with_keyed("Locked", 2, 10, 2).await;
-    let observed = Shared::new(Observed::default());
-    let (tx, mut rx) = unbounded_channel();
-    let consumer = orderly_consumer(&namesrv, "locked_group", "Locked", observed, tx, |_| {}).await;
-    receive(&mut rx, 10).await;
-    let queues = consumer.owned_queues().await;
-    assert!(queues.iter().filter(|q| q.topic == "Locked").count() == 2);
-    let intruder = client(&cluster);
-    let route = intruder.route("Locked").await.unwrap();
+    let intruder = client(cluster);
+    let route = intruder.route(topic).await.unwrap();
     let addr = route.master_addr(BROKER).unwrap().to_owned();
     let body = LockBatchRequestBody {
-        consumer_group: "locked_group".into(),
+        consumer_group: group.into(),
         client_id: intruder.client_id().to_owned(),
         only_this_broker: true,
         mq_set: route.consume_queues.clone(),
@@ -596,16 +590,66 @@ async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
         RemotingCommand::request(request_code::LOCK_BATCH_MQ).with_body(encode_json(&body));
     let response = intruder.invoke(&addr, command).await.unwrap();
     let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap()).unwrap();
-    assert!(
-        granted.lock_ok_mq_set.is_empty(),
+    intruder.shutdown().await;
+    granted.lock_ok_mq_set.len()
+}
+
+#[actix_rt::test]
+async fn another_client_cannot_lock_a_queue_an_orderly_consumer_holds() {
+    let (cluster, namesrv) = cluster_with_keyed("Locked", 2, 10, 2).await;
+    let observed = Shared::new(Observed::default());
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = orderly_consumer(&namesrv, "locked_group", "Locked", observed, tx, |_| {}).await;
+    receive(&mut rx, 10).await;
+    let queues = consumer.owned_queues().await;
+    assert!(queues.iter().filter(|q| q.topic == "Locked").count() == 2);
+    assert_eq!(
+        locks_another_client_gets(&cluster, "locked_group", "Locked").await,
+        0,
         "the consumer's locks are exclusive"
     );
     consumer.shutdown().await;
     // After shutdown the consumer unlocked everything: the other client gets the locks.
-    let command =
-        RemotingCommand::request(request_code::LOCK_BATCH_MQ).with_body(encode_json(&body));
-    let response = intruder.invoke(&addr, command).await.unwrap();
-    let granted: LockBatchResponseBody = decode_json(response.body.as_deref().unwrap()).unwrap();
-    assert_eq!(granted.lock_ok_mq_set.len(), 2);
+    assert_eq!(
+        locks_another_client_gets(&cluster, "locked_group", "Locked").await,
+        2
+    );
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn an_orderly_consumer_renews_its_broker_locks_before_they_expire() {
+    // Locks last 400 ms on this broker, and the consumer renews its own every 100 ms.
+    let cluster = start_cluster(EmbeddedConfig {
+        lock_expiry: Duration::from_millis(400),
+        ..fast_retry_config(1)
+    })
+    .await;
+    cluster.create_topic("Renewed", 2).await.unwrap();
+    produce_keyed(&producer(&cluster), "Renewed", 0, 10, 2).await;
+    let observed = Shared::new(Observed::default());
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = orderly_consumer(
+        &cluster.namesrv_addr(),
+        "renew_group",
+        "Renewed",
+        observed.clone(),
+        tx,
+        |c| c.lock_interval = Duration::from_millis(100),
+    )
+    .await;
+    receive(&mut rx, 10).await;
+    // Three lock lifetimes with no message: only the renewals keep the locks.
+    actix_rt::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        locks_another_client_gets(&cluster, "renew_group", "Renewed").await,
+        0,
+        "the consumer renewed its locks"
+    );
+    // And it still consumes, in order.
+    produce_keyed(&producer(&cluster), "Renewed", 10, 10, 2).await;
+    receive(&mut rx, 10).await;
+    assert_eq!(observed.borrow().order_violations, 0);
+    consumer.shutdown().await;
     cluster.shutdown().await;
 }

@@ -587,6 +587,74 @@ async fn a_closure_listener_gets_a_fresh_context_per_call_whatever_the_last_call
 }
 
 #[actix_rt::test]
+async fn a_borrowing_async_listener_gets_a_fresh_context_per_call_through_waits_failures_and_panics(
+) {
+    let cluster = fast_retry_cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    send_numbered(&producer(&cluster), "AsyncListener", 0..20).await;
+    // (body, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
+    let consumer = from_first_offset(&namesrv, "async_group", "AsyncListener", "*")
+        .listener_async(async move |messages, ctx| {
+            // (Retried messages come from the group's retry topic.)
+            let fresh = ctx.ack_index.is_none()
+                && ctx.delay_level == 0
+                && ["AsyncListener", "%RETRY%async_group"].contains(&ctx.queue.topic.as_str());
+            // What one call leaves in its context must not reach the next.
+            ctx.queue.topic = "changed by the listener".into();
+            let mut status = ConsumeStatus::Success;
+            for m in messages {
+                let body = text(m);
+                let first_delivery = m.reconsume_times == 0;
+                let number: u32 = body.trim_start_matches('m').parse().unwrap_or(0);
+                // Every third message's call waits, so it finishes after the calls behind it
+                // have started, with the context it was lent.
+                if number % 3 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
+                if (body == "m5" || body == "m12") && first_delivery {
+                    panic!("listener bug on the first delivery of {body}");
+                }
+                if body == "m2" && first_delivery {
+                    status = ConsumeStatus::ReconsumeLater;
+                }
+                if body == "m9" {
+                    // Straight to the dead-letter queue: m9 must never come back, which only
+                    // holds if the context this waiting call changed is the one settled.
+                    ctx.delay_level = -1;
+                    status = ConsumeStatus::ReconsumeLater;
+                }
+            }
+            if status == ConsumeStatus::Success {
+                ctx.ack_index = messages.len().checked_sub(1);
+                ctx.delay_level = 2;
+            }
+            status
+        })
+        .start()
+        .await
+        .expect("consumer starts");
+    // m2 was rejected and m5's call panicked at once, m12's after waiting: each comes back
+    // once. m9, dead-lettered after waiting, does not.
+    let seen = receive(&mut rx, 23).await;
+    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
+    let again: BTreeSet<&str> = seen
+        .iter()
+        .filter(|(_, times, _)| *times == 1)
+        .map(|(body, _, _)| body.as_str())
+        .collect();
+    assert_eq!(again, ["m12", "m2", "m5"].into());
+    let distinct: BTreeSet<&str> = seen.iter().map(|(body, _, _)| body.as_str()).collect();
+    assert_eq!(distinct.len(), 20);
+    assert_quiet(&mut rx, "a dead-lettered or consumed message came back").await;
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (19, 4));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn the_concurrency_limit_bounds_listener_calls_across_all_queues() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
