@@ -100,9 +100,9 @@ run() {
   esac
 }
 
-# The consumer phases measured: the baseline may predate the synchronous listeners (pushsync,
-# orderlysync, keyordsync), so it runs the others.
-PHASES=push,push32,pushsync,orderly,orderlysync,keyord,keyordsync
+# The consumer phases measured: the baseline may predate the synchronous and the borrowing
+# async listeners (pushsync, pushasync, orderlysync, keyordsync), so it runs the others.
+PHASES=push,push32,pushsync,pushasync,orderly,orderlysync,keyord,keyordsync
 BASELINE_PHASES=push,push32,orderly,keyord
 
 # instructions SIDE BINDIR NAMESRV PHASES: client instructions per message of each consumer
@@ -198,7 +198,7 @@ if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null ||
   bin=$ROOT/target/release/examples
   # The real broker shares the two cores and may refuse work under load: a failed run is
   # reported and left out, the embedded figures are written regardless.
-  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32,pushsync ||
+  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32,pushsync,pushasync ||
     echo "real cluster: consume_bench failed; left out" >&2
   run real "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$real_ns" --count 20000 --inflight 16 ||
     echo "real cluster: produce_bench failed; left out" >&2

@@ -47,7 +47,8 @@ def fmt(value, digits=2, suffix=""):
 
 
 # The consumer phases whose instructions over the raw loop are split by part.
-PARTS_PHASES = [("push", "push"), ("pushsync", "push, sync"), ("push32", "push, batch 32")]
+PARTS_PHASES = [("push", "push"), ("pushasync", "push, borrowing async"), ("pushsync", "push, sync"),
+                ("push32", "push, batch 32")]
 PULL_BATCH = 32
 
 
@@ -142,7 +143,7 @@ def runs_of(values):
 
 # The consumer phases scripts/bench.sh runs (the baseline only those it has), and the phase
 # an orderly one is compared with: the concurrent push consumer with the same kind of listener.
-CONSUME_PHASES = "push,push32,pushsync,orderly,orderlysync,keyord,keyordsync"
+CONSUME_PHASES = "push,push32,pushsync,pushasync,orderly,orderlysync,keyord,keyordsync"
 PUSH_OF = {"orderly": "push", "keyord": "push", "orderlysync": "pushsync", "keyordsync": "pushsync"}
 
 
@@ -232,6 +233,7 @@ def main():
             ("push", "push, default (1 msg per call), async"),
             ("push32", "push, batch 32, async"),
             ("pushsync", "push, default (1 msg per call), sync"),
+            ("pushasync", "push, default (1 msg per call), borrowing async (`listener_async`)"),
             ("orderly", "orderly (queue order), async"),
             ("orderlysync", "orderly (queue order), sync"),
             ("keyord", "orderly, key-ordered, async"),
@@ -260,8 +262,8 @@ def main():
           "target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 100000 "
           f"--phases {CONSUME_PHASES}` (the baseline without the sync phases)")
         w("")
-        w("| | raw loop | push | push, batch 32 | push, sync | orderly | orderly, sync | key-ordered | key-ordered, sync | push ÷ raw | sync push ÷ raw | batch 32 ÷ raw |")
-        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        w("| | raw loop | push | push, batch 32 | push, sync | push, borrowing async | orderly | orderly, sync | key-ordered | key-ordered, sync | push ÷ raw | sync push ÷ raw | borrowing async push ÷ raw | batch 32 ÷ raw |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
         def over_raw(n, name):
             return n[name] / n["raw"] if n.get(name) is not None and n.get("raw") else None
@@ -270,8 +272,8 @@ def main():
             for row in by_label(instructions, label):
                 n = row["per_message"]
                 cells = [fmt(n.get(k), 0) for k in
-                         ["raw", "push", "push32", "pushsync", "orderly", "orderlysync", "keyord", "keyordsync"]]
-                cells += [fmt(over_raw(n, k)) for k in ["push", "pushsync", "push32"]]
+                         ["raw", "push", "push32", "pushsync", "pushasync", "orderly", "orderlysync", "keyord", "keyordsync"]]
+                cells += [fmt(over_raw(n, k)) for k in ["push", "pushsync", "pushasync", "push32"]]
                 w(f"| {title} | " + " | ".join(cells) + " |")
         w("")
     parts_table(w, load(directory, "instruction_parts.jsonl"))
@@ -367,7 +369,7 @@ def main():
             w("")
             w("| phase | msgs/s | CPU µs/msg | throughput ÷ raw | CPU ÷ raw |")
             w("|---|---:|---:|---:|---:|")
-            for name in ["raw", "push", "push32", "pushsync"]:
+            for name in ["raw", "push", "push32", "pushsync", "pushasync"]:
                 if name in r:
                     w(
                         f"| {name} | {fmt(phase(r, name, 'msgs_per_sec'), 0)} | "
@@ -428,6 +430,9 @@ def main():
         s = after["pushsync"]
         ratio_target("push with the sync listener ≥ 0.9 × raw throughput", s["rate_ratio"], s["rate_ratio_runs"], lambda v: v >= 0.9)
         ratio_target("push with the sync listener ≤ 1.3 × raw CPU per message", s["cpu_ratio"], s["cpu_ratio_runs"], lambda v: v <= 1.3)
+        a = after["pushasync"]
+        ratio_target("push with the borrowing async listener ≥ 0.9 × raw throughput", a["rate_ratio"], a["rate_ratio_runs"], lambda v: v >= 0.9)
+        ratio_target("push with the borrowing async listener ≤ 1.3 × raw CPU per message", a["cpu_ratio"], a["cpu_ratio_runs"], lambda v: v <= 1.3)
         for name, desc in [("orderly", "orderly"), ("keyord", "key-ordered"),
                            ("orderlysync", "orderly, sync"), ("keyordsync", "key-ordered, sync")]:
             o = after[name]

@@ -9,7 +9,8 @@ use bytes::Bytes;
 
 use crate::error::{Error, ProtocolError, RequestCode, ResponseCode, Result};
 use crate::filter::TagExpression;
-use crate::message::{decode_messages, MessageExt, MessageQueue};
+use crate::message::decode::decode_messages_of;
+use crate::message::{MessageExt, MessageQueue};
 use crate::protocol::body::{
     encode_json, LockBatchRequestBody, SubscriptionData, UnlockBatchRequestBody,
 };
@@ -329,18 +330,17 @@ pub(crate) fn decode_pulled(
         return Ok((Vec::new(), 0));
     }
     // Filtered and completed in place: the decoded records are never moved again.
-    let mut messages = decode_messages(body.clone())?;
+    let broker: std::sync::Arc<str> = std::sync::Arc::from(queue.broker_name.as_str());
+    let mut messages = decode_messages_of(body.clone(), &broker)?;
     let unfiltered = messages.len();
     let expression = &subscription.expression;
     if !expression.is_all() {
         messages.retain(|message| expression.matches_tags(message.tags()));
     }
-    let broker: std::sync::Arc<str> = std::sync::Arc::from(queue.broker_name.as_str());
-    for message in &mut messages {
-        if let Some(delta) = offset_delta {
+    if let Some(delta) = offset_delta {
+        for message in &mut messages {
             message.queue_offset += delta;
         }
-        message.broker_name = broker.clone();
     }
     Ok((messages, unfiltered))
 }

@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 use super::compression::{decompress, CompressionType};
 use super::model::{Message, MessageExt};
@@ -165,7 +166,7 @@ fn slice_of(whole: &Bytes, start: usize, len: usize) -> Bytes {
 /// UTF-8 in the topic or properties, or a body that does not decompress.
 pub fn decode_message(buf: &mut Bytes) -> Result<MessageExt, ProtocolError> {
     let mut out = Vec::with_capacity(1);
-    let next = decode_into(buf, 0, &mut out)?;
+    let next = decode_into(buf, 0, &crate::message::model::no_broker(), &mut out)?;
     *buf = buf.slice(next.min(buf.len())..);
     out.pop().ok_or_else(|| truncated("record"))
 }
@@ -175,6 +176,7 @@ pub fn decode_message(buf: &mut Bytes) -> Result<MessageExt, ProtocolError> {
 fn decode_into(
     whole: &Bytes,
     start: usize,
+    broker_name: &Arc<str>,
     out: &mut Vec<MessageExt>,
 ) -> Result<usize, ProtocolError> {
     let (store_size, record_end) = record_end(whole, start)?;
@@ -244,7 +246,7 @@ fn decode_into(
             properties,
             body,
         },
-        broker_name: crate::message::model::no_broker(),
+        broker_name: Arc::clone(broker_name),
         queue_id,
         store_size,
         queue_offset,
@@ -302,11 +304,20 @@ pub(crate) fn count_records(body: &[u8]) -> usize {
 /// assert_eq!(&decoded[0].body()[..], b"hello");
 /// ```
 pub fn decode_messages(body: Bytes) -> Result<Vec<MessageExt>, ProtocolError> {
+    decode_messages_of(body, &crate::message::model::no_broker())
+}
+
+/// [`decode_messages`] for messages of the broker `broker_name`, set as they are decoded
+/// (one count up each, instead of an empty name's and then the broker's).
+pub(crate) fn decode_messages_of(
+    body: Bytes,
+    broker_name: &Arc<str>,
+) -> Result<Vec<MessageExt>, ProtocolError> {
     // A typical 128-byte message makes a ~300-byte record; over-reserving is cheap.
     let mut messages = Vec::with_capacity(body.len() / 200 + 1);
     let mut pos = 0;
     while pos < body.len() {
-        pos = decode_into(&body, pos, &mut messages)?;
+        pos = decode_into(&body, pos, broker_name, &mut messages)?;
         let unwrap = messages
             .last()
             .is_some_and(|m| sys_flag::needs_unwrap(m.sys_flag));
