@@ -27,10 +27,10 @@ use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterCo
 use crate::actors::connection::ServerRequest;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
-    AnyListener, AsyncFnListener, ConsumeContext, ConsumeDispatcher, ConsumeHooks, ConsumeMessages,
-    ConsumeOrderly, ConsumeStatus, FnListener, FnOrderlyListener, MessageListener, Messages,
-    OrderlyListener, OwnedListener, OwnedOrderlyListener, RecipientListener,
-    RecipientOrderlyListener, SyncFnListener, SyncFnOrderlyListener,
+    AnyListener, AsyncFnListener, AsyncFnOrderlyListener, ConsumeContext, ConsumeDispatcher,
+    ConsumeHooks, ConsumeMessages, ConsumeOrderly, ConsumeStatus, FnListener, FnOrderlyListener,
+    MessageListener, Messages, OrderlyListener, OwnedListener, OwnedOrderlyListener,
+    RecipientListener, RecipientOrderlyListener, SyncFnListener, SyncFnOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -726,6 +726,47 @@ impl PushConsumerBuilder {
     /// Delivers orderly batches to an actor as [`ConsumeOrderly`].
     pub fn orderly_listener_actor(self, recipient: Recipient<ConsumeOrderly>) -> Self {
         self.orderly_listener(RecipientOrderlyListener(recipient))
+    }
+
+    /// An async closure orderly listener that borrows the batch and the context:
+    /// `async |messages, ctx| { ... }` returns the status, as [`OrderlyListener::consume`]
+    /// does (see [`listener_async`](Self::listener_async) for what borrowing saves). One call
+    /// per queue at a time (or per key with [`key_ordered`](Self::key_ordered)); a panic in it
+    /// suspends the queue and the batch comes back, as
+    /// [`OrderlyStatus::SuspendCurrentQueueAMoment`] does.
+    ///
+    /// ```no_run
+    /// use rocketmq_actor::consumer::OrderlyStatus;
+    /// use rocketmq_actor::PushConsumer;
+    ///
+    /// # async fn apply(_body: &[u8]) -> std::io::Result<()> { Ok(()) }
+    /// # async fn run() -> rocketmq_actor::Result<()> {
+    /// let consumer = PushConsumer::builder()
+    ///     .namesrv_addr("127.0.0.1:9876")
+    ///     .group("ledger")
+    ///     .subscribe("account_events", "*")
+    ///     .orderly_listener_async(async |messages, _ctx| {
+    ///         for m in messages {
+    ///             if apply(&m.message.body).await.is_err() {
+    ///                 return OrderlyStatus::SuspendCurrentQueueAMoment; // the batch again
+    ///             }
+    ///         }
+    ///         OrderlyStatus::Success
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// consumer.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn orderly_listener_async<F>(mut self, f: F) -> Self
+    where
+        F: AsyncFn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+    {
+        self.listener = Some(SendListener::OrderlyOwned(Box::new(
+            AsyncFnOrderlyListener(f),
+        )));
+        self.config.consume_mode = ConsumeMode::Orderly;
+        self
     }
 
     /// With an orderly listener: order per key (`__SHARDINGKEY`, else the first of KEYS)

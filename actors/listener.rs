@@ -728,7 +728,8 @@ where
 pub(crate) trait OwnedOrderlyListener: OrderlyListener {
     /// Runs `run`'s chain of calls, one after another while each finishes on its first poll,
     /// in a loop compiled for this listener's type (see [`ConsumeDispatcher::run_orderly_chain`]).
-    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop;
+    /// The listener comes as an `Rc`, as in [`OwnedListener::run_owned`].
+    fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop;
 }
 
 /// The settings a by-value orderly call started with (`auto_commit`, `suspend_time`, queue
@@ -832,7 +833,7 @@ where
     F: Fn(Messages, OrderlyContext) -> Fut + Send + 'static,
     Fut: Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
 {
-    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+    fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
         run_chain_in_spare(run, |messages, context| (self.0)(messages, context))
     }
 }
@@ -859,7 +860,7 @@ where
     /// Every call finishes at once: the chain runs in a plain loop, no future and no call
     /// memory per call, and lends one context to each call in turn (readied again between
     /// calls), as the concurrent synchronous loop does.
-    fn run_chain(&self, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+    fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
         let mut lent: Option<OrderlyContext> = None;
         while let Some(batch) = run.next.take() {
             if !hold_permit(run.held, run.permits) {
@@ -893,6 +894,144 @@ where
         }
         OrderlyRunStop::Done
     }
+}
+
+/// An orderly listener made of an async closure that borrows the batch and the context, as
+/// [`OrderlyListener::consume`] does (see
+/// [`PushConsumerBuilder::orderly_listener_async`](crate::PushConsumerBuilder::orderly_listener_async)).
+pub(crate) struct AsyncFnOrderlyListener<F>(pub F);
+
+#[async_trait::async_trait(?Send)]
+impl<F> OrderlyListener for AsyncFnOrderlyListener<F>
+where
+    F: AsyncFn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+{
+    async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
+        (self.0)(messages, ctx).await
+    }
+}
+
+/// What the calls of one chain of an [`AsyncFnOrderlyListener`] share: the listener and the
+/// context lent to each call in turn (see [`BorrowedRun`]). Each call's future owns its batch.
+struct BorrowedChain<F> {
+    listener: Rc<AsyncFnOrderlyListener<F>>,
+    /// Lent to one call at a time: a call that waits ends the chain and keeps this state.
+    context: std::cell::RefCell<OrderlyContext>,
+}
+
+impl<F> BorrowedChain<F> {
+    /// Takes the context out, leaving one that allocates nothing.
+    fn take_context(&self) -> OrderlyContext {
+        let empty = OrderlyContext {
+            queue: MessageQueue {
+                topic: String::new(),
+                broker_name: String::new(),
+                queue_id: 0,
+            },
+            auto_commit: true,
+            suspend_time: Duration::ZERO,
+        };
+        std::mem::replace(&mut *self.context.borrow_mut(), empty)
+    }
+}
+
+/// One call of an [`AsyncFnOrderlyListener`] over `batch`.
+// As in `borrowed_call`: nothing else borrows the context while the call waits.
+#[allow(clippy::await_holding_refcell_ref)]
+async fn borrowed_orderly_call<F>(chain: Rc<BorrowedChain<F>>, batch: Messages) -> OrderlyStatus
+where
+    F: AsyncFn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus,
+{
+    let mut context = chain.context.borrow_mut();
+    (chain.listener.0)(&batch, &mut context).await
+}
+
+impl<F> OwnedOrderlyListener for AsyncFnOrderlyListener<F>
+where
+    F: AsyncFn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+{
+    /// The loop of [`run_chain_in_spare`], with calls that borrow their context from the
+    /// chain's shared state instead of taking it by value.
+    fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+        run_borrowing_chain(self, run, borrowed_orderly_call::<F>)
+    }
+}
+
+/// The loop of [`AsyncFnOrderlyListener::run_chain`], its calls' futures of type `Fut`
+/// started by `start`.
+#[inline]
+fn run_borrowing_chain<F, Fut>(
+    listener: Rc<AsyncFnOrderlyListener<F>>,
+    run: &mut OrderlyRun<'_, '_>,
+    start: impl Fn(Rc<BorrowedChain<F>>, Messages) -> Fut,
+) -> OrderlyRunStop
+where
+    F: 'static,
+    Fut: Future<Output = OrderlyStatus> + 'static,
+{
+    let mut slot = slot_from::<Fut>(run.spare);
+    let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut shared: Option<Rc<BorrowedChain<F>>> = None;
+    while let Some(batch) = run.next.take() {
+        if !hold_permit(run.held, run.permits) {
+            if let Some(shared) = shared {
+                run.chain.recycle(shared.take_context());
+            }
+            *run.spare = Some(slot);
+            return OrderlyRunStop::NoPermit(batch);
+        }
+        let chain = match &shared {
+            Some(chain) => {
+                run.chain.reset_lent(&mut chain.context.borrow_mut());
+                chain
+            }
+            None => shared.insert(Rc::new(BorrowedChain {
+                listener: Rc::clone(&listener),
+                context: std::cell::RefCell::new(run.chain.context()),
+            })),
+        };
+        let defaults = {
+            let context = chain.context.borrow();
+            (
+                context.auto_commit,
+                context.suspend_time,
+                context.queue.queue_id,
+            )
+        };
+        // Set before the call: the closure itself may panic, not only its future.
+        run.current = Some((BatchSpan::of(&batch), defaults));
+        let polled = poll_first(&mut slot, start(Rc::clone(chain), batch), &mut poll_context);
+        let Some((span, defaults)) = run.current.take() else {
+            break;
+        };
+        match polled {
+            Some(status) => {
+                let context = chain.context.borrow();
+                run.next = run.chain.finished_lending_call(span, status, &context);
+            }
+            None => {
+                // The call keeps the chain's state (and its context) until it finishes.
+                let batch = run.chain.batch_of(span);
+                let chain = Rc::clone(chain);
+                let mut slot: CallSlot<Fut> = *slot;
+                let call = Box::pin(async move {
+                    let status = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
+                        Some(call) => call.poll(cx),
+                        // Not reached: the slot holds the call until it is dropped.
+                        None => std::task::Poll::Pending,
+                    })
+                    .await;
+                    (status, chain.take_context())
+                });
+                return OrderlyRunStop::Pending(batch, defaults, call);
+            }
+        }
+    }
+    if let Some(shared) = shared {
+        run.chain.recycle(shared.take_context());
+    }
+    *run.spare = Some(slot);
+    OrderlyRunStop::Done
 }
 
 /// The message an actor receives when it is the orderly listener.
@@ -1471,7 +1610,8 @@ impl ConsumeDispatcher {
             spare: &mut spare,
             current: None,
         };
-        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| listener.run_chain(&mut run)));
+        let ran =
+            std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(listener).run_chain(&mut run)));
         let current = run.current.take();
         let OrderlyRun { chain, held, .. } = run;
         let ended = match ran {

@@ -440,6 +440,73 @@ async fn an_async_key_ordered_listener_gets_a_fresh_context_per_call() {
     an_async_orderly_listener_gets_a_fresh_context_per_call(true).await;
 }
 
+/// A borrowing async orderly listener (queue- or key-ordered) whose every call changes its
+/// context and whose calls over every third message wait: `3` panics and `6` suspends after
+/// waiting, on their first delivery. Every call must start with the defaults, and each failed
+/// call must come back at once, before the next.
+async fn a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspends(
+    key_ordered: bool,
+) {
+    let topic = if key_ordered {
+        "BorrowKeys"
+    } else {
+        "BorrowQueue"
+    };
+    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
+    // (seq, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(usize, i32, bool)>();
+    let default_suspend = Duration::from_millis(20);
+    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
+        .key_ordered(key_ordered)
+        .configure(|c| c.suspend_current_queue_time = default_suspend)
+        .orderly_listener_async(async move |messages, ctx| {
+            let fresh = ctx.suspend_time == default_suspend
+                && ctx.auto_commit
+                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
+            ctx.suspend_time = Duration::from_millis(10);
+            ctx.queue.topic.push_str("-changed");
+            ctx.queue.queue_id = 99;
+            let (_, seq) = key_and_seq(&messages[0]);
+            let first_delivery = messages[0].reconsume_times == 0;
+            if seq % 3 == 0 {
+                tokio::task::yield_now().await;
+            }
+            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
+            match seq {
+                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
+                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
+                _ => OrderlyStatus::Success,
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let seen = receive(&mut rx, 12).await;
+    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
+    let order: Vec<(usize, i32)> = seen.iter().map(|(seq, times, _)| (*seq, *times)).collect();
+    let expected: Vec<(usize, i32)> = (0..10)
+        .flat_map(|seq| {
+            let again = (seq == 3 || seq == 6).then_some((seq, 1));
+            std::iter::once((seq, 0)).chain(again)
+        })
+        .collect();
+    assert_eq!(order, expected);
+    let stats = consumer.stats().await;
+    assert_eq!((stats.consumed_ok, stats.consumed_failed), (10, 2));
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_borrowing_orderly_listener_keeps_queue_order_through_waits_panics_and_suspends() {
+    a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspends(false).await;
+}
+
+#[actix_rt::test]
+async fn a_borrowing_key_ordered_listener_keeps_key_order_through_waits_panics_and_suspends() {
+    a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspends(true).await;
+}
+
 #[actix_rt::test]
 async fn rollback_without_auto_commit_replays_since_the_last_commit() {
     let (cluster, namesrv) = cluster_with_keyed("Rollback", 1, 6, 1).await;
