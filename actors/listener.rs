@@ -410,14 +410,28 @@ fn slot_from<Fut: 'static>(spare: &mut Option<SpareCall>) -> Box<CallSlot<Fut>> 
 }
 
 /// The call in `slot`, which did not finish on its first poll, to poll to the end.
-fn running_in<Fut: Future + 'static>(mut slot: CallSlot<Fut>) -> RunningCall<Fut::Output> {
-    Box::pin(std::future::poll_fn(move |cx| {
-        match slot.as_mut().as_pin_mut() {
+fn running_in<Fut: Future + 'static>(slot: CallSlot<Fut>) -> RunningCall<Fut::Output> {
+    running_then(slot, |output| output)
+}
+
+/// The call in `slot`, which did not finish on its first poll, to poll to the end, its
+/// output passed through `then`.
+fn running_then<Fut, T>(
+    mut slot: CallSlot<Fut>,
+    then: impl FnOnce(Fut::Output) -> T + 'static,
+) -> RunningCall<T>
+where
+    Fut: Future + 'static,
+{
+    Box::pin(async move {
+        let output = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
             Some(call) => call.poll(cx),
             // Not reached: the slot holds the call until it is dropped.
             None => std::task::Poll::Pending,
-        }
-    }))
+        })
+        .await;
+        then(output)
+    })
 }
 
 impl<F, Fut> OwnedListener for FnListener<F>
@@ -579,16 +593,7 @@ where
             }
             None => {
                 // The call keeps the run state (and its context) until it finishes.
-                let mut slot: CallSlot<Fut> = *slot;
-                let call = Box::pin(async move {
-                    let status = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
-                        Some(call) => call.poll(cx),
-                        // Not reached: the slot holds the call until it is dropped.
-                        None => std::task::Poll::Pending,
-                    })
-                    .await;
-                    (status, shared.take_context())
-                });
+                let call = running_then(*slot, move |status| (status, shared.take_context()));
                 return RunStop::Pending(range, queue_id, call);
             }
         }
@@ -1013,16 +1018,7 @@ where
                 // The call keeps the chain's state (and its context) until it finishes.
                 let batch = run.chain.batch_of(span);
                 let chain = Rc::clone(chain);
-                let mut slot: CallSlot<Fut> = *slot;
-                let call = Box::pin(async move {
-                    let status = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
-                        Some(call) => call.poll(cx),
-                        // Not reached: the slot holds the call until it is dropped.
-                        None => std::task::Poll::Pending,
-                    })
-                    .await;
-                    (status, chain.take_context())
-                });
+                let call = running_then(*slot, move |status| (status, chain.take_context()));
                 return OrderlyRunStop::Pending(batch, defaults, call);
             }
         }
