@@ -777,7 +777,9 @@ impl PushConsumerBuilder {
     }
 
     /// A closure listener: gets the batch and the context by value, returns the status and the
-    /// context.
+    /// context. The batch is the closure's to keep (move it into a task, send it on); one that
+    /// only reads it during the call is cheaper as [`listener_async`](Self::listener_async),
+    /// which lends it.
     pub fn listener_fn<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Messages, ConsumeContext) -> Fut + Send + 'static,

@@ -330,36 +330,30 @@ async fn a_panicking_key_ordered_listener_is_suspended_and_the_key_goes_on() {
     a_panicking_orderly_listener_is_suspended_and_goes_on(true).await;
 }
 
-async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_ordered: bool) {
-    let topic = if key_ordered { "SyncKeys" } else { "SyncQueue" };
-    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
-    // (seq, reconsume times, whether the call's context started with the defaults).
-    let (tx, mut rx) = unbounded_channel::<(usize, i32, bool)>();
-    let default_suspend = Duration::from_millis(20);
-    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
-        .key_ordered(key_ordered)
-        .configure(|c| c.suspend_current_queue_time = default_suspend)
-        .orderly_listener_sync_fn(move |messages, ctx| {
-            let fresh = ctx.suspend_time == default_suspend
-                && ctx.auto_commit
-                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
-            // What one call leaves in its context must not reach the next.
-            ctx.suspend_time = Duration::from_millis(10);
-            ctx.queue.topic.push_str("-changed");
-            ctx.queue.queue_id = 99;
-            let (_, seq) = key_and_seq(&messages[0]);
-            let first_delivery = messages[0].reconsume_times == 0;
-            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
-            match seq {
-                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
-                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
-                _ => OrderlyStatus::Success,
-            }
-        })
-        .start()
-        .await
-        .unwrap();
-    let seen = receive(&mut rx, 12).await;
+/// Whether an orderly call's context starts with the defaults (`default_suspend`, auto-commit,
+/// queue 0 of `topic`); then changes all of it, which must not reach the next call.
+fn started_fresh_then_changed(
+    ctx: &mut OrderlyContext,
+    default_suspend: Duration,
+    topic: &str,
+) -> bool {
+    let fresh = ctx.suspend_time == default_suspend
+        && ctx.auto_commit
+        && ctx.queue == MessageQueue::new(topic, BROKER, 0);
+    ctx.suspend_time = Duration::from_millis(10);
+    ctx.queue.topic.push_str("-changed");
+    ctx.queue.queue_id = 99;
+    fresh
+}
+
+/// What an orderly listener reporting (seq, reconsume times, whether its context started
+/// fresh) saw of seq 0..10 when its calls failed on the first delivery of 3 and of 6: every
+/// call started fresh, and each failed call came back at once, before the next.
+async fn expect_fresh_calls_and_failures_at_3_and_6(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, i32, bool)>,
+    consumer: &PushConsumer,
+) {
+    let seen = receive(rx, 12).await;
     assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
     let order: Vec<(usize, i32)> = seen.iter().map(|(seq, times, _)| (*seq, *times)).collect();
     let expected: Vec<(usize, i32)> = (0..10)
@@ -374,6 +368,32 @@ async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_o
     );
     let stats = consumer.stats().await;
     assert_eq!((stats.consumed_ok, stats.consumed_failed), (10, 2));
+}
+
+async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_ordered: bool) {
+    let topic = if key_ordered { "SyncKeys" } else { "SyncQueue" };
+    let (cluster, namesrv) = cluster_with_keyed(topic, 1, 10, 1).await;
+    // (seq, reconsume times, whether the call's context started with the defaults).
+    let (tx, mut rx) = unbounded_channel::<(usize, i32, bool)>();
+    let default_suspend = Duration::from_millis(20);
+    let consumer = from_first_offset(&namesrv, &format!("{topic}_group"), topic, "*")
+        .key_ordered(key_ordered)
+        .configure(|c| c.suspend_current_queue_time = default_suspend)
+        .orderly_listener_sync_fn(move |messages, ctx| {
+            let fresh = started_fresh_then_changed(ctx, default_suspend, topic);
+            let (_, seq) = key_and_seq(&messages[0]);
+            let first_delivery = messages[0].reconsume_times == 0;
+            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
+            match seq {
+                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
+                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
+                _ => OrderlyStatus::Success,
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    expect_fresh_calls_and_failures_at_3_and_6(&mut rx, &consumer).await;
     consumer.shutdown().await;
     cluster.shutdown().await;
 }
@@ -403,12 +423,7 @@ async fn an_async_orderly_listener_gets_a_fresh_context_per_call(key_ordered: bo
         .key_ordered(key_ordered)
         .configure(|c| c.suspend_current_queue_time = default_suspend)
         .orderly_listener_fn(move |messages: Messages, mut ctx: OrderlyContext| {
-            let fresh = ctx.suspend_time == default_suspend
-                && ctx.auto_commit
-                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
-            ctx.suspend_time = Duration::from_millis(10);
-            ctx.queue.topic.push_str("-changed");
-            ctx.queue.queue_id = 99;
+            let fresh = started_fresh_then_changed(&mut ctx, default_suspend, topic);
             let (_, seq) = key_and_seq(&messages[0]);
             let _ = tx.send((seq, fresh));
             let status = if seq == 6 && messages[0].reconsume_times == 0 {
@@ -460,12 +475,7 @@ async fn a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspe
         .key_ordered(key_ordered)
         .configure(|c| c.suspend_current_queue_time = default_suspend)
         .orderly_listener_async(async move |messages, ctx| {
-            let fresh = ctx.suspend_time == default_suspend
-                && ctx.auto_commit
-                && ctx.queue == MessageQueue::new(topic, BROKER, 0);
-            ctx.suspend_time = Duration::from_millis(10);
-            ctx.queue.topic.push_str("-changed");
-            ctx.queue.queue_id = 99;
+            let fresh = started_fresh_then_changed(ctx, default_suspend, topic);
             let (_, seq) = key_and_seq(&messages[0]);
             let first_delivery = messages[0].reconsume_times == 0;
             if seq % 3 == 0 {
@@ -481,18 +491,7 @@ async fn a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspe
         .start()
         .await
         .unwrap();
-    let seen = receive(&mut rx, 12).await;
-    assert!(seen.iter().all(|(_, _, fresh)| *fresh), "{seen:?}");
-    let order: Vec<(usize, i32)> = seen.iter().map(|(seq, times, _)| (*seq, *times)).collect();
-    let expected: Vec<(usize, i32)> = (0..10)
-        .flat_map(|seq| {
-            let again = (seq == 3 || seq == 6).then_some((seq, 1));
-            std::iter::once((seq, 0)).chain(again)
-        })
-        .collect();
-    assert_eq!(order, expected);
-    let stats = consumer.stats().await;
-    assert_eq!((stats.consumed_ok, stats.consumed_failed), (10, 2));
+    expect_fresh_calls_and_failures_at_3_and_6(&mut rx, &consumer).await;
     consumer.shutdown().await;
     cluster.shutdown().await;
 }

@@ -490,10 +490,7 @@ async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_pani
     let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
     let consumer = from_first_offset(&namesrv, "sync_group", "SyncListener", "*")
         .listener_sync_fn(move |messages, ctx| {
-            // (Retried messages come from the group's retry topic.)
-            let fresh = ctx.ack_index.is_none()
-                && ctx.delay_level == 0
-                && ["SyncListener", "%RETRY%sync_group"].contains(&ctx.queue.topic.as_str());
+            let fresh = starts_fresh(ctx, "SyncListener", "sync_group");
             // What one call leaves in its context must not reach the next.
             ctx.queue.topic = "changed by the listener".into();
             ctx.ack_index = messages.len().checked_sub(1);
@@ -518,6 +515,14 @@ async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_pani
     expect_fresh_contexts_and_retries(&mut rx, &consumer, &["m2", "m5"]).await;
     consumer.shutdown().await;
     cluster.shutdown().await;
+}
+
+/// Whether a listener call's context starts with the defaults: no `ack_index`, delay level 0,
+/// and the queue of `topic` or of `group`'s retry topic (retried messages come from there).
+fn starts_fresh(ctx: &ConsumeContext, topic: &str, group: &str) -> bool {
+    ctx.ack_index.is_none()
+        && ctx.delay_level == 0
+        && (ctx.queue.topic == topic || ctx.queue.topic == format!("%RETRY%{group}"))
 }
 
 /// What a listener reporting (body, reconsume times, whether its context started with the
@@ -557,10 +562,7 @@ async fn a_closure_listener_gets_a_fresh_context_per_call_whatever_the_last_call
     let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
     let consumer = from_first_offset(&namesrv, "fn_group", "FnListener", "*")
         .listener_fn(move |messages, mut ctx| {
-            // (Retried messages come from the group's retry topic.)
-            let fresh = ctx.ack_index.is_none()
-                && ctx.delay_level == 0
-                && ["FnListener", "%RETRY%fn_group"].contains(&ctx.queue.topic.as_str());
+            let fresh = starts_fresh(&ctx, "FnListener", "fn_group");
             let mut status = ConsumeStatus::Success;
             for m in &messages {
                 let body = text(m);
@@ -596,10 +598,7 @@ async fn a_borrowing_async_listener_gets_a_fresh_context_per_call_through_waits_
     let (tx, mut rx) = unbounded_channel::<(String, i32, bool)>();
     let consumer = from_first_offset(&namesrv, "async_group", "AsyncListener", "*")
         .listener_async(async move |messages, ctx| {
-            // (Retried messages come from the group's retry topic.)
-            let fresh = ctx.ack_index.is_none()
-                && ctx.delay_level == 0
-                && ["AsyncListener", "%RETRY%async_group"].contains(&ctx.queue.topic.as_str());
+            let fresh = starts_fresh(ctx, "AsyncListener", "async_group");
             // What one call leaves in its context must not reach the next.
             ctx.queue.topic = "changed by the listener".into();
             let mut status = ConsumeStatus::Success;
