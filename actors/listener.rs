@@ -282,9 +282,7 @@ pub(crate) struct OwnedRun<'r, 's> {
     calls: &'r mut CallRanges,
     /// Where finished calls go and contexts come from.
     sink: &'r mut RunSink<'s>,
-    /// The permit kept between the calls of the run (see
-    /// [`ConsumeDispatcher::consume_run`]).
-    held: &'r mut Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The consumer's listener permits (see [`may_start_call`]).
     permits: &'r Arc<Semaphore>,
     /// The memory of an earlier call that finished at once.
     spare: &'r mut Option<SpareCall>,
@@ -299,7 +297,7 @@ pub(crate) enum RunStop {
     /// No permit was free for the call over this range, which has not started.
     NoPermit(std::ops::Range<usize>),
     /// The call over this range (queue id beside it) did not finish on its first poll; it
-    /// holds the run's permit.
+    /// takes the free permit ([`permit_for_waiting_call`]).
     Pending(
         std::ops::Range<usize>,
         i32,
@@ -307,27 +305,22 @@ pub(crate) enum RunStop {
     ),
 }
 
-/// Whether the next call of a run may start: the run holds a permit, or one is free. A free
-/// permit means nobody waits for one (released permits go to waiters first), so starting
-/// now keeps the first-come-first-served order. The call takes no permit yet: most calls
-/// finish on their first poll, before anything else runs on this thread, and never overlap
-/// another; only one that waits takes the permit ([`permit_for_waiting_call`]), which is
-/// still free then. This saves each run a count down and up of the semaphore, whose release
-/// takes its lock.
+/// Whether the next call of a run may start: a permit is free. A free permit means nobody
+/// waits for one (released permits go to waiters first), so starting now keeps the
+/// first-come-first-served order. The call takes no permit yet: most calls finish on their
+/// first poll, before anything else runs on this thread, and never overlap another; only one
+/// that waits takes the permit ([`permit_for_waiting_call`]), which is still free then. This
+/// saves each run a count down and up of the semaphore, whose release takes its lock.
 #[inline]
-fn hold_permit(held: &Option<tokio::sync::OwnedSemaphorePermit>, permits: &Semaphore) -> bool {
-    held.is_some() || permits.available_permits() > 0
+fn may_start_call(permits: &Semaphore) -> bool {
+    permits.available_permits() > 0
 }
 
-/// The permit for a call that did not finish on its first poll: the run's, or the free one
-/// [`hold_permit`] saw. `None` only if something took that one during the poll (nothing
-/// else runs on the consumer's thread then); the call runs on without one.
-fn permit_for_waiting_call(
-    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
-    permits: &Arc<Semaphore>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    held.take()
-        .or_else(|| permits.clone().try_acquire_owned().ok())
+/// The permit for a call that did not finish on its first poll: the free one
+/// [`may_start_call`] saw. `None` only if something took it during the poll (nothing else
+/// runs on the consumer's thread then); the call runs on without one.
+fn permit_for_waiting_call(permits: &Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    permits.clone().try_acquire_owned().ok()
 }
 
 /// The loop of [`OwnedListener::run_owned`] for a listener whose calls are futures of type
@@ -347,7 +340,7 @@ where
     // coming out of them for every call.
     let mut context = run.sink.context();
     for range in run.calls.by_ref() {
-        if !hold_permit(run.held, run.permits) {
+        if !may_start_call(run.permits) {
             run.sink.recycle(context);
             *run.spare = Some(slot);
             return RunStop::NoPermit(range);
@@ -469,7 +462,7 @@ where
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
         for range in run.calls.by_ref() {
-            if !hold_permit(run.held, run.permits) {
+            if !may_start_call(run.permits) {
                 run.sink.recycle(context);
                 return RunStop::NoPermit(range);
             }
@@ -572,7 +565,7 @@ where
     });
     let queue_id = shared.context.borrow().queue.queue_id;
     for range in run.calls.by_ref() {
-        if !hold_permit(run.held, run.permits) {
+        if !may_start_call(run.permits) {
             run.sink.recycle(shared.take_context());
             *run.spare = Some(slot);
             return RunStop::NoPermit(range);
@@ -748,8 +741,7 @@ pub(crate) struct OrderlyRun<'c, 'r> {
     chain: &'r mut OrderlyChain<'c>,
     /// The batch to call next; `None` once the chain has ended.
     next: Option<Messages>,
-    /// The permit the chain's calls run under (taken once, kept between calls).
-    held: &'r mut Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The consumer's listener permits (see [`may_start_call`]).
     permits: &'r Arc<Semaphore>,
     /// The memory of an earlier call that finished at once.
     spare: &'r mut Option<SpareCall>,
@@ -764,7 +756,8 @@ pub(crate) enum OrderlyRunStop {
     Done,
     /// No permit was free for this batch's call, which has not started.
     NoPermit(Messages),
-    /// This batch's call did not finish on its first poll; it holds the chain's permit.
+    /// This batch's call did not finish on its first poll; it takes the free permit
+    /// ([`permit_for_waiting_call`]).
     Pending(
         Messages,
         OrderlyDefaults,
@@ -788,7 +781,7 @@ where
     // synchronous loop, rather than going back to the queue's spares.
     let mut returned: Option<OrderlyContext> = None;
     while let Some(batch) = run.next.take() {
-        if !hold_permit(run.held, run.permits) {
+        if !may_start_call(run.permits) {
             if let Some(context) = returned {
                 run.chain.recycle(context);
             }
@@ -868,7 +861,7 @@ where
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
         let mut lent: Option<OrderlyContext> = None;
         while let Some(batch) = run.next.take() {
-            if !hold_permit(run.held, run.permits) {
+            if !may_start_call(run.permits) {
                 if let Some(context) = lent {
                     run.chain.recycle(context);
                 }
@@ -978,7 +971,7 @@ where
     let mut poll_context = std::task::Context::from_waker(std::task::Waker::noop());
     let mut shared: Option<Rc<BorrowedChain<F>>> = None;
     while let Some(batch) = run.next.take() {
-        if !hold_permit(run.held, run.permits) {
+        if !may_start_call(run.permits) {
             if let Some(shared) = shared {
                 run.chain.recycle(shared.take_context());
             }
@@ -1469,25 +1462,19 @@ impl ConsumeDispatcher {
     /// Calls finished at once are not timed: the caller times the run that began at
     /// `run_started` with two clock reads instead of two per call. Calls returned pending time
     /// themselves from `run_started`.
-    ///
-    /// `held` is a permit the caller keeps between the calls of one run (they follow each
-    /// other without the caller yielding, so nobody else could take it in between): a call
-    /// that finishes at once leaves its permit there for the next, saving the semaphore's
-    /// traffic per call. The caller drops it when the run ends.
     pub(crate) fn consume_run(
         &self,
         messages: &Arc<Vec<MessageExt>>,
         calls: &mut CallRanges,
         sink: &mut RunSink<'_>,
         run_started: Instant,
-        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Option<(Messages, PendingConsume)> {
         let owned = match (&self.listener, &self.owned, &self.hooks) {
             (AnyListener::Concurrent(_), Some(owned), None) => owned,
             _ => {
                 for range in calls.by_ref() {
                     let batch = Messages::slice(messages.clone(), range);
-                    match self.consume_one(&batch, sink.context(), run_started, held) {
+                    match self.consume_one(&batch, sink.context(), run_started) {
                         Ok(outcome) => sink.finished(batch, outcome),
                         Err(pending) => return Some((batch, pending)),
                     }
@@ -1501,7 +1488,6 @@ impl ConsumeDispatcher {
                 pull: messages,
                 calls: &mut *calls,
                 sink: &mut *sink,
-                held: &mut *held,
                 permits: &self.permits,
                 spare: &mut spare_call,
                 current: None,
@@ -1523,7 +1509,7 @@ impl ConsumeDispatcher {
                             let batch = Messages::slice(messages.clone(), range);
                             let pending = owned_pending(
                                 call,
-                                permit_for_waiting_call(held, &self.permits),
+                                permit_for_waiting_call(&self.permits),
                                 batch.clone(),
                                 queue_id,
                                 run_started,
@@ -1552,17 +1538,12 @@ impl ConsumeDispatcher {
         messages: &Messages,
         context: ConsumeContext,
         run_started: Instant,
-        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<ConsumeOutcome, PendingConsume> {
         let AnyListener::Concurrent(listener) = &self.listener else {
             return Err(Box::pin(self.consume_batch(messages.clone(), context)));
         };
-        let permit = match held.take() {
-            Some(permit) => permit,
-            None => match self.permits.clone().try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => return Err(Box::pin(self.consume_batch(messages.clone(), context))),
-            },
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Err(Box::pin(self.consume_batch(messages.clone(), context)));
         };
         let mut call: PendingConsume = Box::pin(run_concurrent(
             listener.clone(),
@@ -1592,7 +1573,6 @@ impl ConsumeDispatcher {
         first: Messages,
         chain: &mut OrderlyChain<'_>,
         run_started: Instant,
-        held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> std::result::Result<(), (Messages, PendingOrderly)> {
         let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
             return Err(self.waiting_orderly_call(first, chain));
@@ -1601,7 +1581,6 @@ impl ConsumeDispatcher {
         let mut run = OrderlyRun {
             chain,
             next: Some(first),
-            held,
             permits: &self.permits,
             spare: &mut spare,
             current: None,
@@ -1609,12 +1588,12 @@ impl ConsumeDispatcher {
         let ran =
             std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(listener).run_chain(&mut run)));
         let current = run.current.take();
-        let OrderlyRun { chain, held, .. } = run;
+        let OrderlyRun { chain, .. } = run;
         let ended = match ran {
             Ok(OrderlyRunStop::Done) => Ok(()),
             Ok(OrderlyRunStop::NoPermit(batch)) => Err(self.waiting_orderly_call(batch, chain)),
             Ok(OrderlyRunStop::Pending(batch, defaults, call)) => {
-                let permit = permit_for_waiting_call(held, &self.permits);
+                let permit = permit_for_waiting_call(&self.permits);
                 let pending = owned_orderly_pending(call, permit, batch.clone(), defaults);
                 Err((batch, pending))
             }

@@ -389,9 +389,6 @@ impl QueueActor {
 
     fn execute_rounds(&mut self, actions: Vec<QueueAction>, ctx: &mut Context<Self>) {
         let mut actions = actions;
-        // One listener permit serves every call that finishes at once, in every round; it is
-        // released when the last round ends.
-        let mut held_permit = None;
         // The end of the last timed round: the next round's calls begin there. The first
         // round's begin at the turn's reading when there is one (a pull's answer). The core's
         // wall-clock time comes from the same readings (at most one clock read per round).
@@ -403,7 +400,7 @@ impl QueueActor {
         // read per round, not two per call); their outcomes go to the core together, and what
         // it decides is carried out in the next round, so a pull's calls cost one buffer.
         loop {
-            let finished = self.execute_round(&mut actions, last_end, &mut held_permit, ctx);
+            let finished = self.execute_round(&mut actions, last_end, ctx);
             if finished.is_empty() {
                 self.finished_buffer = finished.calls;
                 self.finished_orderly_buffer = finished.orderly;
@@ -518,7 +515,6 @@ impl QueueActor {
         &mut self,
         actions: &mut Vec<QueueAction>,
         begun: Option<std::time::Instant>,
-        held_permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
         ctx: &mut Context<Self>,
     ) -> Finished {
         let mut finished = Finished {
@@ -556,7 +552,7 @@ impl QueueActor {
                 }
                 QueueAction::RecomputeOffset => self.recompute_offset(ctx),
                 QueueAction::ConsumeOrderly { batch, epoch } => {
-                    self.run_orderly(batch, epoch, ctx, &mut finished, held_permit)
+                    self.run_orderly(batch, epoch, ctx, &mut finished)
                 }
                 QueueAction::WakeKeysAfter { delay, due_ms } => {
                     ctx.run_later(delay, move |act, ctx| {
@@ -593,13 +589,11 @@ impl QueueActor {
                             calls: &mut finished.calls,
                             epoch,
                         };
-                        let Some((batch, pending)) = self.shared.dispatcher.consume_run(
-                            &messages,
-                            &mut calls,
-                            &mut sink,
-                            started,
-                            held_permit,
-                        ) else {
+                        let Some((batch, pending)) = self
+                            .shared
+                            .dispatcher
+                            .consume_run(&messages, &mut calls, &mut sink, started)
+                        else {
                             break;
                         };
                         // The listener's own log lines carry the consumer and queue.

@@ -212,7 +212,6 @@ impl QueueActor {
         epoch: u64,
         ctx: &mut Context<Self>,
         finished: &mut Finished,
-        held_permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
         if self.orderly_calls_left == 0 {
             // A yield, not a zero-length timer: tokio's timer would hold the queue until its
@@ -235,12 +234,10 @@ impl QueueActor {
             epoch,
             finished,
         };
-        let chained = shared.dispatcher.run_orderly_chain(
-            Messages::from(batch),
-            &mut chain,
-            run_started,
-            held_permit,
-        );
+        let chained =
+            shared
+                .dispatcher
+                .run_orderly_chain(Messages::from(batch), &mut chain, run_started);
         if let Err((batch, pending)) = chained {
             self.spawn_orderly(batch, epoch, pending, ctx);
         }
