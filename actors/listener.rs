@@ -106,7 +106,7 @@ pub struct Messages {
 /// it into a slice allocation), or an orderly batch already in a shared slice.
 #[derive(Clone)]
 enum SharedMessages {
-    Pull(Arc<Vec<MessageExt>>),
+    Pull(PullShare),
     Slice(Arc<[MessageExt]>),
 }
 
@@ -114,8 +114,108 @@ impl SharedMessages {
     #[inline]
     fn all(&self) -> &[MessageExt] {
         match self {
-            SharedMessages::Pull(messages) => messages,
+            SharedMessages::Pull(share) => share.messages(),
             SharedMessages::Slice(messages) => messages,
+        }
+    }
+}
+
+/// One count on a decoded pull, held by a [`Messages`] batch. Handing a by-value closure its
+/// batch would otherwise cost two atomic operations per call on the pull's count (up when
+/// the batch is made, down when the closure drops it), the largest cost of such a call.
+/// Within a run of calls ([`ParkedPull`]), a batch dropped on the consumer's thread parks
+/// its count instead, and the next call's batch takes it over: the count stays where it is.
+pub(crate) struct PullShare(Option<Arc<Vec<MessageExt>>>);
+
+impl PullShare {
+    /// The pull's messages (none only while the share is being dropped).
+    #[inline]
+    fn messages(&self) -> &[MessageExt] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// The pull.
+    #[inline]
+    fn pull(&self) -> Option<&Arc<Vec<MessageExt>>> {
+        self.0.as_ref()
+    }
+}
+
+impl Clone for PullShare {
+    fn clone(&self) -> Self {
+        PullShare(self.0.clone())
+    }
+}
+
+impl Drop for PullShare {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(pull) = self.0.take() {
+            park_or_release(pull);
+        }
+    }
+}
+
+thread_local! {
+    /// Whether a run of listener calls ([`ParkedPull`]) is under way on this thread.
+    static PARKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The count the last batch dropped during the run left (see [`PullShare`]).
+    static PARKED: std::cell::Cell<Option<Arc<Vec<MessageExt>>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Parks `pull`'s count when a run is under way on this thread, otherwise gives it up.
+#[inline]
+fn park_or_release(pull: Arc<Vec<MessageExt>>) {
+    if PARKING.get() {
+        // What was parked before goes after the cell is set, so that its drop cannot see
+        // the cell half-way.
+        let before = PARKED.replace(Some(pull));
+        drop(before);
+    } else {
+        drop(pull);
+    }
+}
+
+/// A run of listener calls over one pull on this thread, during which the batches the calls
+/// drop park their count on the pull for the next call's batch ([`PullShare`]). Ending the
+/// run (dropping this, also when a call panics) gives up whatever is still parked, so a pull
+/// is never kept past its run. Batches a call keeps past its run, or drops on another
+/// thread, release their count as any `Arc` does.
+pub(crate) struct ParkedPull {
+    /// Whether an outer run was already parking (runs do not nest, but should one, the outer
+    /// keeps parking when the inner ends).
+    outer: bool,
+}
+
+impl ParkedPull {
+    /// Starts parking on this thread.
+    #[inline]
+    pub(crate) fn begin() -> Self {
+        ParkedPull {
+            outer: PARKING.replace(true),
+        }
+    }
+
+    /// A count on `pull` for a new batch: the parked one when it is `pull`'s, otherwise a
+    /// new one (giving up a parked count on another pull).
+    #[inline]
+    pub(crate) fn share(&self, pull: &Arc<Vec<MessageExt>>) -> PullShare {
+        match PARKED.take() {
+            Some(parked) if Arc::ptr_eq(&parked, pull) => PullShare(Some(parked)),
+            other => {
+                drop(other);
+                PullShare(Some(pull.clone()))
+            }
+        }
+    }
+}
+
+impl Drop for ParkedPull {
+    fn drop(&mut self) {
+        if !self.outer {
+            PARKING.set(false);
+            drop(PARKED.take());
         }
     }
 }
@@ -124,10 +224,16 @@ impl Messages {
     /// The messages `range` of `shared` (clamped to its length).
     #[inline]
     pub(crate) fn slice(shared: Arc<Vec<MessageExt>>, range: std::ops::Range<usize>) -> Self {
-        let end = range.end.min(shared.len());
+        Self::of_share(PullShare(Some(shared)), range)
+    }
+
+    /// The messages `range` (clamped to its length) of the pull `share` counts on.
+    #[inline]
+    pub(crate) fn of_share(share: PullShare, range: std::ops::Range<usize>) -> Self {
+        let end = range.end.min(share.messages().len());
         let start = range.start.min(end);
         Messages {
-            shared: SharedMessages::Pull(shared),
+            shared: SharedMessages::Pull(share),
             start,
             end,
         }
@@ -142,7 +248,9 @@ impl Messages {
         range: &std::ops::Range<usize>,
     ) -> bool {
         let follows = match &self.shared {
-            SharedMessages::Pull(mine) => Arc::ptr_eq(mine, pull) && self.end == range.start,
+            SharedMessages::Pull(mine) => {
+                mine.pull().is_some_and(|mine| Arc::ptr_eq(mine, pull)) && self.end == range.start
+            }
             SharedMessages::Slice(_) => false,
         };
         if follows {
@@ -154,7 +262,7 @@ impl Messages {
     /// The pull this batch was cut from and where in it (`None` for an orderly batch).
     pub(crate) fn pull_part(&self) -> Option<PullPart<'_>> {
         match &self.shared {
-            SharedMessages::Pull(pull) => Some(PullPart {
+            SharedMessages::Pull(share) => share.pull().map(|pull| PullPart {
                 pull,
                 range: self.start..self.end,
             }),
@@ -339,6 +447,8 @@ where
     // listener's lent one is), rather than going back to the queue's spares and a fresh one
     // coming out of them for every call.
     let mut context = run.sink.context();
+    // Each call's batch takes over the count on the pull that the call before dropped.
+    let parked = ParkedPull::begin();
     for range in run.calls.by_ref() {
         if !may_start_call(run.permits) {
             run.sink.recycle(context);
@@ -347,7 +457,10 @@ where
         }
         let queue_id = context.queue.queue_id;
         run.current = Some((range.clone(), queue_id));
-        let call = start(Messages::slice(run.pull.clone(), range.clone()), context);
+        let call = start(
+            Messages::of_share(parked.share(run.pull), range.clone()),
+            context,
+        );
         let polled = poll_first(&mut slot, call, &mut poll_context);
         run.current = None;
         match polled {
@@ -1675,5 +1788,93 @@ impl ConsumeDispatcher {
                 elapsed: started.elapsed(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Messages, ParkedPull};
+    use crate::MessageExt;
+    use std::sync::Arc;
+
+    fn pull(offsets: std::ops::Range<i64>) -> Arc<Vec<MessageExt>> {
+        Arc::new(
+            offsets
+                .map(|offset| {
+                    let mut m = MessageExt::from(crate::message::Message::new("T", &b"x"[..]));
+                    m.queue_offset = offset;
+                    m
+                })
+                .collect(),
+        )
+    }
+
+    fn offsets(batch: &Messages) -> Vec<i64> {
+        batch.iter().map(|m| m.queue_offset).collect()
+    }
+
+    #[test]
+    fn a_run_hands_each_batch_its_own_messages_and_keeps_no_pull_past_its_end() {
+        let first = pull(0..4);
+        let second = pull(10..12);
+        let run = ParkedPull::begin();
+        let mut seen = Vec::new();
+        for range in [0..1, 1..3, 3..4] {
+            let batch = Messages::of_share(run.share(&first), range);
+            seen.push(offsets(&batch));
+            // Dropped within the run: its count waits for the next batch.
+        }
+        // A batch of another pull gives up the count parked on the first.
+        let other = Messages::of_share(run.share(&second), 0..2);
+        assert_eq!(Arc::strong_count(&first), 1);
+        seen.push(offsets(&other));
+        drop(other);
+        assert_eq!(Arc::strong_count(&second), 2, "parked until the run ends");
+        drop(run);
+        assert_eq!(Arc::strong_count(&second), 1, "the run's end releases it");
+        assert_eq!(seen, [vec![0], vec![1, 2], vec![3], vec![10, 11]]);
+    }
+
+    #[test]
+    fn batches_kept_past_their_run_or_sent_to_another_thread_stay_whole() {
+        let shared = pull(0..3);
+        let run = ParkedPull::begin();
+        let kept: Vec<Messages> = (0..3)
+            .map(|at| Messages::of_share(run.share(&shared), at..at + 1))
+            .collect();
+        drop(run);
+        assert_eq!(Arc::strong_count(&shared), 4);
+        let mut kept = kept.into_iter();
+        let sent = kept.next().expect("three batches");
+        let offsets_elsewhere = std::thread::spawn(move || {
+            let seen = offsets(&sent);
+            drop(sent);
+            seen
+        })
+        .join()
+        .expect("the thread ends");
+        assert_eq!(offsets_elsewhere, [0]);
+        assert_eq!(
+            kept.map(|batch| offsets(&batch)).collect::<Vec<_>>(),
+            [vec![1], vec![2]]
+        );
+        assert_eq!(Arc::strong_count(&shared), 1, "no count is left anywhere");
+    }
+
+    #[test]
+    fn a_panic_in_a_run_leaves_no_pull_parked_and_the_thread_parking_no_more() {
+        let shared = pull(0..2);
+        let panicked = std::panic::catch_unwind(|| {
+            let run = ParkedPull::begin();
+            let batch = Messages::of_share(run.share(&shared), 0..1);
+            assert_eq!(batch.len(), 1);
+            panic!("a listener panics");
+        });
+        assert!(panicked.is_err());
+        assert_eq!(Arc::strong_count(&shared), 1);
+        // Outside a run a dropped batch gives its count up at once.
+        let batch = Messages::slice(shared.clone(), 0..2);
+        drop(batch);
+        assert_eq!(Arc::strong_count(&shared), 1);
     }
 }

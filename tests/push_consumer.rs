@@ -737,3 +737,70 @@ async fn a_running_consumer_persists_what_it_consumed_with_each_periodic_persist
     cluster.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A by-value listener's batches share their pull's messages; within a run of calls, a batch
+/// the listener drops hands its count on the pull to the next call's batch. Batches a
+/// listener keeps, past its call and on another thread, must still hold their own messages.
+#[actix_rt::test]
+async fn batches_a_by_value_listener_keeps_or_sends_away_hold_their_own_messages() {
+    let cluster = fast_retry_cluster(1).await;
+    let namesrv = cluster.namesrv_addr();
+    send_numbered(&producer(&cluster), "KeptBatches", 0..200).await;
+    let (kept_tx, mut kept_rx) = unbounded_channel::<Messages>();
+    let (dropped_tx, mut dropped_rx) = unbounded_channel::<String>();
+    let consumer = from_first_offset(&namesrv, "kept_batches_group", "KeptBatches", "*")
+        .listener_fn(move |messages, ctx| {
+            let body = text(&messages[0]);
+            let number: usize = body[1..].parse().unwrap_or_default();
+            // Every third batch is kept (it leaves the call), the others are dropped in it.
+            if number % 3 == 0 {
+                let _ = kept_tx.send(messages);
+            } else {
+                let _ = dropped_tx.send(body);
+                drop(messages);
+            }
+            async move { (ConsumeStatus::Success, ctx) }
+        })
+        .start()
+        .await
+        .expect("consumer starts");
+    let kept_count = (0..200).filter(|n| n % 3 == 0).count();
+    let mut kept = Vec::new();
+    while kept.len() < kept_count {
+        let batch = tokio::time::timeout(Duration::from_secs(20), kept_rx.recv())
+            .await
+            .expect("every kept batch arrives")
+            .expect("the listener lives");
+        kept.push(batch);
+    }
+    let mut dropped = BTreeSet::new();
+    while dropped.len() < 200 - kept_count {
+        let body = tokio::time::timeout(Duration::from_secs(20), dropped_rx.recv())
+            .await
+            .expect("every other batch arrives")
+            .expect("the listener lives");
+        dropped.insert(body);
+    }
+    consumer.shutdown().await;
+    // Read on another thread, after every later call of the consumer has run.
+    let kept_bodies = std::thread::spawn(move || {
+        kept.iter()
+            .map(|batch| batch.iter().map(text).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .expect("the reader ends");
+    assert!(kept_bodies.iter().all(|bodies| bodies.len() == 1));
+    let kept_set: BTreeSet<String> = kept_bodies.into_iter().flatten().collect();
+    let expected_kept: BTreeSet<String> = (0..200)
+        .filter(|n| n % 3 == 0)
+        .map(|n| format!("m{n}"))
+        .collect();
+    assert_eq!(kept_set, expected_kept);
+    let expected_dropped: BTreeSet<String> = (0..200)
+        .filter(|n| n % 3 != 0)
+        .map(|n| format!("m{n}"))
+        .collect();
+    assert_eq!(dropped, expected_dropped);
+    cluster.shutdown().await;
+}
