@@ -380,8 +380,8 @@ impl QueueActor {
 
     /// Sets the queue's cache and lag gauges.
     fn report_gauges(&self) {
-        let cache = self.core.cache_stats();
-        self.metrics.cache(cache.count, cache.body_bytes);
+        let (count, body_bytes) = self.core.cached_amount();
+        self.metrics.cache(count, body_bytes);
         if let (Some(max), Some(committed)) = (self.last_max_offset, self.core.committed) {
             self.metrics.lag(max - committed);
         }
@@ -534,7 +534,7 @@ impl QueueActor {
                 QueueAction::LoadStartOffset(delay) => {
                     ctx.run_later(delay, |act, ctx| act.load_start_offset(ctx));
                 }
-                QueueAction::Pull(order) => self.send_pull(*order, ctx),
+                QueueAction::Pull(order) => self.send_pull(order, ctx),
                 QueueAction::PullAfter(delay) => {
                     ctx.run_later(delay, |act, ctx| {
                         act.step(ctx, |core, cfg, env, now, out| {
@@ -732,7 +732,9 @@ impl QueueActor {
         }));
     }
 
-    fn send_pull(&mut self, order: PullOrder, ctx: &mut Context<Self>) {
+    // The order stays boxed and the rare wait for mailbox room is boxed apart: the future this
+    // spawns is moved into the actor's context on every pull, so its size is copied each time.
+    fn send_pull(&mut self, order: Box<PullOrder>, ctx: &mut Context<Self>) {
         let shared = &self.shared;
         let subscription = shared.subscription(&self.queue.topic);
         self.subscribed = subscription.is_some();
@@ -774,7 +776,7 @@ impl QueueActor {
         let queued = match puller.try_send(pull) {
             Ok(()) => Ok(None),
             // A full mailbox: wait for room (the data path does not bypass its capacity).
-            Err(actix::dev::SendError::Full(pull)) => Ok(Some(puller.send(pull))),
+            Err(actix::dev::SendError::Full(pull)) => Ok(Some(Box::pin(puller.send(pull)))),
             Err(actix::dev::SendError::Closed(_)) => Err(MailboxError::Closed),
         };
         let waited = async move {

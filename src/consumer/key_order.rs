@@ -541,6 +541,11 @@ impl<M: CachedMessage> KeyOrderedQueue<M> {
         self.body_bytes
     }
 
+    /// The unfinished messages and their body bytes.
+    pub(crate) fn cached_amount(&self) -> (u64, u64) {
+        (self.unfinished as u64, self.body_bytes)
+    }
+
     /// The numbers pull flow control looks at (count, bytes, span of unfinished offsets).
     pub fn cache_stats(&self) -> CacheStats {
         let span = match (self.entries.first_key(), self.entries.last_key()) {

@@ -537,6 +537,11 @@ impl PullCache {
         self.cached_offsets().max()
     }
 
+    /// The cached messages and their body bytes.
+    pub(crate) fn cached_amount(&self) -> (u64, u64) {
+        (self.count as u64, self.body_bytes)
+    }
+
     /// The numbers flow control needs.
     pub(crate) fn cache_stats(&self) -> CacheStats {
         let span = match (self.min_offset(), self.max_offset()) {

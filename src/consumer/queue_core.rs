@@ -659,6 +659,17 @@ impl QueueCore {
         }
     }
 
+    /// The cached messages and their body bytes: [`QueueCore::cache_stats`] without the
+    /// offset span, which takes a look at both ends of the cache (for the gauges, read after
+    /// every step, and the pull answer's check for an empty cache).
+    pub(crate) fn cached_amount(&self) -> (u64, u64) {
+        match &self.mode {
+            Mode::Concurrent { pq, .. } => pq.cached_amount(),
+            Mode::Orderly { pq, .. } => (pq.cached_count() as u64, pq.cached_body_bytes()),
+            Mode::KeyOrdered { queue } => queue.cached_amount(),
+        }
+    }
+
     /// Whether the pull loop showed no activity for `pull_max_idle_time` (the rebalancer
     /// restarts such a queue).
     pub(crate) fn is_stalled(&self, cfg: &PushConsumerConfig, now_ms: i64) -> bool {
@@ -849,7 +860,7 @@ impl QueueCore {
             next_begin_offset,
             delivered: response.messages.len(),
             first_delivered_offset: response.messages.first().map(|m| m.queue_offset),
-            cache_empty: self.cache_stats().count == 0,
+            cache_empty: self.cached_amount().0 == 0,
         };
         let outcome = on_pull_result(cfg, &result);
         if outcome.suspicious && next_begin_offset == response.next_begin_offset {
