@@ -177,6 +177,24 @@ fn park_or_release(pull: Arc<Vec<MessageExt>>) {
     }
 }
 
+/// The count the last batch dropped during this thread's run left, if any, for the queue's
+/// core to hand to the next orderly batch ([`QueueCore::spare_pull`]); give back what it
+/// leaves with [`park_pull`].
+///
+/// [`QueueCore::spare_pull`]: crate::consumer::queue_core::QueueCore::spare_pull
+#[inline]
+pub(crate) fn take_parked_pull() -> Option<Arc<Vec<MessageExt>>> {
+    PARKED.take()
+}
+
+/// Parks `pull` again (see [`take_parked_pull`]), or gives it up when no run is under way.
+#[inline]
+pub(crate) fn park_pull(pull: Option<Arc<Vec<MessageExt>>>) {
+    if let Some(pull) = pull {
+        park_or_release(pull);
+    }
+}
+
 /// A run of listener calls over one pull on this thread, during which the batches the calls
 /// drop park their count on the pull for the next call's batch ([`PullShare`]). Ending the
 /// run (dropping this, also when a call panics) gives up whatever is still parked, so a pull
@@ -1691,6 +1709,8 @@ impl ConsumeDispatcher {
             return Err(self.waiting_orderly_call(first, chain));
         };
         let mut spare = self.spare_orderly_call.take();
+        // A call's batch, once dropped, hands its count on the pull to the next batch.
+        let parked = ParkedPull::begin();
         let mut run = OrderlyRun {
             chain,
             next: Some(first),
@@ -1724,6 +1744,7 @@ impl ConsumeDispatcher {
             },
         };
         self.spare_orderly_call.set(spare);
+        drop(parked);
         ended
     }
 

@@ -12,7 +12,9 @@ use tracing::Instrument;
 
 use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
-use crate::actors::listener::{Messages, OrderlyOutcome, PendingOrderly};
+use crate::actors::listener::{
+    park_pull, take_parked_pull, Messages, OrderlyOutcome, PendingOrderly,
+};
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_ROUNDS_PER_CLOCK_READ};
 use crate::consumer::lock::LOCK_RPC_TIMEOUT;
@@ -288,6 +290,7 @@ impl QueueActor {
         }
         let now = *finished.now_ms.get_or_insert_with(now_ms);
         let env = self.env();
+        self.core.spare_pull = take_parked_pull();
         let next = self.core.on_orderly_consumed_at_once(
             span,
             epoch,
@@ -298,6 +301,7 @@ impl QueueActor {
             now,
             &mut finished.followups,
         );
+        park_pull(self.core.spare_pull.take());
         finished.chained += 1;
         finished.chained_messages += span.len;
         next

@@ -123,6 +123,22 @@ pub(crate) enum OrderlyBatch {
     Owned(Arc<[MessageExt]>),
 }
 
+/// A count on `pull` for a batch: `spare`'s when it counts on `pull` (taking it), otherwise a
+/// new one (leaving `spare` as it is).
+#[inline]
+fn share_of(
+    pull: &Arc<Vec<MessageExt>>,
+    spare: &mut Option<Arc<Vec<MessageExt>>>,
+) -> Arc<Vec<MessageExt>> {
+    match spare.take() {
+        Some(share) if Arc::ptr_eq(&share, pull) => share,
+        other => {
+            *spare = other;
+            pull.clone()
+        }
+    }
+}
+
 impl OrderlyBatch {
     /// The batch of the one cached message `entry`, which the listener sees with
     /// `reconsume_times`: a range of its pull when that is the count the pull carries,
@@ -130,10 +146,14 @@ impl OrderlyBatch {
     /// of it: the pull's count of owners is the costly part of handing out a message, so it is
     /// taken once.)
     #[inline]
-    fn of_entry(entry: &CachedEntry, reconsume_times: i32) -> Self {
+    fn of_entry(
+        entry: &CachedEntry,
+        reconsume_times: i32,
+        spare: &mut Option<Arc<Vec<MessageExt>>>,
+    ) -> Self {
         match entry.message() {
             Some(message) if message.reconsume_times == reconsume_times => OrderlyBatch::Pull {
-                messages: entry.batch.clone(),
+                messages: share_of(&entry.batch, spare),
                 range: entry.index..entry.index + 1,
             },
             Some(message) => {
@@ -147,10 +167,10 @@ impl OrderlyBatch {
 
     /// The batch of cache `entries` (in offset order): a range of their pull when they are
     /// one, otherwise copies with their reconsume counts set.
-    fn of_entries(entries: &[CachedEntry]) -> Self {
+    fn of_entries(entries: &[CachedEntry], spare: &mut Option<Arc<Vec<MessageExt>>>) -> Self {
         // The usual orderly batch: one message.
         if let [entry] = entries {
-            return OrderlyBatch::of_entry(entry, entry.reconsume_times);
+            return OrderlyBatch::of_entry(entry, entry.reconsume_times, spare);
         }
         if let Some(first) = entries.first() {
             let in_one_pull = entries.iter().enumerate().all(|(i, entry)| {
@@ -162,7 +182,7 @@ impl OrderlyBatch {
             });
             if in_one_pull {
                 return OrderlyBatch::Pull {
-                    messages: first.batch.clone(),
+                    messages: share_of(&first.batch, spare),
                     range: first.index..first.index + entries.len(),
                 };
             }
@@ -587,6 +607,12 @@ pub(crate) struct QueueCore {
     done_offsets: Vec<i64>,
     /// Key-ordered: the messages that may run now (kept between calls, allocating nothing).
     ready_buffer: Vec<OrderlyBatch>,
+    /// A count on a pull that the executor hands back between orderly calls (the batch of the
+    /// call that just ended, no longer needed): the next batch of that pull takes it over
+    /// instead of counting the pull up (an atomic operation, and another when the call's
+    /// batch is dropped). The executor takes back what is left, so the core never keeps a
+    /// pull by it.
+    pub(crate) spare_pull: Option<Arc<Vec<MessageExt>>>,
 }
 
 impl QueueCore {
@@ -613,6 +639,7 @@ impl QueueCore {
             finished: false,
             done_offsets: Vec::new(),
             ready_buffer: Vec::new(),
+            spare_pull: None,
         }
     }
 
@@ -1476,7 +1503,7 @@ impl QueueCore {
             return None;
         };
         match state.next_batch_kept(pq, &self.lock, cfg, now_ms) {
-            Ok(entries) => Some(OrderlyBatch::of_entries(entries)),
+            Ok(entries) => Some(OrderlyBatch::of_entries(entries, &mut self.spare_pull)),
             Err(BatchStep::NeedsLock) => {
                 self.schedule_consume(cfg.pull_delay_on_error, out);
                 None
@@ -1506,7 +1533,10 @@ impl QueueCore {
         // Each carries its reconsume count: the broker's plus its failures here.
         let mut ready = std::mem::take(&mut self.ready_buffer);
         // Paused keys are woken by the wake-up their pause scheduled.
-        queue.next_ready_built(room, now_ms, &mut ready, OrderlyBatch::of_entry);
+        let spare = &mut self.spare_pull;
+        queue.next_ready_built(room, now_ms, &mut ready, |entry, times| {
+            OrderlyBatch::of_entry(entry, times, spare)
+        });
         for batch in ready.drain(..) {
             self.unsettled += 1;
             out.push(QueueAction::ConsumeOrderly {
@@ -1539,7 +1569,10 @@ impl QueueCore {
         let Mode::KeyOrdered { queue } = &mut self.mode else {
             return None;
         };
-        let next = queue.finish_and_build_next(offset, now_ms, OrderlyBatch::of_entry)?;
+        let spare = &mut self.spare_pull;
+        let next = queue.finish_and_build_next(offset, now_ms, |entry, times| {
+            OrderlyBatch::of_entry(entry, times, spare)
+        })?;
         let committed = queue.committed_offset();
         if let Some(committed) = committed {
             self.commit(committed, out);
@@ -1561,11 +1594,12 @@ impl QueueCore {
                 let kept = pq.last_kept(span.len);
                 let matches = kept.len() == span.len
                     && kept.first().map_or(-1, |e| e.offset) == span.first_offset;
-                matches.then(|| OrderlyBatch::of_entries(kept))
+                matches.then(|| OrderlyBatch::of_entries(kept, &mut None))
             }
-            Mode::KeyOrdered { queue } if span.len == 1 => {
-                queue.in_flight_built(span.first_offset, OrderlyBatch::of_entry)
-            }
+            Mode::KeyOrdered { queue } if span.len == 1 => queue
+                .in_flight_built(span.first_offset, |entry, times| {
+                    OrderlyBatch::of_entry(entry, times, &mut None)
+                }),
             Mode::KeyOrdered { .. } | Mode::Concurrent { .. } => None,
         }
     }
@@ -2940,6 +2974,64 @@ mod tests {
                 .is_none(),
             "b waits to run: a's next message must not go first"
         );
+    }
+
+    #[test]
+    fn the_next_orderly_batch_takes_over_the_spare_count_on_its_pull_and_no_other() {
+        let mut cfg = cfg();
+        cfg.consume_mode = ConsumeMode::Orderly;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
+        let (first, epoch) = orderly_batch_of(&out);
+        drop(out);
+        let OrderlyBatch::Pull { messages: pull, .. } = &first else {
+            panic!("a batch of the pull: {first:?}");
+        };
+        let pull = Arc::clone(pull);
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
+        let mut at_once = |core: &mut QueueCore, span: BatchSpan| {
+            core.on_orderly_consumed_at_once(
+                span,
+                epoch,
+                OrderlyStatus::Success,
+                &context,
+                &cfg,
+                &env,
+                10,
+                &mut Vec::new(),
+            )
+        };
+        // The executor hands back the first batch's count: the second batch takes it over.
+        let span = BatchSpan::of(&first);
+        let counts_before = Arc::strong_count(&pull);
+        let OrderlyBatch::Pull {
+            messages: spare, ..
+        } = first
+        else {
+            unreachable!()
+        };
+        core.spare_pull = Some(spare);
+        let second = at_once(&mut core, span).expect("the next batch at once");
+        assert!(core.spare_pull.is_none(), "taken over");
+        // The settled message left the cache, whose entry held a count of its own; the second
+        // batch counts nothing new.
+        assert_eq!(Arc::strong_count(&pull), counts_before - 1, "no new count");
+        assert_eq!(second.first().map(|m| m.queue_offset), Some(1));
+        // A spare count on another pull stays the executor's to take back.
+        let other = Arc::new(vec![message(7)]);
+        core.spare_pull = Some(Arc::clone(&other));
+        let third = at_once(&mut core, BatchSpan::of(&second)).expect("the last batch");
+        assert!(core
+            .spare_pull
+            .as_ref()
+            .is_some_and(|spare| Arc::ptr_eq(spare, &other)));
+        assert_eq!(third.first().map(|m| m.queue_offset), Some(2));
+        // Counted anew for the third, while the second's message left the cache.
+        assert_eq!(Arc::strong_count(&pull), counts_before - 1);
+        drop(second);
+        assert_eq!(Arc::strong_count(&pull), counts_before - 2);
     }
 
     #[test]
