@@ -2991,7 +2991,7 @@ mod tests {
         };
         let pull = Arc::clone(pull);
         let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let mut at_once = |core: &mut QueueCore, span: BatchSpan| {
+        let at_once = |core: &mut QueueCore, span: BatchSpan| {
             core.on_orderly_consumed_at_once(
                 span,
                 epoch,
