@@ -1397,10 +1397,15 @@ impl RunSink<'_> {
         restore_queue(self.spare_queues, self.user_queue, &mut context.queue);
     }
 
-    /// Takes back a context at the end of a run (its queue serves a later context).
+    /// Takes back a context at the end of a run (its queue serves a later context). The
+    /// context is one [`RunSink::context`] gave or [`RunSink::reset_lent`] readied, so its
+    /// queue is the user's: no need to compare them again.
     #[inline]
     pub(crate) fn recycle(&mut self, context: ConsumeContext) {
-        recycle_into(self.spare_queues, self.user_queue, context.queue);
+        debug_assert!(same_queue(&context.queue, self.user_queue));
+        if self.spare_queues.len() < MAX_SPARE_QUEUES {
+            self.spare_queues.push(context.queue);
+        }
     }
 }
 
