@@ -31,7 +31,9 @@ mkdir -p "$OUT"
 # and the ratios of one run do not depend on where the scheduler put them. Latency and scale
 # run unpinned: a multi-threaded process squeezed onto one CPU waits for its own threads'
 # time slices, which would show up as milliseconds of tail latency that are not ours.
-# BENCH_PIN=0 turns pinning off; the real cluster is never pinned.
+# BENCH_PIN=0 turns pinning off. The real cluster is pinned the same way for the consumer
+# runs only (its processes to the last CPU, the client to the first); its latency and
+# producer runs are not pinned.
 LAST_CPU=
 if [ "${BENCH_PIN:-1}" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
   LAST_CPU=$(($(nproc) - 1))
@@ -50,6 +52,17 @@ pin_broker() {
     taskset -a -p -c "0-$LAST_CPU" "$BROKER_PID" >/dev/null
     PIN=0
   fi
+}
+# pin_real on|off: moves every thread of the real cluster's processes onto the last CPU, or
+# back, and the bench client with them onto the first CPU or back.
+pin_real() {
+  [ -n "$LAST_CPU" ] || return 0
+  local cpus="0-$LAST_CPU" pidfile
+  [ "$1" = on ] && cpus=$LAST_CPU
+  for pidfile in "$OUT/real-cluster"/*.pid; do
+    [ -e "$pidfile" ] && taskset -a -p -c "$cpus" "$(cat "$pidfile")" >/dev/null 2>&1 || true
+  done
+  if [ "$1" = on ]; then PIN=1; else PIN=0; fi
 }
 if [ "${BENCH_REAL_ONLY:-0}" = 1 ]; then
   # Re-measure the real cluster only, keeping the embedded results of the last full run.
@@ -198,8 +211,14 @@ if [ "${BENCH_REAL:-1}" = 1 ] && { command -v rocketmq-broker-rust >/dev/null ||
   bin=$ROOT/target/release/examples
   # The real broker shares the two cores and may refuse work under load: a failed run is
   # reported and left out, the embedded figures are written regardless.
-  run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 100000 --send-batch 50 --inflight 4 --phases push,push32,pushsync,pushasync ||
-    echo "real cluster: consume_bench failed; left out" >&2
+  # The consumer runs as on the embedded broker: RUNS runs, each ratio within its run, the
+  # cluster on the last CPU and the client on the first.
+  pin_real on
+  for _ in $(seq "$RUNS"); do
+    run real "$OUT/consume.jsonl" "$bin/consume_bench" --namesrv "$real_ns" --count 200000 --send-batch 50 --inflight 4 --phases push,push32,pushsync,pushasync ||
+      echo "real cluster: consume_bench failed; left out" >&2
+  done
+  pin_real off
   run real "$OUT/produce.jsonl" "$bin/produce_bench" --namesrv "$real_ns" --count 20000 --inflight 16 ||
     echo "real cluster: produce_bench failed; left out" >&2
   run real "$OUT/latency.jsonl" "$bin/latency_bench" --namesrv "$real_ns" --rates 1000 --seconds 5 ||
