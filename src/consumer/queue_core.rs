@@ -2976,8 +2976,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_next_orderly_batch_takes_over_the_spare_count_on_its_pull_and_no_other() {
+    /// A locked orderly queue (batches of one) after a pull of offsets 0..3: the configuration,
+    /// environment, core, the first batch it hands out and its epoch.
+    fn orderly_after_a_pull() -> (PushConsumerConfig, QueueEnv, QueueCore, OrderlyBatch, u64) {
         let mut cfg = cfg();
         cfg.consume_mode = ConsumeMode::Orderly;
         let env = env(&cfg);
@@ -2985,27 +2986,43 @@ mod tests {
         let mut out = Vec::new();
         core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
         let (first, epoch) = orderly_batch_of(&out);
-        drop(out);
+        (cfg, env, core, first, epoch)
+    }
+
+    /// The orderly call over `batch` (of `epoch`) succeeded at once: the next batch the core
+    /// hands out in its place, if any, and the actions.
+    fn succeeded_at_once(
+        core: &mut QueueCore,
+        batch: &[MessageExt],
+        epoch: u64,
+        cfg: &PushConsumerConfig,
+        env: &QueueEnv,
+    ) -> (Option<OrderlyBatch>, Vec<QueueAction>) {
+        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), cfg);
+        let mut out = Vec::new();
+        let next = core.on_orderly_consumed_at_once(
+            BatchSpan::of(batch),
+            epoch,
+            OrderlyStatus::Success,
+            &context,
+            cfg,
+            env,
+            10,
+            &mut out,
+        );
+        (next, out)
+    }
+
+    #[test]
+    fn the_next_orderly_batch_takes_over_the_spare_count_on_its_pull_and_no_other() {
+        let (cfg, env, mut core, first, epoch) = orderly_after_a_pull();
         let OrderlyBatch::Pull { messages: pull, .. } = &first else {
             panic!("a batch of the pull: {first:?}");
         };
         let pull = Arc::clone(pull);
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let at_once = |core: &mut QueueCore, span: BatchSpan| {
-            core.on_orderly_consumed_at_once(
-                span,
-                epoch,
-                OrderlyStatus::Success,
-                &context,
-                &cfg,
-                &env,
-                10,
-                &mut Vec::new(),
-            )
-        };
-        // The executor hands back the first batch's count: the second batch takes it over.
-        let span = BatchSpan::of(&first);
         let counts_before = Arc::strong_count(&pull);
+        // The executor hands back the first batch's count: the second batch takes it over.
+        let first_messages: Vec<MessageExt> = first.to_vec();
         let OrderlyBatch::Pull {
             messages: spare, ..
         } = first
@@ -3013,7 +3030,8 @@ mod tests {
             unreachable!()
         };
         core.spare_pull = Some(spare);
-        let second = at_once(&mut core, span).expect("the next batch at once");
+        let (second, _) = succeeded_at_once(&mut core, &first_messages, epoch, &cfg, &env);
+        let second = second.expect("the next batch at once");
         assert!(core.spare_pull.is_none(), "taken over");
         // The settled message left the cache, whose entry held a count of its own; the second
         // batch counts nothing new.
@@ -3022,7 +3040,8 @@ mod tests {
         // A spare count on another pull stays the executor's to take back.
         let other = Arc::new(vec![message(7)]);
         core.spare_pull = Some(Arc::clone(&other));
-        let third = at_once(&mut core, BatchSpan::of(&second)).expect("the last batch");
+        let (third, _) = succeeded_at_once(&mut core, &second, epoch, &cfg, &env);
+        let third = third.expect("the last batch");
         assert!(core
             .spare_pull
             .as_ref()
@@ -3036,29 +3055,8 @@ mod tests {
 
     #[test]
     fn an_orderly_queue_runs_its_next_batch_in_the_same_turn_and_commits_as_it_goes() {
-        let mut cfg = cfg();
-        cfg.consume_mode = ConsumeMode::Orderly;
-        let env = env(&cfg);
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
-        let (first, epoch) = orderly_batch_of(&out);
-        let context = OrderlyContext::new(MessageQueue::new("T", "b", 0), &cfg);
-        let at_once = |core: &mut QueueCore, batch: &[MessageExt], epoch: u64| {
-            let mut out = Vec::new();
-            let next = core.on_orderly_consumed_at_once(
-                BatchSpan::of(batch),
-                epoch,
-                OrderlyStatus::Success,
-                &context,
-                &cfg,
-                &env,
-                10,
-                &mut out,
-            );
-            (next, out)
-        };
-        let (second, out) = at_once(&mut core, &first, epoch);
+        let (cfg, env, mut core, first, epoch) = orderly_after_a_pull();
+        let (second, out) = succeeded_at_once(&mut core, &first, epoch, &cfg, &env);
         let second = second.expect("the next batch at once");
         assert_eq!(second.first().map(|m| m.queue_offset), Some(1));
         assert_eq!(
@@ -3074,10 +3072,10 @@ mod tests {
                 .any(|a| matches!(a, QueueAction::ConsumeOrderly { .. })),
             "returned, not an action"
         );
-        let (third, _) = at_once(&mut core, &second, epoch);
+        let (third, _) = succeeded_at_once(&mut core, &second, epoch, &cfg, &env);
         let third = third.expect("the last batch at once");
         // The last one: nothing more to run, so it settles as usual.
-        let (none, out) = at_once(&mut core, &third, epoch);
+        let (none, out) = succeeded_at_once(&mut core, &third, epoch, &cfg, &env);
         assert!(none.is_none());
         assert_eq!(core.unsettled, 0);
         assert!(
@@ -3086,15 +3084,12 @@ mod tests {
         );
         // A result of an earlier epoch (the offset was reset meanwhile) settles as usual too,
         // and chains nothing.
-        let (mut core, order) = locked_orderly_core(&cfg, &env);
-        let mut out = Vec::new();
-        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 0, &mut out);
-        let (first, epoch) = orderly_batch_of(&out);
+        let (cfg, env, mut core, first, epoch) = orderly_after_a_pull();
         let mut out = Vec::new();
         core.reset_offset(0, &cfg, &env, 5, &mut out);
         assert_ne!(core.epoch, epoch);
         assert_eq!(core.unsettled, 1, "the old call is still out");
-        let (stale, _) = at_once(&mut core, &first, epoch);
+        let (stale, _) = succeeded_at_once(&mut core, &first, epoch, &cfg, &env);
         assert!(stale.is_none());
         assert_eq!(core.unsettled, 0, "settled");
     }
