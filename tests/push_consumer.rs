@@ -765,22 +765,11 @@ async fn batches_a_by_value_listener_keeps_or_sends_away_hold_their_own_messages
         .await
         .expect("consumer starts");
     let kept_count = (0..200).filter(|n| n % 3 == 0).count();
-    let mut kept = Vec::new();
-    while kept.len() < kept_count {
-        let batch = tokio::time::timeout(Duration::from_secs(20), kept_rx.recv())
-            .await
-            .expect("every kept batch arrives")
-            .expect("the listener lives");
-        kept.push(batch);
-    }
-    let mut dropped = BTreeSet::new();
-    while dropped.len() < 200 - kept_count {
-        let body = tokio::time::timeout(Duration::from_secs(20), dropped_rx.recv())
-            .await
-            .expect("every other batch arrives")
-            .expect("the listener lives");
-        dropped.insert(body);
-    }
+    let kept = receive(&mut kept_rx, kept_count).await;
+    let dropped: BTreeSet<String> = receive(&mut dropped_rx, 200 - kept_count)
+        .await
+        .into_iter()
+        .collect();
     consumer.shutdown().await;
     // Read on another thread, after every later call of the consumer has run.
     let kept_bodies = std::thread::spawn(move || {
