@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 use crate::actors::queue::RunSink;
 use crate::actors::queue_orderly::OrderlyChain;
-use crate::consumer::queue_core::{BatchSpan, CallRanges, PullPart};
+use crate::consumer::queue_core::{share_of, BatchSpan, CallRanges, PullPart};
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
@@ -125,6 +125,7 @@ impl SharedMessages {
 /// the batch is made, down when the closure drops it), the largest cost of such a call.
 /// Within a run of calls ([`ParkedPull`]), a batch dropped on the consumer's thread parks
 /// its count instead, and the next call's batch takes it over: the count stays where it is.
+#[derive(Clone)]
 pub(crate) struct PullShare(Option<Arc<Vec<MessageExt>>>);
 
 impl PullShare {
@@ -138,12 +139,6 @@ impl PullShare {
     #[inline]
     fn pull(&self) -> Option<&Arc<Vec<MessageExt>>> {
         self.0.as_ref()
-    }
-}
-
-impl Clone for PullShare {
-    fn clone(&self) -> Self {
-        PullShare(self.0.clone())
     }
 }
 
@@ -219,13 +214,10 @@ impl ParkedPull {
     /// new one (giving up a parked count on another pull).
     #[inline]
     pub(crate) fn share(&self, pull: &Arc<Vec<MessageExt>>) -> PullShare {
-        match PARKED.take() {
-            Some(parked) if Arc::ptr_eq(&parked, pull) => PullShare(Some(parked)),
-            other => {
-                drop(other);
-                PullShare(Some(pull.clone()))
-            }
-        }
+        let mut parked = PARKED.take();
+        let share = share_of(pull, &mut parked);
+        drop(parked);
+        PullShare(Some(share))
     }
 }
 

@@ -1245,7 +1245,15 @@ fn call_outcome(status: ConsumeStatus, context: &ConsumeContext) -> CallOutcome 
 /// when it is still the queue the user sees (a listener may have changed it).
 #[inline]
 fn recycle_into(spares: &mut Vec<MessageQueue>, user_queue: &MessageQueue, queue: MessageQueue) {
-    if spares.len() < MAX_SPARE_QUEUES && same_queue(&queue, user_queue) {
+    if same_queue(&queue, user_queue) {
+        keep_spare(spares, queue);
+    }
+}
+
+/// Keeps `queue`, the user's, in `spares` for a later context, while they have room.
+#[inline]
+fn keep_spare(spares: &mut Vec<MessageQueue>, queue: MessageQueue) {
+    if spares.len() < MAX_SPARE_QUEUES {
         spares.push(queue);
     }
 }
@@ -1403,9 +1411,7 @@ impl RunSink<'_> {
     #[inline]
     pub(crate) fn recycle(&mut self, context: ConsumeContext) {
         debug_assert!(same_queue(&context.queue, self.user_queue));
-        if self.spare_queues.len() < MAX_SPARE_QUEUES {
-            self.spare_queues.push(context.queue);
-        }
+        keep_spare(self.spare_queues, context.queue);
     }
 }
 

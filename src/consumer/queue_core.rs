@@ -124,9 +124,10 @@ pub(crate) enum OrderlyBatch {
 }
 
 /// A count on `pull` for a batch: `spare`'s when it counts on `pull` (taking it), otherwise a
-/// new one (leaving `spare` as it is).
+/// new one (leaving `spare` as it is). Taking over a count another owner gave up costs no
+/// atomic operation, where counting the pull up (and that owner's count down) costs two.
 #[inline]
-fn share_of(
+pub(crate) fn share_of(
     pull: &Arc<Vec<MessageExt>>,
     spare: &mut Option<Arc<Vec<MessageExt>>>,
 ) -> Arc<Vec<MessageExt>> {
