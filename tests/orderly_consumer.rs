@@ -349,6 +349,24 @@ fn started_fresh_then_changed(
 /// What an orderly listener reporting (seq, reconsume times, whether its context started
 /// fresh) saw of seq 0..10 when its calls failed on the first delivery of 3 and of 6: every
 /// call started fresh, and each failed call came back at once, before the next.
+/// Records the call over `messages` (its sequence number, delivery count and whether its
+/// context started fresh) and answers as [`expect_fresh_calls_and_failures_at_3_and_6`]
+/// expects: the first delivery of 3 panics, the first of 6 suspends the queue.
+fn record_then_fail_at_3_and_6(
+    messages: &[MessageExt],
+    fresh: bool,
+    tx: &tokio::sync::mpsc::UnboundedSender<(usize, i32, bool)>,
+) -> OrderlyStatus {
+    let (_, seq) = key_and_seq(&messages[0]);
+    let first_delivery = messages[0].reconsume_times == 0;
+    let _ = tx.send((seq, messages[0].reconsume_times, fresh));
+    match seq {
+        3 if first_delivery => panic!("listener bug on the first delivery of 3"),
+        6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
+        _ => OrderlyStatus::Success,
+    }
+}
+
 async fn expect_fresh_calls_and_failures_at_3_and_6(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, i32, bool)>,
     consumer: &PushConsumer,
@@ -381,14 +399,7 @@ async fn a_sync_orderly_listener_keeps_order_through_a_panic_and_a_suspend(key_o
         .configure(|c| c.suspend_current_queue_time = default_suspend)
         .orderly_listener_sync_fn(move |messages, ctx| {
             let fresh = started_fresh_then_changed(ctx, default_suspend, topic);
-            let (_, seq) = key_and_seq(&messages[0]);
-            let first_delivery = messages[0].reconsume_times == 0;
-            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
-            match seq {
-                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
-                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
-                _ => OrderlyStatus::Success,
-            }
+            record_then_fail_at_3_and_6(messages, fresh, &tx)
         })
         .start()
         .await
@@ -477,16 +488,10 @@ async fn a_borrowing_orderly_listener_keeps_order_through_waits_panics_and_suspe
         .orderly_listener_async(async move |messages, ctx| {
             let fresh = started_fresh_then_changed(ctx, default_suspend, topic);
             let (_, seq) = key_and_seq(&messages[0]);
-            let first_delivery = messages[0].reconsume_times == 0;
             if seq % 3 == 0 {
                 tokio::task::yield_now().await;
             }
-            let _ = tx.send((seq, messages[0].reconsume_times, fresh));
-            match seq {
-                3 if first_delivery => panic!("listener bug on the first delivery of 3"),
-                6 if first_delivery => OrderlyStatus::SuspendCurrentQueueAMoment,
-                _ => OrderlyStatus::Success,
-            }
+            record_then_fail_at_3_and_6(messages, fresh, &tx)
         })
         .start()
         .await

@@ -496,13 +496,7 @@ async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_pani
             ctx.ack_index = messages.len().checked_sub(1);
             let mut status = ConsumeStatus::Success;
             for m in messages {
-                let body = text(m);
-                let first_delivery = m.reconsume_times == 0;
-                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
-                if body == "m5" && first_delivery {
-                    panic!("listener bug on the first delivery of m5");
-                }
-                if body == "m2" && first_delivery {
+                if record_then_judge(m, fresh, &tx, &["m5"]) == ConsumeStatus::ReconsumeLater {
                     status = ConsumeStatus::ReconsumeLater;
                 }
             }
@@ -515,6 +509,28 @@ async fn a_sync_listener_gets_a_fresh_context_per_call_and_its_rejected_and_pani
     expect_fresh_contexts_and_retries(&mut rx, &consumer, &["m2", "m5"]).await;
     consumer.shutdown().await;
     cluster.shutdown().await;
+}
+
+/// Records the delivery of `m` (body, reconsume times, whether its call's context started
+/// fresh) and judges it as the fresh-context tests expect: the first delivery of a body in
+/// `panicking` panics, the first of m2 is rejected, anything else succeeds.
+fn record_then_judge(
+    m: &MessageExt,
+    fresh: bool,
+    tx: &UnboundedSender<(String, i32, bool)>,
+    panicking: &[&str],
+) -> ConsumeStatus {
+    let body = text(m);
+    let first_delivery = m.reconsume_times == 0;
+    let _ = tx.send((body.clone(), m.reconsume_times, fresh));
+    if first_delivery && panicking.contains(&body.as_str()) {
+        panic!("listener bug on the first delivery of {body}");
+    }
+    if body == "m2" && first_delivery {
+        ConsumeStatus::ReconsumeLater
+    } else {
+        ConsumeStatus::Success
+    }
 }
 
 /// Whether a listener call's context starts with the defaults: no `ack_index`, delay level 0,
@@ -565,9 +581,7 @@ async fn a_closure_listener_gets_a_fresh_context_per_call_whatever_the_last_call
             let fresh = starts_fresh(&ctx, "FnListener", "fn_group");
             let mut status = ConsumeStatus::Success;
             for m in &messages {
-                let body = text(m);
-                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
-                if body == "m2" && m.reconsume_times == 0 {
+                if record_then_judge(m, fresh, &tx, &[]) == ConsumeStatus::ReconsumeLater {
                     status = ConsumeStatus::ReconsumeLater;
                 }
             }
@@ -604,18 +618,14 @@ async fn a_borrowing_async_listener_gets_a_fresh_context_per_call_through_waits_
             let mut status = ConsumeStatus::Success;
             for m in messages {
                 let body = text(m);
-                let first_delivery = m.reconsume_times == 0;
                 let number: u32 = body.trim_start_matches('m').parse().unwrap_or(0);
                 // Every third message's call waits, so it finishes after the calls behind it
                 // have started, with the context it was lent.
                 if number % 3 == 0 {
                     tokio::task::yield_now().await;
                 }
-                let _ = tx.send((body.clone(), m.reconsume_times, fresh));
-                if (body == "m5" || body == "m12") && first_delivery {
-                    panic!("listener bug on the first delivery of {body}");
-                }
-                if body == "m2" && first_delivery {
+                if record_then_judge(m, fresh, &tx, &["m5", "m12"]) == ConsumeStatus::ReconsumeLater
+                {
                     status = ConsumeStatus::ReconsumeLater;
                 }
                 if body == "m9" {
