@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 use crate::actors::client::{Client, ClientConfig, RegisterConsumer, UnregisterConsumer};
 use crate::actors::connection::ServerRequest;
+use crate::actors::consume_pool::ConsumePool;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
     AnyListener, AsyncFnListener, AsyncFnOrderlyListener, ConsumeContext, ConsumeDispatcher,
@@ -587,6 +588,8 @@ pub struct PushConsumerBuilder {
     event_recipients: Vec<Recipient<ConsumerEvent>>,
     client_config: Option<ClientConfig>,
     consume_hooks: Hooks<dyn ConsumeHook>,
+    /// The consume threads of a synchronous listener, sized at start.
+    consume_pool: ConsumePool,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -608,6 +611,16 @@ struct RuntimeListener {
 }
 
 impl SendListener {
+    /// The consume mode the listener is for.
+    fn mode(&self) -> ConsumeMode {
+        match self {
+            SendListener::Concurrent(_) | SendListener::ConcurrentOwned(_) => {
+                ConsumeMode::Concurrently
+            }
+            SendListener::Orderly(_) | SendListener::OrderlyOwned(_) => ConsumeMode::Orderly,
+        }
+    }
+
     fn into_runtime(self) -> RuntimeListener {
         let (any, owned, owned_orderly) = match self {
             SendListener::Concurrent(l) => (AnyListener::Concurrent(Rc::from(l)), None, None),
@@ -634,6 +647,11 @@ namespace_method!(PushConsumerBuilder, config.namespace);
 
 impl PushConsumerBuilder {
     /// Replaces the whole configuration (subscriptions given to the builder before are kept).
+    ///
+    /// The listener decides the consume mode, whatever the order of the calls: an orderly
+    /// listener makes the consumer orderly. A configuration whose `consume_mode` is
+    /// `orderly` needs an orderly listener: [`start`](Self::start) refuses it with a
+    /// concurrent one.
     pub fn config(mut self, config: PushConsumerConfig) -> Self {
         let earlier = std::mem::take(&mut self.config.subscriptions);
         self.config = config;
@@ -660,7 +678,6 @@ impl PushConsumerBuilder {
     /// The listener (concurrent consumption).
     pub fn listener(mut self, listener: impl MessageListener) -> Self {
         self.listener = Some(SendListener::Concurrent(Box::new(listener)));
-        self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }
 
@@ -668,7 +685,6 @@ impl PushConsumerBuilder {
     /// only while this client holds the queue's broker lock).
     pub fn orderly_listener(mut self, listener: impl OrderlyListener) -> Self {
         self.listener = Some(SendListener::Orderly(Box::new(listener)));
-        self.config.consume_mode = ConsumeMode::Orderly;
         self
     }
 
@@ -680,17 +696,18 @@ impl PushConsumerBuilder {
         Fut: std::future::Future<Output = (OrderlyStatus, OrderlyContext)> + 'static,
     {
         self.listener = Some(SendListener::OrderlyOwned(Box::new(FnOrderlyListener(f))));
-        self.config.consume_mode = ConsumeMode::Orderly;
         self
     }
 
     /// A synchronous orderly closure listener, like Java's `MessageListenerOrderly`: gets the
     /// batch and the context by reference and returns the status at once.
     ///
-    /// As with [`listener_sync_fn`](Self::listener_sync_fn), it runs on the consumer's
-    /// arbiter thread, so it suits quick handlers; a queue's calls run back to back in a
-    /// plain loop. A panic in it is caught and counts as a suspend of the queue, as
-    /// [`OrderlyStatus::SuspendCurrentQueueAMoment`] does.
+    /// As with [`listener_sync_fn`](Self::listener_sync_fn), calls that block or burn CPU
+    /// run on the consume threads (up to `consume_thread_max` at once) and quick ones on the
+    /// consumer's own thread; either way a queue's calls run one at a time, in queue order
+    /// (with [`key_ordered`](Self::key_ordered), one at a time per key), while different
+    /// queues (keys) run side by side. A panic in it is caught and counts as a suspend of the
+    /// queue, as [`OrderlyStatus::SuspendCurrentQueueAMoment`] does.
     ///
     /// ```no_run
     /// # async fn demo() -> rocketmq_actor::Result<()> {
@@ -714,12 +731,11 @@ impl PushConsumerBuilder {
     /// ```
     pub fn orderly_listener_sync_fn<F>(mut self, f: F) -> Self
     where
-        F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+        F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + Sync + 'static,
     {
-        self.listener = Some(SendListener::OrderlyOwned(Box::new(SyncFnOrderlyListener(
-            f,
-        ))));
-        self.config.consume_mode = ConsumeMode::Orderly;
+        self.listener = Some(SendListener::OrderlyOwned(Box::new(
+            SyncFnOrderlyListener::new(f, self.consume_pool.clone()),
+        )));
         self
     }
 
@@ -765,7 +781,6 @@ impl PushConsumerBuilder {
         self.listener = Some(SendListener::OrderlyOwned(Box::new(
             AsyncFnOrderlyListener(f),
         )));
-        self.config.consume_mode = ConsumeMode::Orderly;
         self
     }
 
@@ -786,7 +801,6 @@ impl PushConsumerBuilder {
         Fut: std::future::Future<Output = (ConsumeStatus, ConsumeContext)> + 'static,
     {
         self.listener = Some(SendListener::ConcurrentOwned(Box::new(FnListener(f))));
-        self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }
 
@@ -829,19 +843,21 @@ impl PushConsumerBuilder {
         F: AsyncFn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
     {
         self.listener = Some(SendListener::ConcurrentOwned(Box::new(AsyncFnListener(f))));
-        self.config.consume_mode = ConsumeMode::Concurrently;
         self
     }
 
     /// A synchronous closure listener, like Java's `MessageListenerConcurrently`: gets the
     /// batch and the context by reference and returns the status at once.
     ///
-    /// It runs on the consumer's arbiter thread between other work, so it suits quick
-    /// handlers (count, hand over to a channel, update a map); one that waits on I/O belongs
-    /// in [`listener_fn`](Self::listener_fn), whose futures run concurrently. It is the
-    /// cheapest listener: its calls over one pull run in a plain loop, nothing allocated or
-    /// moved per call. A panic in it is caught, and the batch is retried like a
-    /// [`ConsumeStatus::ReconsumeLater`].
+    /// It may block (a synchronous database call) and may burn CPU: such calls run on the
+    /// consumer's consume threads, up to `consume_thread_max` (20) at once, as Java's
+    /// `consumeThreadMax` threads run them, several batches of one queue side by side; they
+    /// never hold up pulls, heartbeats or other queues. While its calls are quick (under
+    /// about 50 µs on average), they run on the consumer's own thread instead, in a plain
+    /// loop over each pull, which is the cheapest way to consume; the consumer moves them
+    /// between the two as their duration changes. So the closure must be `Send + Sync`, and
+    /// should not rely on which thread runs it. A panic in it is caught, and the batch is
+    /// retried like a [`ConsumeStatus::ReconsumeLater`].
     ///
     /// ```no_run
     /// use rocketmq_actor::consumer::ConsumeStatus;
@@ -865,10 +881,11 @@ impl PushConsumerBuilder {
     /// ```
     pub fn listener_sync_fn<F>(mut self, f: F) -> Self
     where
-        F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+        F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + Sync + 'static,
     {
-        self.listener = Some(SendListener::ConcurrentOwned(Box::new(SyncFnListener(f))));
-        self.config.consume_mode = ConsumeMode::Concurrently;
+        self.listener = Some(SendListener::ConcurrentOwned(Box::new(
+            SyncFnListener::new(f, self.consume_pool.clone()),
+        )));
         self
     }
 
@@ -911,8 +928,26 @@ impl PushConsumerBuilder {
     }
 
     async fn start_here(self) -> Result<PushConsumer> {
-        let config = self.config;
+        let mut config = self.config;
+        // The listener decides the mode; a configuration that asks for orderly consumption
+        // (TOML `consume_mode = "orderly"`) with a concurrent listener is a mistake to report,
+        // not to run concurrently.
+        if let Some(mode) = self.listener.as_ref().map(SendListener::mode) {
+            if config.consume_mode == ConsumeMode::Orderly && mode == ConsumeMode::Concurrently {
+                return Err(Error::Config {
+                    option: "consume_mode",
+                    value: "orderly".into(),
+                    allowed: "\"orderly\" only with an orderly listener (orderly_listener, \
+                              orderly_listener_fn, orderly_listener_sync_fn, \
+                              orderly_listener_async or orderly_listener_actor)"
+                        .into(),
+                });
+            }
+            config.consume_mode = mode;
+        }
         config.validate()?;
+        self.consume_pool
+            .configure(config.consume_thread_max as usize, &config.consumer_group);
         let configured_namespace = config.namespace.clone();
         if config.subscriptions.is_empty() {
             return Err(Error::Config {
@@ -1146,6 +1181,7 @@ impl PushConsumer {
             event_recipients: Vec::new(),
             client_config: None,
             consume_hooks: Hooks::new(),
+            consume_pool: ConsumePool::new(),
         }
     }
 

@@ -1,6 +1,12 @@
 //! The listener stage: the user's code and the dispatcher actor that bounds how many listener
 //! calls run at once across every queue of a consumer.
 //!
+//! Where calls run: async listeners (closures, traits, actors) on the consumer's arbiter
+//! thread, up to `consume_concurrency` at once; synchronous closure listeners there too while
+//! their calls are quick, and on the consumer's consume threads ([`ConsumePool`], up to
+//! `consume_thread_max`) once they are slow, each outcome coming back to its queue actor as a
+//! message.
+//!
 //! Queue actors ask the [`ConsumeDispatcher`] to run a batch; the dispatcher waits for one of
 //! `consume_concurrency` permits (FIFO, so no queue starves), calls the listener with a panic
 //! guard, and answers with the outcome. A panic counts as [`ConsumeStatus::ReconsumeLater`] and
@@ -17,6 +23,7 @@ use actix::prelude::*;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
+use crate::actors::consume_pool::ConsumePool;
 use crate::actors::queue::RunSink;
 use crate::actors::queue_orderly::OrderlyChain;
 use crate::consumer::queue_core::{share_of, BatchSpan, CallRanges, PullPart};
@@ -65,8 +72,9 @@ impl ConsumeContext {
 ///
 /// Listener futures run on the consumer's actix arbiter, so they need not be `Send`; the
 /// listener itself is `Send`, since a consumer started outside an actix system moves it to the
-/// crate's runtime thread. Long CPU
-/// work belongs on another thread (`actix_rt::task::spawn_blocking`).
+/// crate's runtime thread. Calls that block or burn CPU belong in a synchronous closure
+/// listener ([`listener_sync_fn`](crate::PushConsumerBuilder::listener_sync_fn)), whose slow
+/// calls run on the consumer's consume threads.
 ///
 /// ```
 /// use rocketmq_actor::consumer::{ConsumeContext, ConsumeStatus, MessageListener};
@@ -389,6 +397,11 @@ pub(crate) trait OwnedListener: MessageListener {
     /// The listener comes as an `Rc` (counted up once per run, not atomically) so that a
     /// call's future may hold it, as a borrowing async closure's does.
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop;
+
+    /// The listener as one whose calls the consume threads may run.
+    fn as_pooled(&self) -> Option<&dyn PooledListener> {
+        None
+    }
 }
 
 /// The state of a run of by-value concurrent calls over one pull, as
@@ -406,12 +419,17 @@ pub(crate) struct OwnedRun<'r, 's> {
     spare: &'r mut Option<SpareCall>,
     /// The call under way and its queue id, to report should it panic.
     current: Option<(std::ops::Range<usize>, i32)>,
+    /// When the run began (for a listener that times its calls).
+    started: Instant,
 }
 
 /// Why [`OwnedListener::run_owned`] returned.
 pub(crate) enum RunStop {
     /// Every call of the run finished at once.
     Done,
+    /// The calls went slow: those left in the run go to the consume threads
+    /// ([`PooledListener`]).
+    ToPool,
     /// No permit was free for the call over this range, which has not started.
     NoPermit(std::ops::Range<usize>),
     /// The call over this range (queue id beside it) did not finish on its first poll; it
@@ -563,27 +581,79 @@ where
 /// A listener made of a synchronous closure over the batch and the context, as Java's
 /// `MessageListenerConcurrently` is (see
 /// [`PushConsumerBuilder::listener_sync_fn`](crate::PushConsumerBuilder::listener_sync_fn)).
-pub struct SyncFnListener<F>(pub F);
+/// Its calls run on the consumer's thread while they are quick, and on its consume threads
+/// once they are slow ([`ConsumePool`]).
+pub(crate) struct SyncFnListener<F> {
+    call: Arc<F>,
+    pool: ConsumePool,
+}
+
+impl<F> SyncFnListener<F> {
+    /// The listener `call`, whose slow calls go to `pool`.
+    pub(crate) fn new(call: F, pool: ConsumePool) -> Self {
+        SyncFnListener {
+            call: Arc::new(call),
+            pool,
+        }
+    }
+}
 
 #[async_trait::async_trait(?Send)]
 impl<F> MessageListener for SyncFnListener<F>
 where
-    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + Sync + 'static,
 {
+    /// The call as hooks see it: on the consumer's thread while calls are quick, otherwise on
+    /// a consume thread with a copy of the context (copied back after the call).
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
-        (self.0)(messages, ctx)
+        if !self.pool.pooled() {
+            let started = Instant::now();
+            let status = (self.call)(messages, ctx);
+            self.pool.judge_inline(started.elapsed(), 1);
+            return status;
+        }
+        let batch = ctx
+            .batch
+            .clone()
+            .unwrap_or_else(|| Messages::from(Arc::<[MessageExt]>::from(messages)));
+        let mut lent = ctx.clone();
+        lent.batch = None;
+        let call = Arc::clone(&self.call);
+        let (status, returned) = pooled_result(
+            self.pool
+                .run(move || {
+                    let status = call(&batch, &mut lent);
+                    (status, lent)
+                })
+                .await,
+        );
+        ctx.ack_index = returned.ack_index;
+        ctx.delay_level = returned.delay_level;
+        status
     }
+}
+
+/// What a pooled call returned, or its panic raised again on the consumer's thread, where the
+/// caller's panic guard turns it into a retry (or a suspend) as for a call run there.
+fn pooled_result<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 impl<F> OwnedListener for SyncFnListener<F>
 where
-    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + 'static,
+    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + Sync + 'static,
 {
-    /// Every call finishes at once: the loop lends one context to each call in turn, with
-    /// no future, no call memory and no context moved per call.
+    /// While calls are quick, they run here in a loop that lends one context to each call in
+    /// turn, with no future, no call memory and no context moved per call; the run is timed
+    /// (its first call and the whole) for the pool to judge. A first call slow enough to send
+    /// calls to the pool ends the run there: the queue hands the rest to the pool
+    /// ([`PooledListener`]).
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
+        let total = run.calls.len();
+        let mut calls = 0usize;
+        let mut slow_first = false;
         for range in run.calls.by_ref() {
             if !may_start_call(run.permits) {
                 run.sink.recycle(context);
@@ -591,14 +661,91 @@ where
             }
             run.current = Some((range.clone(), queue_id));
             let messages = run.pull.get(range.clone()).unwrap_or_default();
-            let status = (self.0)(messages, &mut context);
+            let status = (self.call)(messages, &mut context);
             run.current = None;
             run.sink
                 .finished_lending_call(run.pull, range, status, &context);
             run.sink.reset_lent(&mut context);
+            calls += 1;
+            if calls == 1 && total > 1 && self.pool.judge_inline(run.started.elapsed(), 1) {
+                slow_first = true;
+                break;
+            }
         }
         run.sink.recycle(context);
+        if slow_first {
+            return RunStop::ToPool;
+        }
+        if calls > 1 {
+            self.pool.judge_inline(
+                run.started.elapsed(),
+                u32::try_from(calls).unwrap_or(u32::MAX),
+            );
+        }
         RunStop::Done
+    }
+
+    fn as_pooled(&self) -> Option<&dyn PooledListener> {
+        Some(self)
+    }
+}
+
+/// A concurrent listener whose calls the consume threads run once they are slow
+/// ([`ConsumePool`]): the queue actor hands each call over while [`pooled`](Self::pooled)
+/// says so, and gets its outcome back as a message, with no task of its own per call.
+pub(crate) trait PooledListener {
+    /// Whether calls go to the consume threads now.
+    fn pooled(&self) -> bool;
+
+    /// Runs the call over `batch` on a consume thread; `done` gets its outcome there (a
+    /// panic becomes a retry, as on the consumer's thread).
+    fn submit(
+        &self,
+        batch: Messages,
+        context: ConsumeContext,
+        span: tracing::Span,
+        done: Box<dyn FnOnce(ConsumeOutcome) + Send>,
+    );
+}
+
+impl<F> PooledListener for SyncFnListener<F>
+where
+    F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + Sync + 'static,
+{
+    fn pooled(&self) -> bool {
+        self.pool.pooled()
+    }
+
+    fn submit(
+        &self,
+        batch: Messages,
+        mut context: ConsumeContext,
+        span: tracing::Span,
+        done: Box<dyn FnOnce(ConsumeOutcome) + Send>,
+    ) {
+        let call = Arc::clone(&self.call);
+        self.pool.submit(move || {
+            let _entered = span.enter();
+            let started = Instant::now();
+            let queue_id = context.queue.queue_id;
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let status = call(&batch, &mut context);
+                (status, context)
+            }));
+            let elapsed = started.elapsed();
+            done(match result {
+                Ok((status, context)) => ConsumeOutcome {
+                    status,
+                    context,
+                    elapsed,
+                },
+                Err(panic) => ConsumeOutcome {
+                    elapsed,
+                    ..panicked_call(&batch, queue_id, panic.as_ref())
+                },
+            });
+            elapsed
+        });
     }
 }
 
@@ -851,6 +998,11 @@ pub(crate) trait OwnedOrderlyListener: OrderlyListener {
     /// in a loop compiled for this listener's type (see [`ConsumeDispatcher::run_orderly_chain`]).
     /// The listener comes as an `Rc`, as in [`OwnedListener::run_owned`].
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop;
+
+    /// The listener as one whose calls the consume threads may run.
+    fn as_pooled(&self) -> Option<&dyn PooledOrderlyListener> {
+        None
+    }
 }
 
 /// The settings a by-value orderly call started with (`auto_commit`, `suspend_time`, queue
@@ -871,12 +1023,17 @@ pub(crate) struct OrderlyRun<'c, 'r> {
     /// The call under way (its batch's span: the core still holds the batch, see
     /// [`OrderlyChain::batch_of`]) and its settings, to report should it panic.
     current: Option<(BatchSpan, OrderlyDefaults)>,
+    /// When the chain began (for a listener that times its calls).
+    started: Instant,
 }
 
 /// Why [`OwnedOrderlyListener::run_chain`] returned.
 pub(crate) enum OrderlyRunStop {
     /// The chain ended: every call finished at once.
     Done,
+    /// The calls went slow: this batch's call, not started, goes to the consume threads
+    /// ([`PooledOrderlyListener`]).
+    ToPool(Messages),
     /// No permit was free for this batch's call, which has not started.
     NoPermit(Messages),
     /// This batch's call did not finish on its first poll; it takes the free permit
@@ -962,27 +1119,64 @@ where
 /// An orderly listener made of a synchronous closure over the batch and the context, as
 /// Java's `MessageListenerOrderly` is (see
 /// [`PushConsumerBuilder::orderly_listener_sync_fn`](crate::PushConsumerBuilder::orderly_listener_sync_fn)).
-pub struct SyncFnOrderlyListener<F>(pub F);
+/// Like [`SyncFnListener`], its calls move to the consume threads once they are slow; a
+/// queue's calls still run one at a time, in order.
+pub(crate) struct SyncFnOrderlyListener<F> {
+    call: Arc<F>,
+    pool: ConsumePool,
+}
+
+impl<F> SyncFnOrderlyListener<F> {
+    /// The listener `call`, whose slow calls go to `pool`.
+    pub(crate) fn new(call: F, pool: ConsumePool) -> Self {
+        SyncFnOrderlyListener {
+            call: Arc::new(call),
+            pool,
+        }
+    }
+}
 
 #[async_trait::async_trait(?Send)]
 impl<F> OrderlyListener for SyncFnOrderlyListener<F>
 where
-    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + Sync + 'static,
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
-        (self.0)(messages, ctx)
+        if !self.pool.pooled() {
+            let started = Instant::now();
+            let status = (self.call)(messages, ctx);
+            self.pool.judge_inline(started.elapsed(), 1);
+            return status;
+        }
+        let batch: Arc<[MessageExt]> = Arc::from(messages);
+        let mut lent = ctx.clone();
+        let call = Arc::clone(&self.call);
+        let (status, returned) = pooled_result(
+            self.pool
+                .run(move || {
+                    let status = call(&batch, &mut lent);
+                    (status, lent)
+                })
+                .await,
+        );
+        *ctx = returned;
+        status
     }
 }
 
 impl<F> OwnedOrderlyListener for SyncFnOrderlyListener<F>
 where
-    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + 'static,
+    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + Sync + 'static,
 {
-    /// Every call finishes at once: the chain runs in a plain loop, no future and no call
+    /// While calls are quick, the chain runs here in a plain loop, no future and no call
     /// memory per call, and lends one context to each call in turn (readied again between
-    /// calls), as the concurrent synchronous loop does.
+    /// calls), as the concurrent synchronous loop does; the chain is timed for the pool to
+    /// judge. A first call slow enough to send calls to the pool ends the chain there: the
+    /// queue hands its next batch to the pool ([`PooledOrderlyListener`]).
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
         let mut lent: Option<OrderlyContext> = None;
+        let mut calls = 0u32;
+        let mut slow_first = false;
         while let Some(batch) = run.next.take() {
             if !may_start_call(run.permits) {
                 if let Some(context) = lent {
@@ -1003,17 +1197,95 @@ where
                 context.queue.queue_id,
             );
             run.current = Some((BatchSpan::of(&batch), defaults));
-            let status = (self.0)(&batch, context);
+            let status = (self.call)(&batch, context);
             drop(batch);
             let Some((span, _)) = run.current.take() else {
                 break;
             };
             run.next = run.chain.finished_lending_call(span, status, context);
+            calls += 1;
+            if calls == 1 && run.next.is_some() && self.pool.judge_inline(run.started.elapsed(), 1)
+            {
+                slow_first = true;
+                break;
+            }
         }
         if let Some(context) = lent {
             run.chain.recycle(context);
         }
+        if slow_first {
+            if let Some(batch) = run.next.take() {
+                return OrderlyRunStop::ToPool(batch);
+            }
+        }
+        if calls > 1 {
+            self.pool.judge_inline(run.started.elapsed(), calls);
+        }
         OrderlyRunStop::Done
+    }
+
+    fn as_pooled(&self) -> Option<&dyn PooledOrderlyListener> {
+        Some(self)
+    }
+}
+
+/// An orderly listener whose calls the consume threads run once they are slow, as
+/// [`PooledListener`]: one call per queue at a time still, since the queue hands out its
+/// next batch only once the last one is settled.
+pub(crate) trait PooledOrderlyListener {
+    /// Whether calls go to the consume threads now.
+    fn pooled(&self) -> bool;
+
+    /// Runs the call over `batch` on a consume thread; `done` gets its outcome there (a
+    /// panic becomes a suspend, as on the consumer's thread).
+    fn submit(
+        &self,
+        batch: Messages,
+        context: OrderlyContext,
+        span: tracing::Span,
+        done: Box<dyn FnOnce(OrderlyOutcome) + Send>,
+    );
+}
+
+impl<F> PooledOrderlyListener for SyncFnOrderlyListener<F>
+where
+    F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + Sync + 'static,
+{
+    fn pooled(&self) -> bool {
+        self.pool.pooled()
+    }
+
+    fn submit(
+        &self,
+        batch: Messages,
+        mut context: OrderlyContext,
+        span: tracing::Span,
+        done: Box<dyn FnOnce(OrderlyOutcome) + Send>,
+    ) {
+        let call = Arc::clone(&self.call);
+        self.pool.submit(move || {
+            let _entered = span.enter();
+            let started = Instant::now();
+            let defaults = (
+                context.auto_commit,
+                context.suspend_time,
+                context.queue.queue_id,
+            );
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let status = call(&batch, &mut context);
+                (status, context)
+            }));
+            let elapsed = started.elapsed();
+            done(match result {
+                Ok((status, context)) => OrderlyOutcome {
+                    status,
+                    context,
+                    elapsed,
+                },
+                Err(panic) => panicked_orderly_call(&batch, defaults, panic.as_ref(), started),
+            });
+            elapsed
+        });
     }
 }
 
@@ -1437,6 +1709,16 @@ fn panicked_call(
     }
 }
 
+/// How a chain of orderly calls ([`ConsumeDispatcher::run_orderly_chain`]) ended.
+pub(crate) enum ChainEnd {
+    /// Every call finished at once (or the round settles the last).
+    Done,
+    /// This batch's call waits (for a permit, or its own future): a task to spawn.
+    Waiting(Messages, PendingOrderly),
+    /// The calls went slow: this batch's call, not started, goes to the consume threads.
+    ToPool(Messages),
+}
+
 /// An orderly call not finished at once, for the caller to spawn.
 pub(crate) type PendingOrderly = std::pin::Pin<Box<dyn Future<Output = OrderlyOutcome>>>;
 
@@ -1614,6 +1896,7 @@ impl ConsumeDispatcher {
                 permits: &self.permits,
                 spare: &mut spare_call,
                 current: None,
+                started: run_started,
             };
             let stop =
                 std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(owned).run_owned(&mut run)));
@@ -1622,7 +1905,8 @@ impl ConsumeDispatcher {
                 Ok(stop) => {
                     self.spare_call.set(spare_call);
                     return match stop {
-                        RunStop::Done => None,
+                        // The queue hands the calls left to the pool (see `pooled_listener`).
+                        RunStop::Done | RunStop::ToPool => None,
                         RunStop::NoPermit(range) => {
                             let batch = Messages::slice(messages.clone(), range);
                             let waiting = self.consume_batch(batch.clone(), sink.context());
@@ -1696,9 +1980,10 @@ impl ConsumeDispatcher {
         first: Messages,
         chain: &mut OrderlyChain<'_>,
         run_started: Instant,
-    ) -> std::result::Result<(), (Messages, PendingOrderly)> {
+    ) -> ChainEnd {
         let (Some(listener), None) = (&self.owned_orderly, &self.hooks) else {
-            return Err(self.waiting_orderly_call(first, chain));
+            let (batch, pending) = self.waiting_orderly_call(first, chain);
+            return ChainEnd::Waiting(batch, pending);
         };
         let mut spare = self.spare_orderly_call.take();
         // A call's batch, once dropped, hands its count on the pull to the next batch.
@@ -1709,18 +1994,23 @@ impl ConsumeDispatcher {
             permits: &self.permits,
             spare: &mut spare,
             current: None,
+            started: run_started,
         };
         let ran =
             std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(listener).run_chain(&mut run)));
         let current = run.current.take();
         let OrderlyRun { chain, .. } = run;
         let ended = match ran {
-            Ok(OrderlyRunStop::Done) => Ok(()),
-            Ok(OrderlyRunStop::NoPermit(batch)) => Err(self.waiting_orderly_call(batch, chain)),
+            Ok(OrderlyRunStop::Done) => ChainEnd::Done,
+            Ok(OrderlyRunStop::ToPool(batch)) => ChainEnd::ToPool(batch),
+            Ok(OrderlyRunStop::NoPermit(batch)) => {
+                let (batch, pending) = self.waiting_orderly_call(batch, chain);
+                ChainEnd::Waiting(batch, pending)
+            }
             Ok(OrderlyRunStop::Pending(batch, defaults, call)) => {
                 let permit = permit_for_waiting_call(&self.permits);
                 let pending = owned_orderly_pending(call, permit, batch.clone(), defaults);
-                Err((batch, pending))
+                ChainEnd::Waiting(batch, pending)
             }
             Err(panic) => match current {
                 Some((span, defaults)) => {
@@ -1729,7 +2019,7 @@ impl ConsumeDispatcher {
                         panicked_orderly_call(&batch, defaults, panic.as_ref(), run_started);
                     // A suspend: the chain ends, the round settles it.
                     chain.leave_to_round(span, outcome);
-                    Ok(())
+                    ChainEnd::Done
                 }
                 // Not a listener call: the runtime's own code panicked.
                 None => std::panic::resume_unwind(panic),
@@ -1738,6 +2028,25 @@ impl ConsumeDispatcher {
         self.spare_orderly_call.set(spare);
         drop(parked);
         ended
+    }
+
+    /// The concurrent listener when the consume threads may run its calls: a synchronous
+    /// closure, and no hooks (which see each call on the consumer's thread, as a call that
+    /// waits). Whether its calls go there now is [`PooledListener::pooled`].
+    pub(crate) fn poolable_listener(&self) -> Option<&dyn PooledListener> {
+        if self.hooks.is_some() {
+            return None;
+        }
+        self.owned.as_deref()?.as_pooled()
+    }
+
+    /// The orderly listener when the consume threads may run its calls (see
+    /// [`ConsumeDispatcher::poolable_listener`]).
+    pub(crate) fn poolable_orderly_listener(&self) -> Option<&dyn PooledOrderlyListener> {
+        if self.hooks.is_some() {
+            return None;
+        }
+        self.owned_orderly.as_deref()?.as_pooled()
     }
 
     /// The call over `batch` as a task that takes a permit when one is free, with the

@@ -140,6 +140,7 @@ pub(crate) mod broker;
 
 pub(crate) mod client;
 pub(crate) mod connection;
+pub(crate) mod consume_pool;
 pub(crate) mod consumer;
 pub(crate) mod heartbeat;
 pub(crate) mod listener;

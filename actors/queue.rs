@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::actors::connection::{settle_reply, ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
-    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome,
+    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome, PooledListener,
 };
 use crate::actors::offset_store::{
     AttachCommitted, DetachCommitted, LoadOffset, PersistAndRemove, SetOffset,
@@ -582,7 +582,16 @@ impl QueueActor {
                 } => {
                     let started = finished.started();
                     let mut calls = CallRanges::new(messages.len(), batch_size);
+                    let shared = Rc::clone(&self.shared);
                     loop {
+                        if let Some(listener) = shared
+                            .dispatcher
+                            .poolable_listener()
+                            .filter(|listener| listener.pooled())
+                        {
+                            self.hand_to_pool(listener, &messages, &mut calls, epoch, ctx);
+                            break;
+                        }
                         let mut sink = RunSink {
                             spare_queues: &mut self.spare_queues,
                             user_queue: &self.user_queue,
@@ -594,7 +603,11 @@ impl QueueActor {
                             .dispatcher
                             .consume_run(&messages, &mut calls, &mut sink, started)
                         else {
-                            break;
+                            // Calls left: the listener went slow, they go to the pool.
+                            if calls.len() == 0 {
+                                break;
+                            }
+                            continue;
                         };
                         // The listener's own log lines carry the consumer and queue.
                         let pending = pending.instrument(tracing::Span::clone(&self.span));
@@ -868,7 +881,38 @@ impl QueueActor {
         needs_broker_lock(&self.shared.config)
     }
 
-    /// A listener call that ran as a task of this actor ended.
+    /// Hands the calls left in `calls` to the consume threads, each over its part of
+    /// `messages`; their outcomes come back as [`PooledConsumed`] messages.
+    fn hand_to_pool(
+        &mut self,
+        listener: &dyn PooledListener,
+        messages: &Arc<Vec<MessageExt>>,
+        calls: &mut CallRanges,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let queue = ctx.address();
+        for range in calls.by_ref() {
+            let batch = Messages::slice(Arc::clone(messages), range);
+            let context = ConsumeContext::new(self.context_queue());
+            let reply = queue.clone();
+            let reply_batch = batch.clone();
+            listener.submit(
+                batch,
+                context,
+                tracing::Span::clone(&self.span),
+                Box::new(move |outcome| {
+                    reply.do_send(PooledConsumed {
+                        batch: reply_batch,
+                        epoch,
+                        outcome,
+                    })
+                }),
+            );
+        }
+    }
+
+    /// A listener call that ran as a task of this actor, or on a consume thread, ended.
     fn on_consumed(
         &mut self,
         batch: Messages,
@@ -1113,6 +1157,25 @@ pub(crate) enum QueueTick {
 /// 10 ms and 60 s.
 pub(crate) fn clean_expired_every(config: &PushConsumerConfig) -> Duration {
     (config.consume_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
+}
+
+/// The outcome of a concurrent call a consume thread ran, for its queue actor.
+pub(crate) struct PooledConsumed {
+    batch: Messages,
+    epoch: u64,
+    outcome: ConsumeOutcome,
+}
+
+impl Message for PooledConsumed {
+    type Result = ();
+}
+
+impl Handler<PooledConsumed> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, done: PooledConsumed, ctx: &mut Context<Self>) {
+        self.on_consumed(done.batch, done.epoch, done.outcome, ctx);
+    }
 }
 
 impl Handler<QueueTick> for QueueActor {

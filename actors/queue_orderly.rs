@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::listener::{
-    park_pull, take_parked_pull, Messages, OrderlyOutcome, PendingOrderly,
+    park_pull, take_parked_pull, ChainEnd, Messages, OrderlyOutcome, PendingOrderly,
 };
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_ROUNDS_PER_CLOCK_READ};
@@ -230,6 +230,11 @@ impl QueueActor {
             return;
         }
         let shared = Rc::clone(&self.shared);
+        let pooled = shared.dispatcher.poolable_orderly_listener();
+        if pooled.is_some_and(|listener| listener.pooled()) {
+            self.hand_orderly_to_pool(Messages::from(batch), epoch, ctx);
+            return;
+        }
         let run_started = finished.started();
         let mut chain = OrderlyChain {
             actor: self,
@@ -240,9 +245,54 @@ impl QueueActor {
             shared
                 .dispatcher
                 .run_orderly_chain(Messages::from(batch), &mut chain, run_started);
-        if let Err((batch, pending)) = chained {
-            self.spawn_orderly(batch, epoch, pending, ctx);
+        match chained {
+            ChainEnd::Done => {}
+            ChainEnd::Waiting(batch, pending) => self.spawn_orderly(batch, epoch, pending, ctx),
+            ChainEnd::ToPool(batch) => self.hand_orderly_to_pool(batch, epoch, ctx),
         }
+    }
+
+    /// Hands an orderly call to the consume threads; its outcome comes back as a
+    /// [`PooledOrderlyConsumed`] message.
+    fn hand_orderly_to_pool(&mut self, batch: Messages, epoch: u64, ctx: &mut Context<Self>) {
+        let shared = Rc::clone(&self.shared);
+        let Some(listener) = shared.dispatcher.poolable_orderly_listener() else {
+            tracing::error!("an orderly call went to the consume threads of a listener without");
+            return;
+        };
+        let context = OrderlyContext::new(self.context_queue(), &shared.config);
+        let queue = ctx.address();
+        let reply_batch = batch.clone();
+        listener.submit(
+            batch,
+            context,
+            tracing::Span::clone(&self.span),
+            Box::new(move |outcome| {
+                queue.do_send(PooledOrderlyConsumed {
+                    batch: reply_batch,
+                    epoch,
+                    outcome,
+                })
+            }),
+        );
+    }
+
+    /// An orderly call that ran as a task of this actor, or on a consume thread, ended.
+    fn on_orderly_consumed(
+        &mut self,
+        batch: Messages,
+        epoch: u64,
+        outcome: OrderlyOutcome,
+        ctx: &mut Context<Self>,
+    ) {
+        let mut out = self.take_actions();
+        let env = self.env();
+        let failed = orderly_failures(&batch, outcome.status);
+        self.shared
+            .stats
+            .record_consumed(batch.len() - failed, failed, outcome.elapsed);
+        self.settle_orderly(&batch, epoch, outcome, &env, now_ms(), &mut out);
+        self.execute(out, ctx);
     }
 
     /// Spawns an orderly call that did not finish at once; its outcome is settled when it ends.
@@ -254,16 +304,11 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) {
         let consumed = pending.instrument(tracing::Span::clone(&self.span));
-        ctx.spawn(consumed.into_actor(self).map(move |outcome, act, ctx| {
-            let mut out = act.take_actions();
-            let env = act.env();
-            let failed = orderly_failures(&batch, outcome.status);
-            act.shared
-                .stats
-                .record_consumed(batch.len() - failed, failed, outcome.elapsed);
-            act.settle_orderly(&batch, epoch, outcome, &env, now_ms(), &mut out);
-            act.execute(out, ctx);
-        }));
+        ctx.spawn(
+            consumed
+                .into_actor(self)
+                .map(move |outcome, act, ctx| act.on_orderly_consumed(batch, epoch, outcome, ctx)),
+        );
     }
 
     /// Settles an orderly call over the batch of `span` that succeeded at once leaving
@@ -365,5 +410,24 @@ impl QueueActor {
                 core.on_dead_lettered(&attempted, &sent, epoch, suspend, cfg, env, now, out)
             });
         }));
+    }
+}
+
+/// The outcome of an orderly call a consume thread ran, for its queue actor.
+pub(crate) struct PooledOrderlyConsumed {
+    batch: Messages,
+    epoch: u64,
+    outcome: OrderlyOutcome,
+}
+
+impl Message for PooledOrderlyConsumed {
+    type Result = ();
+}
+
+impl Handler<PooledOrderlyConsumed> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, done: PooledOrderlyConsumed, ctx: &mut Context<Self>) {
+        self.on_orderly_consumed(done.batch, done.epoch, done.outcome, ctx);
     }
 }

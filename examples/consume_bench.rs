@@ -39,7 +39,14 @@
 //!    with a borrowing async closure listener (`listener_async`);
 //! 8. **orderly** / **keyord** (not run by default): an orderly listener, queue-ordered (broker
 //!    locks, one call per queue at a time) and key-ordered, that only counts; **orderlysync** /
-//!    **keyordsync** the same with a synchronous listener (`orderly_listener_sync_fn`).
+//!    **keyordsync** the same with a synchronous listener (`orderly_listener_sync_fn`);
+//! 9. **cpusync** / **orderlycpu** (not run by default): a synchronous concurrent / orderly
+//!    listener that burns ~150 µs of CPU per message; **blocksync** one that blocks 1 ms per
+//!    message (`std::thread::sleep`, as a synchronous database call). Run them with a small
+//!    `--count` (20,000), on all cores and under `taskset -c 0` to compare; **cpuceil** and
+//!    **blockceil** are their ceilings: the same work on as many plain threads as the process
+//!    has cores (CPU) or as a consumer has consume threads by default (20, blocking), no
+//!    consumer at all.
 //!
 //! For each it prints msgs/s, the CPU time the phase consumed and CPU µs per message — for the
 //! whole process (`/proc/self/stat`) and for the main thread alone (where the clients run; with
@@ -480,6 +487,13 @@ enum PushKind {
     OrderlySync,
     /// A synchronous orderly closure listener in key-ordered mode.
     KeyOrderedSync,
+    /// A synchronous closure listener that burns ~150 µs of CPU per message.
+    CpuSync,
+    /// A synchronous closure listener that blocks 1 ms per message (a synchronous database
+    /// call).
+    BlockSync,
+    /// A synchronous orderly closure listener that burns ~150 µs of CPU per message.
+    OrderlyCpu,
 }
 
 impl PushKind {
@@ -494,35 +508,115 @@ impl PushKind {
             PushKind::KeyOrdered => "keyord",
             PushKind::OrderlySync => "orderlysync",
             PushKind::KeyOrderedSync => "keyordsync",
+            PushKind::CpuSync => "cpusync",
+            PushKind::BlockSync => "blocksync",
+            PushKind::OrderlyCpu => "orderlycpu",
         }
     }
 }
 
-/// `builder` with the synchronous listener of `kind`, counting into `tally`.
+/// `builder` with the synchronous listener of `kind`, counting into `tally`. A synchronous
+/// listener is `Sync` (its calls may run on several consume threads), so it counts in the
+/// shared tally's atomic rather than in a [`ListenerCount`] of its own.
 #[cfg(not(bench_baseline))]
 fn with_sync_listener(
     builder: PushConsumerBuilder,
     kind: PushKind,
-    count: ListenerCount,
+    tally: Arc<Tally>,
 ) -> Result<PushConsumerBuilder, String> {
-    Ok(if kind == PushKind::Sync {
-        builder.listener_sync_fn(move |messages, _ctx| {
-            count.add(messages.len());
+    Ok(match kind {
+        PushKind::Sync => builder.listener_sync_fn(move |messages, _ctx| {
+            tally.add(messages.len());
             ConsumeStatus::Success
-        })
-    } else if kind == PushKind::Async {
-        builder.listener_async(async move |messages, _ctx| {
-            count.add(messages.len());
+        }),
+        PushKind::CpuSync => builder.listener_sync_fn(move |messages, _ctx| {
+            for _ in messages {
+                burn_cpu();
+            }
+            tally.add(messages.len());
             ConsumeStatus::Success
-        })
-    } else {
-        builder
+        }),
+        PushKind::BlockSync => builder.listener_sync_fn(move |messages, _ctx| {
+            for _ in messages {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            tally.add(messages.len());
+            ConsumeStatus::Success
+        }),
+        PushKind::OrderlyCpu => builder.orderly_listener_sync_fn(move |messages, _ctx| {
+            for _ in messages {
+                burn_cpu();
+            }
+            tally.add(messages.len());
+            OrderlyStatus::Success
+        }),
+        PushKind::Async => {
+            let count = ListenerCount::new(tally);
+            builder.listener_async(async move |messages, _ctx| {
+                count.add(messages.len());
+                ConsumeStatus::Success
+            })
+        }
+        _ => builder
             .key_ordered(kind == PushKind::KeyOrderedSync)
             .orderly_listener_sync_fn(move |messages, _ctx| {
-                count.add(messages.len());
+                tally.add(messages.len());
                 OrderlyStatus::Success
-            })
+            }),
     })
+}
+
+/// Rounds of [`burn_cpu`]'s loop that take about [`CPU_PER_MESSAGE`] on this machine,
+/// measured once per run.
+static CPU_ROUNDS: OnceLock<u64> = OnceLock::new();
+
+/// The CPU a CPU-bound listener spends per message.
+const CPU_PER_MESSAGE: Duration = Duration::from_micros(150);
+
+/// About [`CPU_PER_MESSAGE`] of pure computation.
+fn burn_cpu() {
+    let rounds = *CPU_ROUNDS.get_or_init(|| {
+        let probe = 1_000_000;
+        let started = Instant::now();
+        spin(probe);
+        let per_round = started.elapsed().as_secs_f64() / probe as f64;
+        (CPU_PER_MESSAGE.as_secs_f64() / per_round.max(f64::MIN_POSITIVE)) as u64
+    });
+    spin(rounds);
+}
+
+/// The cores this process may run on (its CPU affinity: one under `taskset -c 0`).
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The ceiling of a CPU-bound or blocking listener phase: `threads` plain threads doing
+/// `work` `count` times in all, no consumer at all.
+fn ceiling_phase(name: &'static str, count: usize, threads: usize, work: fn()) -> Phase {
+    let before = CpuSample::now();
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| {
+                while next.fetch_add(1, Ordering::Relaxed) < count {
+                    work();
+                }
+            });
+        }
+    });
+    Phase::measure(name, count, started.elapsed(), before)
+}
+
+/// `rounds` rounds of a xorshift the optimiser cannot drop.
+fn spin(rounds: u64) {
+    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15_u64);
+    for _ in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    std::hint::black_box(x);
 }
 
 /// A baseline build (`scripts/bench.sh` compiles this file against an older version with
@@ -531,7 +625,7 @@ fn with_sync_listener(
 fn with_sync_listener(
     _builder: PushConsumerBuilder,
     kind: PushKind,
-    _count: ListenerCount,
+    _tally: Arc<Tally>,
 ) -> Result<PushConsumerBuilder, String> {
     Err(format!(
         "phase {}: the synchronous listeners are not in this baseline build",
@@ -580,9 +674,13 @@ async fn push_phase(
                 async move { (ConsumeStatus::Success, ctx) }
             })
         }
-        PushKind::Sync | PushKind::Async | PushKind::OrderlySync | PushKind::KeyOrderedSync => {
-            with_sync_listener(builder, kind, count)?
-        }
+        PushKind::Sync
+        | PushKind::Async
+        | PushKind::OrderlySync
+        | PushKind::KeyOrderedSync
+        | PushKind::CpuSync
+        | PushKind::BlockSync
+        | PushKind::OrderlyCpu => with_sync_listener(builder, kind, tally.clone())?,
         PushKind::Orderly | PushKind::KeyOrdered => builder
             .key_ordered(kind == PushKind::KeyOrdered)
             .orderly_listener_fn(move |messages, ctx| {
@@ -642,13 +740,20 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "keyord" => push_phase(namesrv, topic, sent, PushKind::KeyOrdered).await?.0,
             "orderlysync" => push_phase(namesrv, topic, sent, PushKind::OrderlySync).await?.0,
             "keyordsync" => push_phase(namesrv, topic, sent, PushKind::KeyOrderedSync).await?.0,
+            "cpusync" => push_phase(namesrv, topic, sent, PushKind::CpuSync).await?.0,
+            "blocksync" => push_phase(namesrv, topic, sent, PushKind::BlockSync).await?.0,
+            "orderlycpu" => push_phase(namesrv, topic, sent, PushKind::OrderlyCpu).await?.0,
+            "cpuceil" => ceiling_phase("cpuceil", sent, available_cores(), burn_cpu),
+            "blockceil" => ceiling_phase("blockceil", sent, 20, || {
+                std::thread::sleep(Duration::from_millis(1))
+            }),
             "pull" => pull_phase(namesrv, topic).await?,
             "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
             "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,
             "sched" => schedule_phase(namesrv, topic, sent).await?,
             other => {
                 return Err(format!(
-                    "unknown phase {other:?} (push, pushh, push32, pushsync, pushasync, orderly, keyord, orderlysync, keyordsync, pull, lite, liteb, sched)"
+                    "unknown phase {other:?} (push, pushh, push32, pushsync, pushasync, orderly, keyord, orderlysync, keyordsync, cpusync, blocksync, orderlycpu, cpuceil, blockceil, pull, lite, liteb, sched)"
                 ))
             }
         };

@@ -180,9 +180,23 @@ suite() {
   instructions "$side" "$bin" "$ns" "$phases"
 }
 
+# cores BINDIR NAMESRV: listeners that block or burn CPU, on every core against the same
+# program held to one (`taskset -c 0`), the broker unpinned; each run beside its ceiling (the
+# same work on plain threads, no consumer).
+CORE_PHASES=cpusync,orderlycpu,blocksync,cpuceil,blockceil
+cores() {
+  local bin=$1 ns=$2 saved=$PIN
+  for _ in $(seq "$RUNS"); do
+    PIN=0 run all "$OUT/cores.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 20000 --phases "$CORE_PHASES"
+    PIN=1 run one "$OUT/cores.jsonl" "$bin/consume_bench" --namesrv "$ns" --count 20000 --phases "$CORE_PHASES"
+  done
+  PIN=$saved
+}
+
 if [ "${BENCH_REAL_ONLY:-0}" != 1 ]; then
 start_broker
 suite after "$ROOT/target/release/examples" "127.0.0.1:$PORT" "$PHASES"
+cores "$ROOT/target/release/examples" "127.0.0.1:$PORT"
 
 if [ -n "${BENCH_BASELINE:-}" ]; then
   BASE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rocketmq-actor-baseline.XXXXXX")

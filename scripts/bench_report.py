@@ -46,6 +46,15 @@ def fmt(value, digits=2, suffix=""):
     return f"{value:,.{digits}f}{suffix}"
 
 
+# The listener phases measured on every core and on one, with their titles.
+CORE_PHASE_NAMES = {
+    "cpusync": "CPU-bound sync listener (150 µs/msg)",
+    "orderlycpu": "CPU-bound orderly sync listener (150 µs/msg, 16 queues)",
+    "cpuceil": "ceiling: the CPU work on plain threads",
+    "blocksync": "blocking sync listener (1 ms/msg)",
+    "blockceil": "ceiling: 20 threads sleeping 1 ms",
+}
+
 # The consumer phases whose instructions over the raw loop are split by part.
 PARTS_PHASES = [("push", "push"), ("pushasync", "push, borrowing async"), ("pushsync", "push, sync"),
                 ("push32", "push, batch 32")]
@@ -405,6 +414,38 @@ def main():
         w("unpinned (the producer) they share the two cores with the client.")
         w("")
 
+    # Listeners on every core.
+    cores = load(directory, "cores.jsonl")
+    core_rates = {}
+    if cores:
+        w("## Listeners on every core")
+        w("")
+        w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 20000 --phases "
+          f"{','.join(CORE_PHASE_NAMES)}`, once on every core and once under `taskset -c 0` (one")
+        w("core), alternately; the broker unpinned. The listeners are synchronous closures")
+        w("(`listener_sync_fn`, `orderly_listener_sync_fn`) with the default configuration")
+        w("(`consume_thread_max` 20): ~150 µs of CPU per message (a xorshift loop calibrated at")
+        w("start), or a 1 ms `std::thread::sleep` per message. The ceilings run the same work on plain")
+        w("threads, no consumer: as many as the process has cores (CPU), or 20 (blocking). Cores used")
+        w("is the process's CPU time over the wall time. Medians; each run in brackets.")
+        w("")
+        w("| phase | all cores: msgs/s | cores used | one core: msgs/s | all ÷ one |")
+        w("|---|---:|---:|---:|---:|")
+        for name in CORE_PHASE_NAMES:
+            all_rates = [phase(r["result"], name, "msgs_per_sec") for r in by_label(cores, "all")]
+            one_rates = [phase(r["result"], name, "msgs_per_sec") for r in by_label(cores, "one")]
+            used = [
+                phase(r["result"], name, "process_cpu_s") / phase(r["result"], name, "seconds")
+                for r in by_label(cores, "all")
+                if phase(r["result"], name, "seconds")
+            ]
+            pairs = [a / o for a, o in zip(all_rates, one_rates) if a and o]
+            core_rates[name] = (median(all_rates), median(pairs), pairs, median(all_rates) and all_rates)
+            each = ", ".join(fmt(v) for v in pairs)
+            w(f"| {CORE_PHASE_NAMES[name]} | {fmt(median(all_rates), 0)} | {fmt(median(used))} | "
+              f"{fmt(median(one_rates), 0)} | {fmt(median(pairs))} ({each}) |")
+        w("")
+
     # Targets.
     after = consume_rows(by_label(consume, "after")) if by_label(consume, "after") else None
     w("## Targets (issue 15)")
@@ -465,6 +506,21 @@ def main():
                 if r["kind"] == "push" and r["rate"] == 1000:
                     p99 = r["p99_ms"]
         target(f"p99 at 1,000/s ≤ {limit:g} ms ({desc})", p99, (p99 if p99 is not None else 99) <= limit, fmt(p99, 3, " ms"))
+    if core_rates:
+        w("")
+        w("## Targets (issue 44)")
+        w("")
+        w("| target | measured now (median; each run) | met |")
+        w("|---|---|---|")
+        for name, desc in [("cpusync", "CPU-bound sync listener"), ("orderlycpu", "CPU-bound orderly sync listener, 16 queues")]:
+            _, over_one, runs, _ = core_rates[name]
+            ratio_target(f"{desc}: all cores ≥ 1.7 × one core", over_one, runs, lambda v: v >= 1.7)
+        rate, _, _, runs = core_rates["blocksync"]
+        if rate is not None:
+            every = all(v >= 16000 for v in runs)
+            verdict = "yes" if every else ("median only" if rate >= 16000 else "no")
+            each = ", ".join(fmt(v, 0) for v in runs)
+            w(f"| blocking sync listener (1 ms) ≥ 16,000 msgs/s | {fmt(rate, 0)} ({each}) | {verdict} |")
     print("\n".join(lines))
 
 
