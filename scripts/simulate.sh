@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs simulator seeds for SECONDS (default 60) and ends with one JSON line:
-#   {"seeds":N,"seeds_per_sec":R,"failures":F}
+#   {"seeds":N,"seeds_per_sec":R,"failures":F,"faults":{"partition_both_ways":N,...}}
+# (the faults the seeds ran, by kind).
 # Each failing seed is printed above it with the command that replays it (with a trace of every
 # event). Exits non-zero when a seed fails. SIM_START=N starts at seed N (default: from the clock,
 # so every run explores new seeds; the first seed is printed).

@@ -330,6 +330,16 @@ impl BrokerCore {
         &mut self.store
     }
 
+    /// Who holds `group`'s lock of `mq` at `now_ms` (an expired lock is nobody's).
+    pub fn lock_holder(
+        &self,
+        group: &str,
+        mq: &crate::message::MessageQueue,
+        now_ms: i64,
+    ) -> Option<&str> {
+        self.locks.holder(group, mq, now_ms)
+    }
+
     /// The committed consumer offsets.
     pub fn offsets(&self) -> &OffsetTable {
         &self.offsets

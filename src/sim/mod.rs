@@ -143,6 +143,14 @@ pub(crate) struct SimConfig {
     /// Faults happen in `0..fault_ms`; then the group runs undisturbed for `settle_ms`.
     pub fault_ms: i64,
     pub settle_ms: i64,
+    /// Long faults too (`World::long_fault`): silent partitions longer than a lock's life,
+    /// slow listener calls (past `consume_timeout`), clock jumps past the lock's life and slow
+    /// brokers; members then time their calls out after [`LONG_FAULT_CONSUME_TIMEOUT`].
+    pub long_faults: bool,
+    /// A bug put in on purpose (tests of the oracles): members judge their locks with an
+    /// effectively endless `lock_max_live_time`, so they go on consuming on a lock their
+    /// broker has let expire.
+    pub ignore_lock_expiry: bool,
     /// Record a readable line per event (for replays).
     pub trace: bool,
 }
@@ -169,6 +177,8 @@ impl SimConfig {
             messages: 40 + rng.below(80),
             fault_ms: 90_000,
             settle_ms: 150_000,
+            long_faults: false,
+            ignore_lock_expiry: false,
             trace: false,
         };
         // Drawn last and taken from concurrent runs only, so that most seeds of the push modes
@@ -178,6 +188,9 @@ impl SimConfig {
         } else if rng.chance(300) && cfg.mode == SimMode::KeyOrdered {
             cfg.mode = SimMode::Schedule;
         }
+        // Drawn after everything else, and the long faults draw from a stream of their own, so
+        // that the seeds without them kept their runs event for event.
+        cfg.long_faults = rng.chance(500);
         cfg
     }
 }
@@ -200,8 +213,8 @@ pub(crate) enum Violation {
     /// Orderly: a message reached the listener before an earlier one of its queue (key, in
     /// key-ordered mode) was done.
     OutOfOrder(String),
-    /// Orderly: a member consumed a queue without the lock, or two members consumed one queue
-    /// at once while both held its lock.
+    /// Orderly: a member started a call on a queue whose lock its broker did not hold for it,
+    /// or two members ran calls on one queue at overlapping times.
     LockBroken(String),
     /// A member committed an offset past a message it had not finished (consumed, sent back
     /// or dead-lettered).
@@ -218,6 +231,8 @@ pub(crate) struct Report {
     pub duplicates: u64,
     pub dead_lettered: u64,
     pub faults: u64,
+    /// Faults by kind.
+    pub fault_kinds: BTreeMap<&'static str, u64>,
     pub violations: Vec<Violation>,
     pub trace: String,
 }
@@ -274,6 +289,22 @@ enum Event {
     Produce,
     StartConsumer(usize),
     Fault,
+    /// The next long fault (`SimConfig::long_faults`).
+    LongFault,
+    /// A silent partition between a member and a broker begins; it lasts `partition.until`
+    /// ms.
+    Cut {
+        consumer: usize,
+        broker: usize,
+        partition: Partition,
+    },
+    /// A silent partition between a member and a broker ends.
+    Heal {
+        consumer: usize,
+        broker: usize,
+    },
+    /// A slow broker takes requests in on time again.
+    BrokerFast(usize),
     /// A lite pull member's own schedule: its pull loops and its application's polls.
     Lite {
         consumer: usize,
@@ -431,6 +462,31 @@ struct Consumption {
     offset: i64,
 }
 
+/// An orderly listener call as the simulator ran it.
+#[derive(Debug, Clone, Copy)]
+struct CallSpan {
+    member: usize,
+    start: i64,
+    end: i64,
+}
+
+/// Which directions a silent partition cuts, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Partition {
+    to_broker: bool,
+    to_member: bool,
+    until: i64,
+}
+
+/// `consume_timeout` of the members of a run with long faults: some of their slow calls
+/// outlast it (the default, 15 minutes, none would).
+const LONG_FAULT_CONSUME_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a lock check is not made for a member after its clock stepped back: its locks
+/// look younger to it than they are for that long, and consuming on such a lock is the
+/// clock's doing, which no client can tell (Java's neither).
+const BACKWARD_STEP_GRACE_MS: i64 = 150_000;
+
 /// The whole simulated world.
 pub(crate) struct World {
     cfg: SimConfig,
@@ -479,6 +535,25 @@ pub(crate) struct World {
     done: BTreeMap<MessageQueue, BTreeSet<i64>>,
     /// Orderly: per queue and member, listener calls in flight.
     calls: BTreeMap<MessageQueue, BTreeMap<usize, usize>>,
+    /// Orderly: per queue, every listener call started, with its member and simulated span.
+    call_spans: BTreeMap<MessageQueue, Vec<CallSpan>>,
+    /// When each broker forgot its locks (a restart or a wipe).
+    lock_resets: Vec<(usize, i64)>,
+    /// When each member's clock stepped back (its locks then look younger to it than they
+    /// are).
+    backward_steps: Vec<(usize, i64)>,
+    /// The draws of the long faults, a stream apart from `rng`.
+    long_rng: Rng,
+    /// Silent partitions by (member, broker): frames of the cut directions are lost, and
+    /// neither side hears of it.
+    partitions: BTreeMap<(usize, usize), Partition>,
+    /// Per member, until when its listener calls are slow.
+    slow_until: Vec<i64>,
+    /// Per broker, until when it takes in requests late, and by how much (a broker that is
+    /// slow rather than down: every connection's requests wait, still in order).
+    broker_late: Vec<(i64, i64)>,
+    /// Faults by kind.
+    fault_kinds: BTreeMap<&'static str, u64>,
     violations: Vec<Violation>,
     faults: u64,
     digest: u64,
@@ -572,9 +647,7 @@ impl World {
             nameserver.register(core.registration());
             brokers.push(core);
         }
-        let consumers = (0..cfg.consumers)
-            .map(|_| Consumer::down(cfg.mode))
-            .collect();
+        let consumers = (0..cfg.consumers).map(|_| Consumer::down(&cfg)).collect();
         let broker_up = vec![true; cfg.brokers];
         let mut world = World {
             rng,
@@ -605,6 +678,14 @@ impl World {
             settled: BTreeMap::new(),
             done: BTreeMap::new(),
             calls: BTreeMap::new(),
+            call_spans: BTreeMap::new(),
+            lock_resets: Vec::new(),
+            backward_steps: Vec::new(),
+            long_rng: Rng::new(cfg.seed ^ 0x5EED_10C4_FA17_0000),
+            partitions: BTreeMap::new(),
+            slow_until: vec![0; cfg.consumers],
+            broker_late: vec![(0, 0); cfg.brokers],
+            fault_kinds: BTreeMap::new(),
             violations: Vec::new(),
             faults: 0,
             digest: 0xCBF2_9CE4_8422_2325,
@@ -622,6 +703,10 @@ impl World {
         }
         let first_fault = world.rng.range(2_000..8_000);
         world.schedule(first_fault, Event::Fault);
+        if world.cfg.long_faults {
+            let first = world.long_rng.range(3_000..20_000);
+            world.schedule(first, Event::LongFault);
+        }
         world
     }
 
@@ -644,7 +729,13 @@ impl World {
     /// The delay of the next frame on `conn` in one direction: random, but never overtaking
     /// an earlier frame (a connection is a TCP stream: frames arrive in the order sent).
     fn frame_delay(&mut self, conn: ConnId, to_broker: bool) -> i64 {
-        let at = self.now + self.network_delay();
+        let late = match self.conn_owner.get(&conn) {
+            Some(&(_, broker)) if to_broker && self.broker_late[broker].0 > self.now => {
+                self.broker_late[broker].1
+            }
+            _ => 0,
+        };
+        let at = self.now + self.network_delay() + late;
         let last = self.wire_clock.entry((conn, to_broker)).or_insert(at);
         *last = (*last).max(at);
         *last - self.now
@@ -699,6 +790,7 @@ impl World {
             duplicates,
             dead_lettered: dead,
             faults: self.faults,
+            fault_kinds: self.fault_kinds,
             violations: self.violations,
             trace: self.trace,
         }
@@ -804,6 +896,41 @@ impl World {
             Event::Produce => self.produce(),
             Event::StartConsumer(c) => self.start_consumer(c),
             Event::Fault => self.fault(),
+            Event::LongFault => self.long_fault(),
+            Event::Cut {
+                consumer,
+                broker,
+                partition,
+            } => {
+                let lasts = partition.until;
+                self.unclean.push(self.now);
+                self.note(|| format!("c{consumer} and broker-{broker} cut apart for {lasts} ms"));
+                self.partitions.insert(
+                    (consumer, broker),
+                    Partition {
+                        until: self.now + lasts,
+                        ..partition
+                    },
+                );
+                self.schedule(lasts, Event::Heal { consumer, broker });
+            }
+            Event::Heal { consumer, broker } => {
+                if self
+                    .partitions
+                    .get(&(consumer, broker))
+                    .is_some_and(|p| p.until <= self.now)
+                {
+                    self.partitions.remove(&(consumer, broker));
+                    self.unclean.push(self.now);
+                    self.note(|| format!("c{consumer} and broker-{broker} reach each other again"));
+                }
+            }
+            Event::BrokerFast(b) => {
+                if self.broker_late[b].0 <= self.now {
+                    self.broker_late[b] = (0, 0);
+                    self.note(|| format!("broker-{b} answers in time again"));
+                }
+            }
             Event::Lite {
                 consumer,
                 incarnation,
@@ -845,11 +972,15 @@ impl World {
                     {
                         // A lost response: the request times out on the client.
                         self.faults += 1;
+                        self.count_fault("lost_response");
                         self.unclean.push(self.now);
                         self.note(|| format!("lost response {} to c{consumer}", command.opaque));
                         continue;
                     }
                     let delay = self.frame_delay(conn, false);
+                    if self.partitioned(consumer, broker, false) {
+                        continue;
+                    }
                     self.schedule(
                         delay,
                         Event::ToConsumer {
@@ -939,6 +1070,7 @@ impl World {
                     .nth(self.rng.below(self.cfg.brokers as u64) as usize)
                 {
                     self.faults += 1;
+                    self.count_fault("connection_drop");
                     self.unclean.push(self.now);
                     self.drop_connection(conn, "fault");
                 }
@@ -947,6 +1079,8 @@ impl World {
                 let b = self.rng.below(self.cfg.brokers as u64) as usize;
                 if self.broker_up[b] {
                     self.faults += 1;
+                    self.count_fault("broker_restart");
+                    self.lock_resets.push((b, self.now));
                     self.unclean.push(self.now);
                     self.note(|| format!("broker-{b} restarts"));
                     self.drop_broker_connections(b, "broker restart");
@@ -960,6 +1094,7 @@ impl World {
             }
             45..=59 if chaos && self.consumers[c].life == Life::Running => {
                 self.faults += 1;
+                self.count_fault("crash");
                 self.unclean.push(self.now);
                 self.crash(c);
                 let back = self.rng.range(500..10_000);
@@ -967,6 +1102,7 @@ impl World {
             }
             60..=79 if self.consumers[c].life == Life::Running => {
                 self.faults += 1;
+                self.count_fault("shutdown");
                 self.shutdown(c);
                 let back = self.rng.range(2_000..20_000);
                 self.schedule(back, Event::StartConsumer(c));
@@ -975,6 +1111,14 @@ impl World {
                 // The member's wall clock steps (NTP, a VM resumed): -30 s to +60 s.
                 let step = self.rng.range(-30_000..60_000);
                 self.faults += 1;
+                self.count_fault("clock_step");
+                if step < 0 {
+                    self.backward_steps.push((c, self.now));
+                } else if self.cfg.long_faults {
+                    // As a clock jump: with the short consume_timeout of these runs, calls in
+                    // flight may now look timed out.
+                    self.unclean.push(self.now);
+                }
                 self.consumers[c].clock_skew += step;
                 self.note(|| format!("c{c} clock steps {step} ms"));
             }
@@ -988,6 +1132,117 @@ impl World {
         self.schedule(next, Event::Fault);
     }
 
+    /// A long fault (runs with `SimConfig::long_faults`), drawn from their own stream: what it
+    /// takes for the slow paths to matter — a member cut off from a broker for longer than
+    /// its lock's life (30 s) and the broker's lock expiry (60 s) while its listener is slow,
+    /// listener calls past `consume_timeout`, clock jumps past the lock's life, a broker that
+    /// answers late rather than not at all. Each ends by `fault_ms` + 60 s, so the group has
+    /// time to settle.
+    fn long_fault(&mut self) {
+        let latest_end = T0 + self.cfg.fault_ms + 60_000;
+        if !self.in_fault_phase() {
+            return;
+        }
+        let c = self.long_rng.below(self.cfg.consumers as u64) as usize;
+        // Mostly a broker of one of the member's queues: a partition from a broker it has
+        // nothing on tests little.
+        let owned: Vec<usize> = self.consumers[c]
+            .queues
+            .keys()
+            .filter_map(broker_of)
+            .collect();
+        let b = if !owned.is_empty() && self.long_rng.chance(800) {
+            owned[self.long_rng.below(owned.len() as u64) as usize]
+        } else {
+            self.long_rng.below(self.cfg.brokers as u64) as usize
+        };
+        let roll = self.long_rng.below(100);
+        let running = self.consumers[c].life == Life::Running;
+        match roll {
+            0..=44 if running => {
+                // Silent: neither side hears of it; requests time out, answers and the
+                // broker's notices are lost. Both ways, or one.
+                let (to_broker, to_member, kind) = match self.long_rng.below(4) {
+                    0 => (true, false, "partition_to_broker"),
+                    1 => (false, true, "partition_to_member"),
+                    _ => (true, true, "partition_both_ways"),
+                };
+                // Mostly after the listener went slow, so the member's cache is full when the
+                // cut comes and outlives its lock.
+                let lead = if self.long_rng.chance(700) {
+                    self.long_rng.range(10_000..25_000)
+                } else {
+                    0
+                };
+                // Mostly past the broker's lock expiry (60 s), else past the lock's life (30 s).
+                let lasts = if self.long_rng.chance(750) {
+                    self.long_rng.range(62_000..110_000)
+                } else {
+                    self.long_rng.range(32_000..62_000)
+                };
+                let lasts = lasts.min(latest_end - self.now - lead).max(1_000);
+                if lead > 0 {
+                    self.slow_until[c] = self.slow_until[c].max(self.now + lead + lasts);
+                }
+                self.count_fault(kind);
+                self.faults += 1;
+                self.schedule(
+                    lead,
+                    Event::Cut {
+                        consumer: c,
+                        broker: b,
+                        partition: Partition {
+                            to_broker,
+                            to_member,
+                            until: lasts,
+                        },
+                    },
+                );
+            }
+            45..=64 => {
+                let lasts = self.long_rng.range(20_000..60_000);
+                self.count_fault("slow_listener");
+                self.faults += 1;
+                self.unclean.push(self.now);
+                self.note(|| format!("c{c}'s listener is slow for {lasts} ms"));
+                self.slow_until[c] = self.slow_until[c].max(self.now + lasts);
+            }
+            65..=79 => {
+                // Past the lock's life (30 s) either way.
+                let size = self.long_rng.range(31_000..90_000);
+                let step = if self.long_rng.chance(500) {
+                    size
+                } else {
+                    -size
+                };
+                self.count_fault("clock_jump");
+                self.faults += 1;
+                if step < 0 {
+                    self.backward_steps.push((c, self.now));
+                } else {
+                    // Calls in flight look older than they are: past consume_timeout, they
+                    // are sent back while they run (Java's cleanExpiredMsg does the same).
+                    self.unclean.push(self.now);
+                }
+                self.consumers[c].clock_skew += step;
+                self.note(|| format!("c{c} clock jumps {step} ms"));
+            }
+            80..=99 if self.broker_up[b] => {
+                let late = self.long_rng.range(500..2_500);
+                let lasts = self.long_rng.range(5_000..40_000);
+                self.count_fault("slow_broker");
+                self.faults += 1;
+                self.unclean.push(self.now);
+                self.note(|| format!("broker-{b} answers {late} ms late for {lasts} ms"));
+                self.broker_late[b] = (self.now + lasts, late);
+                self.schedule(lasts, Event::BrokerFast(b));
+            }
+            _ => {}
+        }
+        let next = self.long_rng.range(10_000..40_000);
+        self.schedule(next, Event::LongFault);
+    }
+
     /// Broker `b` restarts without its data (no persistence): messages, offsets and retry
     /// topics are gone. What it held is no longer expected to be consumed; the group must carry
     /// on with what is produced afterwards.
@@ -996,6 +1251,8 @@ impl World {
             return;
         }
         self.faults += 1;
+        self.count_fault("broker_wipe");
+        self.lock_resets.push((b, self.now));
         self.unclean.push(self.now);
         self.note(|| format!("broker-{b} restarts without its data"));
         self.drop_broker_connections(b, "broker wiped");
@@ -1144,7 +1401,7 @@ impl World {
             Life::Running => return,
         }
         let incarnation = self.consumers[c].incarnation + 1;
-        let mut consumer = Consumer::down(self.cfg.mode);
+        let mut consumer = Consumer::down(&self.cfg);
         consumer.incarnation = incarnation;
         consumer.client_id = format!("10.1.0.{c}@sim{c}-{incarnation}");
         consumer.life = Life::Running;
@@ -1192,10 +1449,17 @@ impl World {
             self.drop_connection(conn, "crash");
         }
         let incarnation = self.consumers[c].incarnation;
-        self.consumers[c] = Consumer::down(self.cfg.mode);
+        self.consumers[c] = Consumer::down(&self.cfg);
         self.consumers[c].incarnation = incarnation;
         for calls in self.calls.values_mut() {
             calls.remove(&c);
+        }
+        // Its listener calls die with it.
+        let now = self.now;
+        for spans in self.call_spans.values_mut() {
+            for span in spans.iter_mut().filter(|s| s.member == c && s.end > now) {
+                span.end = now;
+            }
         }
     }
 
@@ -1294,14 +1558,16 @@ impl World {
         let opaque = consumer.tables.entry(conn).or_default().register(pending);
         let incarnation = consumer.incarnation;
         let delay = self.frame_delay(conn, true);
-        self.schedule(
-            delay,
-            Event::ToBroker {
-                broker,
-                conn,
-                command: command.with_opaque(opaque),
-            },
-        );
+        if !self.partitioned(c, broker, true) {
+            self.schedule(
+                delay,
+                Event::ToBroker {
+                    broker,
+                    conn,
+                    command: command.with_opaque(opaque),
+                },
+            );
+        }
         self.schedule(
             timeout_ms,
             Event::RequestTimeout {
@@ -2363,7 +2629,7 @@ impl World {
 
     /// A listener call of `batch` starts: records the attempts and draws how it goes — whether
     /// it succeeds (poison messages never do) and how long it takes.
-    fn begin_call(&mut self, mq: &MessageQueue, batch: &[MessageExt]) -> (bool, i64) {
+    fn begin_call(&mut self, c: usize, mq: &MessageQueue, batch: &[MessageExt]) -> (bool, i64) {
         for message in batch {
             if let Some(key) = key_of(message) {
                 self.first_attempt.entry(key).or_insert(self.now);
@@ -2382,6 +2648,13 @@ impl World {
         } else {
             self.rng.range(0..3)
         };
+        if self.now < self.slow_until[c] {
+            // A slow episode (a database that stalls): calls of 10 to 25 s, some past the
+            // members' consume_timeout, which sends their messages back while they run (a
+            // duplicate, as in Java).
+            self.unclean.push(self.now);
+            return (success, self.long_rng.range(10_000..25_000));
+        }
         (success, took)
     }
 
@@ -2396,7 +2669,8 @@ impl World {
         range: Range<usize>,
         epoch: u64,
     ) {
-        let (success, took) = self.begin_call(mq, messages.get(range.clone()).unwrap_or_default());
+        let (success, took) =
+            self.begin_call(c, mq, messages.get(range.clone()).unwrap_or_default());
         let incarnation = self.consumers[c].incarnation;
         self.schedule(
             took,
@@ -2437,7 +2711,15 @@ impl World {
             .or_default()
             .entry(c)
             .or_default() += 1;
-        let (success, took) = self.begin_call(mq, &batch);
+        let (success, took) = self.begin_call(c, mq, &batch);
+        self.call_spans
+            .entry(mq.clone())
+            .or_default()
+            .push(CallSpan {
+                member: c,
+                start: self.now,
+                end: self.now + took,
+            });
         let incarnation = self.consumers[c].incarnation;
         self.schedule(
             took,
@@ -2522,43 +2804,79 @@ impl World {
         }
     }
 
-    /// A call may start only while its member holds the lock, and not while another member
-    /// that also holds it has a call in flight.
+    /// An orderly call of member `c` on `mq` starts now. Judged from what the simulator saw,
+    /// never from what the member believes of its lock:
+    /// - its broker must hold the queue's lock for `c` now (by the broker's own table and
+    ///   clock);
+    /// - no other member may have a call on the queue running now, unless the broker forgot
+    ///   its locks since that call began (a restart: the call in flight then is the one a
+    ///   client cannot stop).
+    ///
+    /// A member whose clock stepped back lately is not judged: its locks look younger to it
+    /// than they are, and no client can tell.
     fn check_lock(&mut self, c: usize, mq: &MessageQueue) {
-        // Each member judges its lock by its own clock.
-        let holds = |world: &World, member: usize| {
-            let consumer = &world.consumers[member];
-            let now = world.clock(member);
-            consumer
-                .queues
-                .get(mq)
-                .is_some_and(|q| q.core.may_consume(&consumer.cfg, now))
-        };
-        if !holds(self, c) {
-            self.violations.push(Violation::LockBroken(format!(
-                "c{c} consumes {mq} without its lock"
-            )));
+        if self.stepped_back_lately(c) {
             return;
         }
-        let others: Vec<usize> = self
-            .calls
+        let Some(b) = broker_of(mq) else {
+            return;
+        };
+        let holder = self.broker_up[b]
+            .then(|| self.brokers[b].lock_holder(GROUP, mq, self.now))
+            .flatten();
+        if holder != Some(self.consumers[c].client_id.as_str()) {
+            let holder = holder.map(str::to_owned);
+            self.note(|| format!("LOCK BROKEN: c{c} consumes {mq}, its broker's lock: {holder:?}"));
+            self.violations.push(Violation::LockBroken(format!(
+                "c{c} starts a call on {mq} while its broker holds the lock for {holder:?}"
+            )));
+        }
+        let now = self.now;
+        let running: Vec<CallSpan> = self
+            .call_spans
             .get(mq)
-            .map(|calls| {
-                calls
+            .map(|spans| {
+                spans
                     .iter()
-                    .filter(|(member, n)| **member != c && **n > 0)
-                    .map(|(member, _)| *member)
+                    .filter(|span| span.member != c && span.start <= now && now < span.end)
+                    .copied()
                     .collect()
             })
             .unwrap_or_default();
-        for other in others {
-            if holds(self, other) {
-                self.note(|| format!("LOCK BROKEN: c{c} and c{other} on {mq}"));
-                self.violations.push(Violation::LockBroken(format!(
-                    "c{c} and c{other} consume {mq} at once, both holding its lock"
-                )));
+        for span in running {
+            let reset_since = self
+                .lock_resets
+                .iter()
+                .any(|&(broker, at)| broker == b && span.start <= at && at <= now);
+            if reset_since || self.stepped_back_lately(span.member) {
+                continue;
             }
+            let other = span.member;
+            self.note(|| format!("LOCK BROKEN: c{c} and c{other} on {mq}"));
+            self.violations.push(Violation::LockBroken(format!(
+                "c{c} starts a call on {mq} while c{other}'s call of {}..{} runs",
+                span.start - T0,
+                span.end - T0
+            )));
         }
+    }
+
+    /// Whether member `c`'s clock stepped back within [`BACKWARD_STEP_GRACE_MS`].
+    fn stepped_back_lately(&self, c: usize) -> bool {
+        self.backward_steps
+            .iter()
+            .any(|&(member, at)| member == c && self.now - at <= BACKWARD_STEP_GRACE_MS)
+    }
+
+    /// Whether frames from member `c` to broker `b` (`to_broker`), or back, are lost now.
+    fn partitioned(&self, c: usize, b: usize, to_broker: bool) -> bool {
+        self.partitions.get(&(c, b)).is_some_and(|p| {
+            p.until > self.now && if to_broker { p.to_broker } else { p.to_member }
+        })
+    }
+
+    fn count_fault(&mut self, kind: &'static str) {
+        *self.fault_kinds.entry(kind).or_default() += 1;
     }
 
     // ----- invariants -----
@@ -2749,7 +3067,8 @@ impl World {
 }
 
 impl Consumer {
-    fn down(mode: SimMode) -> Self {
+    fn down(sim: &SimConfig) -> Self {
+        let mode = sim.mode;
         let mut cfg = PushConsumerConfig::new(GROUP);
         match mode {
             SimMode::Concurrent => {}
@@ -2764,6 +3083,12 @@ impl Consumer {
         cfg.max_reconsume_times = Some(3);
         cfg.pull_threshold_for_queue = 12;
         cfg.pull_batch_size = 4;
+        if sim.long_faults {
+            cfg.consume_timeout = LONG_FAULT_CONSUME_TIMEOUT;
+        }
+        if sim.ignore_lock_expiry {
+            cfg.lock_max_live_time = Duration::from_secs(1_000_000);
+        }
         Consumer {
             incarnation: 0,
             client_id: String::new(),
