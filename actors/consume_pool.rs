@@ -143,6 +143,26 @@ impl ConsumePool {
         let _ = self.jobs.send(job);
     }
 
+    /// Runs a listener call on a consume thread, as [`ConsumePool::submit`], inside `span`
+    /// (the user's log lines carry the consumer and queue) and under a panic guard: `done`
+    /// gets there what `outcome` makes of the call's result (or panic) and its duration.
+    pub(crate) fn submit_call<T: 'static, O: 'static>(
+        &self,
+        span: tracing::Span,
+        call: impl FnOnce() -> T + Send + 'static,
+        outcome: impl FnOnce(std::thread::Result<T>, Duration) -> O + Send + 'static,
+        done: Box<dyn FnOnce(O) + Send>,
+    ) {
+        self.submit(move || {
+            let _entered = span.enter();
+            let started = Instant::now();
+            let result = std::panic::catch_unwind(AssertUnwindSafe(call));
+            let elapsed = started.elapsed();
+            done(outcome(result, elapsed));
+            elapsed
+        });
+    }
+
     /// Runs `call` on a consume thread, as [`ConsumePool::submit`]: its result, or the panic
     /// it ended in.
     pub(crate) fn run<T, F>(

@@ -399,7 +399,7 @@ pub(crate) trait OwnedListener: MessageListener {
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop;
 
     /// The listener as one whose calls the consume threads may run.
-    fn as_pooled(&self) -> Option<&dyn PooledListener> {
+    fn as_pooled(&self) -> Option<&PooledConcurrent> {
         None
     }
 }
@@ -428,7 +428,7 @@ pub(crate) enum RunStop {
     /// Every call of the run finished at once.
     Done,
     /// The calls went slow: those left in the run go to the consume threads
-    /// ([`PooledListener`]).
+    /// ([`PooledConcurrent`]).
     ToPool,
     /// No permit was free for the call over this range, which has not started.
     NoPermit(std::ops::Range<usize>),
@@ -647,7 +647,7 @@ where
     /// turn, with no future, no call memory and no context moved per call; the run is timed
     /// (its first call and the whole) for the pool to judge. A first call slow enough to send
     /// calls to the pool ends the run there: the queue hands the rest to the pool
-    /// ([`PooledListener`]).
+    /// ([`PooledConcurrent`]).
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
@@ -685,30 +685,39 @@ where
         RunStop::Done
     }
 
-    fn as_pooled(&self) -> Option<&dyn PooledListener> {
+    fn as_pooled(&self) -> Option<&PooledConcurrent> {
         Some(self)
     }
 }
 
-/// A concurrent listener whose calls the consume threads run once they are slow
-/// ([`ConsumePool`]): the queue actor hands each call over while [`pooled`](Self::pooled)
-/// says so, and gets its outcome back as a message, with no task of its own per call.
-pub(crate) trait PooledListener {
+/// A listener whose calls the consume threads run once they are slow ([`ConsumePool`]),
+/// with contexts `C` and outcomes `O` (concurrent or orderly): the queue actor hands each
+/// call over while [`pooled`](Self::pooled) says so, and gets its outcome back as a message,
+/// with no task of its own per call.
+pub(crate) trait PooledListener<C, O> {
     /// Whether calls go to the consume threads now.
     fn pooled(&self) -> bool;
 
     /// Runs the call over `batch` on a consume thread; `done` gets its outcome there (a
-    /// panic becomes a retry, as on the consumer's thread).
+    /// panic becomes a retry, or an orderly suspend, as on the consumer's thread).
     fn submit(
         &self,
         batch: Messages,
-        context: ConsumeContext,
+        context: C,
         span: tracing::Span,
-        done: Box<dyn FnOnce(ConsumeOutcome) + Send>,
+        done: Box<dyn FnOnce(O) + Send>,
     );
 }
 
-impl<F> PooledListener for SyncFnListener<F>
+/// A concurrent listener whose calls the consume threads may run.
+pub(crate) type PooledConcurrent = dyn PooledListener<ConsumeContext, ConsumeOutcome>;
+
+/// An orderly listener whose calls the consume threads may run: one call per queue (per key)
+/// at a time still, since the queue hands out its next batch only once the last one is
+/// settled.
+pub(crate) type PooledOrderly = dyn PooledListener<OrderlyContext, OrderlyOutcome>;
+
+impl<F> PooledListener<ConsumeContext, ConsumeOutcome> for SyncFnListener<F>
 where
     F: Fn(&[MessageExt], &mut ConsumeContext) -> ConsumeStatus + Send + Sync + 'static,
 {
@@ -724,16 +733,15 @@ where
         done: Box<dyn FnOnce(ConsumeOutcome) + Send>,
     ) {
         let call = Arc::clone(&self.call);
-        self.pool.submit(move || {
-            let _entered = span.enter();
-            let started = Instant::now();
-            let queue_id = context.queue.queue_id;
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let queue_id = context.queue.queue_id;
+        let failed_batch = batch.clone();
+        self.pool.submit_call(
+            span,
+            move || {
                 let status = call(&batch, &mut context);
                 (status, context)
-            }));
-            let elapsed = started.elapsed();
-            done(match result {
+            },
+            move |result, elapsed| match result {
                 Ok((status, context)) => ConsumeOutcome {
                     status,
                     context,
@@ -741,11 +749,11 @@ where
                 },
                 Err(panic) => ConsumeOutcome {
                     elapsed,
-                    ..panicked_call(&batch, queue_id, panic.as_ref())
+                    ..panicked_call(&failed_batch, queue_id, panic.as_ref())
                 },
-            });
-            elapsed
-        });
+            },
+            done,
+        );
     }
 }
 
@@ -1000,7 +1008,7 @@ pub(crate) trait OwnedOrderlyListener: OrderlyListener {
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop;
 
     /// The listener as one whose calls the consume threads may run.
-    fn as_pooled(&self) -> Option<&dyn PooledOrderlyListener> {
+    fn as_pooled(&self) -> Option<&PooledOrderly> {
         None
     }
 }
@@ -1032,7 +1040,7 @@ pub(crate) enum OrderlyRunStop {
     /// The chain ended: every call finished at once.
     Done,
     /// The calls went slow: this batch's call, not started, goes to the consume threads
-    /// ([`PooledOrderlyListener`]).
+    /// ([`PooledOrderly`]).
     ToPool(Messages),
     /// No permit was free for this batch's call, which has not started.
     NoPermit(Messages),
@@ -1172,7 +1180,7 @@ where
     /// memory per call, and lends one context to each call in turn (readied again between
     /// calls), as the concurrent synchronous loop does; the chain is timed for the pool to
     /// judge. A first call slow enough to send calls to the pool ends the chain there: the
-    /// queue hands its next batch to the pool ([`PooledOrderlyListener`]).
+    /// queue hands its next batch to the pool ([`PooledOrderly`]).
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
         let mut lent: Option<OrderlyContext> = None;
         let mut calls = 0u32;
@@ -1224,30 +1232,12 @@ where
         OrderlyRunStop::Done
     }
 
-    fn as_pooled(&self) -> Option<&dyn PooledOrderlyListener> {
+    fn as_pooled(&self) -> Option<&PooledOrderly> {
         Some(self)
     }
 }
 
-/// An orderly listener whose calls the consume threads run once they are slow, as
-/// [`PooledListener`]: one call per queue at a time still, since the queue hands out its
-/// next batch only once the last one is settled.
-pub(crate) trait PooledOrderlyListener {
-    /// Whether calls go to the consume threads now.
-    fn pooled(&self) -> bool;
-
-    /// Runs the call over `batch` on a consume thread; `done` gets its outcome there (a
-    /// panic becomes a suspend, as on the consumer's thread).
-    fn submit(
-        &self,
-        batch: Messages,
-        context: OrderlyContext,
-        span: tracing::Span,
-        done: Box<dyn FnOnce(OrderlyOutcome) + Send>,
-    );
-}
-
-impl<F> PooledOrderlyListener for SyncFnOrderlyListener<F>
+impl<F> PooledListener<OrderlyContext, OrderlyOutcome> for SyncFnOrderlyListener<F>
 where
     F: Fn(&[MessageExt], &mut OrderlyContext) -> OrderlyStatus + Send + Sync + 'static,
 {
@@ -1263,29 +1253,31 @@ where
         done: Box<dyn FnOnce(OrderlyOutcome) + Send>,
     ) {
         let call = Arc::clone(&self.call);
-        self.pool.submit(move || {
-            let _entered = span.enter();
-            let started = Instant::now();
-            let defaults = (
-                context.auto_commit,
-                context.suspend_time,
-                context.queue.queue_id,
-            );
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let defaults = (
+            context.auto_commit,
+            context.suspend_time,
+            context.queue.queue_id,
+        );
+        let failed_batch = batch.clone();
+        self.pool.submit_call(
+            span,
+            move || {
                 let status = call(&batch, &mut context);
                 (status, context)
-            }));
-            let elapsed = started.elapsed();
-            done(match result {
+            },
+            move |result, elapsed| match result {
                 Ok((status, context)) => OrderlyOutcome {
                     status,
                     context,
                     elapsed,
                 },
-                Err(panic) => panicked_orderly_call(&batch, defaults, panic.as_ref(), started),
-            });
-            elapsed
-        });
+                Err(panic) => OrderlyOutcome {
+                    elapsed,
+                    ..panicked_orderly_call(&failed_batch, defaults, panic.as_ref(), Instant::now())
+                },
+            },
+            done,
+        );
     }
 }
 
@@ -2033,7 +2025,7 @@ impl ConsumeDispatcher {
     /// The concurrent listener when the consume threads may run its calls: a synchronous
     /// closure, and no hooks (which see each call on the consumer's thread, as a call that
     /// waits). Whether its calls go there now is [`PooledListener::pooled`].
-    pub(crate) fn poolable_listener(&self) -> Option<&dyn PooledListener> {
+    pub(crate) fn poolable_listener(&self) -> Option<&PooledConcurrent> {
         if self.hooks.is_some() {
             return None;
         }
@@ -2042,7 +2034,7 @@ impl ConsumeDispatcher {
 
     /// The orderly listener when the consume threads may run its calls (see
     /// [`ConsumeDispatcher::poolable_listener`]).
-    pub(crate) fn poolable_orderly_listener(&self) -> Option<&dyn PooledOrderlyListener> {
+    pub(crate) fn poolable_orderly_listener(&self) -> Option<&PooledOrderly> {
         if self.hooks.is_some() {
             return None;
         }

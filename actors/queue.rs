@@ -18,7 +18,8 @@ use tracing::Instrument;
 use crate::actors::connection::{settle_reply, ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
-    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome, PooledListener,
+    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome, PooledConcurrent,
+    PooledListener,
 };
 use crate::actors::offset_store::{
     AttachCommitted, DetachCommitted, LoadOffset, PersistAndRemove, SetOffset,
@@ -885,31 +886,46 @@ impl QueueActor {
     /// `messages`; their outcomes come back as [`PooledConsumed`] messages.
     fn hand_to_pool(
         &mut self,
-        listener: &dyn PooledListener,
+        listener: &PooledConcurrent,
         messages: &Arc<Vec<MessageExt>>,
         calls: &mut CallRanges,
         epoch: u64,
         ctx: &mut Context<Self>,
     ) {
-        let queue = ctx.address();
         for range in calls.by_ref() {
             let batch = Messages::slice(Arc::clone(messages), range);
             let context = ConsumeContext::new(self.context_queue());
-            let reply = queue.clone();
-            let reply_batch = batch.clone();
-            listener.submit(
-                batch,
-                context,
-                tracing::Span::clone(&self.span),
-                Box::new(move |outcome| {
-                    reply.do_send(PooledConsumed {
-                        batch: reply_batch,
-                        epoch,
-                        outcome,
-                    })
-                }),
-            );
+            self.submit_pooled(listener, batch, context, epoch, ctx);
         }
+    }
+
+    /// Hands the call over `batch` to `listener`'s consume threads; its outcome comes back as
+    /// a [`PooledConsumed`] message.
+    pub(crate) fn submit_pooled<C, O>(
+        &self,
+        listener: &dyn PooledListener<C, O>,
+        batch: Messages,
+        context: C,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) where
+        O: Send + 'static,
+        QueueActor: Handler<PooledConsumed<O>>,
+    {
+        let queue = ctx.address();
+        let reply_batch = batch.clone();
+        listener.submit(
+            batch,
+            context,
+            tracing::Span::clone(&self.span),
+            Box::new(move |outcome| {
+                queue.do_send(PooledConsumed {
+                    batch: reply_batch,
+                    epoch,
+                    outcome,
+                })
+            }),
+        );
     }
 
     /// A listener call that ran as a task of this actor, or on a consume thread, ended.
@@ -1159,22 +1175,31 @@ pub(crate) fn clean_expired_every(config: &PushConsumerConfig) -> Duration {
     (config.consume_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(60))
 }
 
-/// The outcome of a concurrent call a consume thread ran, for its queue actor.
-pub(crate) struct PooledConsumed {
-    batch: Messages,
-    epoch: u64,
-    outcome: ConsumeOutcome,
+/// The outcome of a call a consume thread ran (a [`ConsumeOutcome`] or an
+/// [`OrderlyOutcome`]), for its queue actor.
+pub(crate) struct PooledConsumed<O> {
+    pub(crate) batch: Messages,
+    pub(crate) epoch: u64,
+    pub(crate) outcome: O,
 }
 
-impl Message for PooledConsumed {
+impl<O: Send + 'static> Message for PooledConsumed<O> {
     type Result = ();
 }
 
-impl Handler<PooledConsumed> for QueueActor {
+impl Handler<PooledConsumed<ConsumeOutcome>> for QueueActor {
     type Result = ();
 
-    fn handle(&mut self, done: PooledConsumed, ctx: &mut Context<Self>) {
+    fn handle(&mut self, done: PooledConsumed<ConsumeOutcome>, ctx: &mut Context<Self>) {
         self.on_consumed(done.batch, done.epoch, done.outcome, ctx);
+    }
+}
+
+impl Handler<PooledConsumed<OrderlyOutcome>> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, done: PooledConsumed<OrderlyOutcome>, ctx: &mut Context<Self>) {
+        self.on_orderly_consumed(done.batch, done.epoch, done.outcome, ctx);
     }
 }
 

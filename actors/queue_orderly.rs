@@ -253,7 +253,7 @@ impl QueueActor {
     }
 
     /// Hands an orderly call to the consume threads; its outcome comes back as a
-    /// [`PooledOrderlyConsumed`] message.
+    /// [`PooledConsumed`] message.
     fn hand_orderly_to_pool(&mut self, batch: Messages, epoch: u64, ctx: &mut Context<Self>) {
         let shared = Rc::clone(&self.shared);
         let Some(listener) = shared.dispatcher.poolable_orderly_listener() else {
@@ -261,24 +261,11 @@ impl QueueActor {
             return;
         };
         let context = OrderlyContext::new(self.context_queue(), &shared.config);
-        let queue = ctx.address();
-        let reply_batch = batch.clone();
-        listener.submit(
-            batch,
-            context,
-            tracing::Span::clone(&self.span),
-            Box::new(move |outcome| {
-                queue.do_send(PooledOrderlyConsumed {
-                    batch: reply_batch,
-                    epoch,
-                    outcome,
-                })
-            }),
-        );
+        self.submit_pooled(listener, batch, context, epoch, ctx);
     }
 
     /// An orderly call that ran as a task of this actor, or on a consume thread, ended.
-    fn on_orderly_consumed(
+    pub(crate) fn on_orderly_consumed(
         &mut self,
         batch: Messages,
         epoch: u64,
@@ -410,24 +397,5 @@ impl QueueActor {
                 core.on_dead_lettered(&attempted, &sent, epoch, suspend, cfg, env, now, out)
             });
         }));
-    }
-}
-
-/// The outcome of an orderly call a consume thread ran, for its queue actor.
-pub(crate) struct PooledOrderlyConsumed {
-    batch: Messages,
-    epoch: u64,
-    outcome: OrderlyOutcome,
-}
-
-impl Message for PooledOrderlyConsumed {
-    type Result = ();
-}
-
-impl Handler<PooledOrderlyConsumed> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, done: PooledOrderlyConsumed, ctx: &mut Context<Self>) {
-        self.on_orderly_consumed(done.batch, done.epoch, done.outcome, ctx);
     }
 }

@@ -421,7 +421,7 @@ def main():
         w("## Listeners on every core")
         w("")
         w("`target/release/examples/consume_bench --namesrv 127.0.0.1:19976 --count 20000 --phases "
-          f"{','.join(CORE_PHASE_NAMES)}`, once on every core and once under `taskset -c 0` (one")
+          "cpusync,orderlycpu,blocksync,cpuceil,blockceil`, once on every core and once under `taskset -c 0` (one")
         w("core), alternately; the broker unpinned. The listeners are synchronous closures")
         w("(`listener_sync_fn`, `orderly_listener_sync_fn`) with the default configuration")
         w("(`consume_thread_max` 20): ~150 µs of CPU per message (a xorshift loop calibrated at")
@@ -434,13 +434,13 @@ def main():
         for name in CORE_PHASE_NAMES:
             all_rates = [phase(r["result"], name, "msgs_per_sec") for r in by_label(cores, "all")]
             one_rates = [phase(r["result"], name, "msgs_per_sec") for r in by_label(cores, "one")]
-            used = [
-                phase(r["result"], name, "process_cpu_s") / phase(r["result"], name, "seconds")
-                for r in by_label(cores, "all")
-                if phase(r["result"], name, "seconds")
-            ]
+            used = []
+            for r in by_label(cores, "all"):
+                cpu, seconds = phase(r["result"], name, "process_cpu_s"), phase(r["result"], name, "seconds")
+                if cpu is not None and seconds:
+                    used.append(cpu / seconds)
             pairs = [a / o for a, o in zip(all_rates, one_rates) if a and o]
-            core_rates[name] = (median(all_rates), median(pairs), pairs, median(all_rates) and all_rates)
+            core_rates[name] = (median(all_rates), median(pairs), pairs, runs_of(all_rates))
             each = ", ".join(fmt(v) for v in pairs)
             w(f"| {CORE_PHASE_NAMES[name]} | {fmt(median(all_rates), 0)} | {fmt(median(used))} | "
               f"{fmt(median(one_rates), 0)} | {fmt(median(pairs))} ({each}) |")
