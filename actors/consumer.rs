@@ -29,9 +29,9 @@ use crate::actors::consume_pool::ConsumePool;
 use crate::actors::heartbeat::{Heartbeat, HeartbeatSoon, SendHeartbeat, Unregister};
 use crate::actors::listener::{
     AnyListener, AsyncFnListener, AsyncFnOrderlyListener, ConsumeContext, ConsumeDispatcher,
-    ConsumeHooks, ConsumeMessages, ConsumeOrderly, ConsumeStatus, FnListener, FnOrderlyListener,
-    MessageListener, Messages, OrderlyListener, OwnedListener, OwnedOrderlyListener,
-    RecipientListener, RecipientOrderlyListener, SyncFnListener, SyncFnOrderlyListener,
+    ConsumeHooks, ConsumeMessages, ConsumeOrderly, FnListener, FnOrderlyListener, MessageListener,
+    Messages, OrderlyListener, OwnedListener, OwnedOrderlyListener, RecipientListener,
+    RecipientOrderlyListener, SyncFnListener, SyncFnOrderlyListener,
 };
 use crate::actors::offset_store::{OffsetBackend, OffsetStore, PersistAll};
 use crate::actors::producer::{Producer, ProducerConfig};
@@ -44,6 +44,7 @@ use crate::consumer::config::{validate_topic_name, MessageModel, PushConsumerCon
 use crate::consumer::flow::QueueThresholds;
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
+use crate::consumer::ConsumeStatus;
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
 use crate::hooks::{ConsumeHook, Hooks};

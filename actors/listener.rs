@@ -27,18 +27,9 @@ use crate::actors::consume_pool::ConsumePool;
 use crate::actors::queue::RunSink;
 use crate::actors::queue_orderly::OrderlyChain;
 use crate::consumer::queue_core::{share_of, BatchSpan, CallRanges, PullPart};
-use crate::consumer::{OrderlyContext, OrderlyStatus};
+use crate::consumer::{ConsumeStatus, OrderlyContext, OrderlyStatus};
 use crate::hooks::{guarded, ConsumeHook, ConsumeHookContext, Hooks, ListenerStatus};
 use crate::message::{MessageExt, MessageQueue};
-
-/// What a concurrent listener reports for a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumeStatus {
-    /// The messages up to the context's `ack_index` are consumed.
-    Success,
-    /// Consume the batch (or the part after `ack_index`) again later.
-    ReconsumeLater,
-}
 
 /// Per-call context of a concurrent listener: which queue the batch came from, and how the
 /// listener wants failures treated.

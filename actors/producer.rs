@@ -23,6 +23,7 @@ use crate::message::{
     self, property, sys_flag, CompressionType, Message, MessageQueue, Topic, UniqueIdGenerator,
 };
 use crate::namespace::Namespace;
+pub use crate::producer::{SendResult, SendStatus};
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::command::RequestFrame;
 use crate::protocol::header::{
@@ -100,34 +101,6 @@ impl Default for ProducerConfig {
             namespace: None,
         }
     }
-}
-
-/// How the broker stored a message that was accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendStatus {
-    /// Stored and, as configured on the broker, flushed and replicated.
-    SendOk,
-    /// Stored, but the disk flush timed out.
-    FlushDiskTimeout,
-    /// Stored, but replication to the slave timed out.
-    FlushSlaveTimeout,
-    /// Stored, but no slave is available.
-    SlaveNotAvailable,
-}
-
-/// The outcome of a successful send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendResult {
-    /// How the broker stored it.
-    pub status: SendStatus,
-    /// The message id consumers see (UNIQ_KEY); comma-separated for a batch.
-    pub msg_id: String,
-    /// The broker's id of the stored record (store host + commit-log offset).
-    pub offset_msg_id: String,
-    /// Where it went.
-    pub queue: MessageQueue,
-    /// Its offset in that queue (of the first message, for a batch).
-    pub queue_offset: i64,
 }
 
 /// A send request as it goes to the connection: pre-encoded (the fast path), or typed, for the

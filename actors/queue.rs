@@ -18,8 +18,7 @@ use tracing::Instrument;
 use crate::actors::connection::{settle_reply, ConnectionEvent, Subscribe};
 use crate::actors::consumer::{now_ms, ConsumerEvent, ConsumerShared};
 use crate::actors::listener::{
-    ConsumeContext, ConsumeOutcome, ConsumeStatus, Messages, OrderlyOutcome, PooledConcurrent,
-    PooledListener,
+    ConsumeContext, ConsumeOutcome, Messages, OrderlyOutcome, PooledConcurrent, PooledListener,
 };
 use crate::actors::offset_store::{
     AttachCommitted, DetachCommitted, LoadOffset, PersistAndRemove, SetOffset,
@@ -37,6 +36,7 @@ use crate::consumer::queue_core::{
 };
 use crate::consumer::retry;
 use crate::consumer::supervision::{RestartDecision, RestartTracker};
+use crate::consumer::ConsumeStatus;
 use crate::error::{Error, Result};
 use crate::message::{MessageExt, MessageQueue};
 use crate::metrics::QueueMetrics;

@@ -43,11 +43,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acl::{self, Credentials};
-use crate::actors::listener::ConsumeStatus;
-use crate::actors::producer::SendResult;
+use crate::consumer::ConsumeStatus;
 use crate::consumer::OrderlyStatus;
 use crate::error::Error;
 use crate::message::{Message, MessageExt, MessageQueue};
+use crate::producer::SendResult;
 use crate::protocol::RemotingCommand;
 
 /// Runs around every request a client sends (Java `RPCHook`).

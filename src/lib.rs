@@ -81,6 +81,7 @@ pub mod tls;
 
 pub mod acl;
 pub mod hooks;
+pub(crate) mod producer;
 
 /// One connection's request table and reconnect backoff, without the socket.
 pub(crate) mod remoting;
@@ -163,7 +164,7 @@ struct ReadmeSnippets;
 
 pub use actors::client::{Client, ClientConfig};
 pub use actors::connection::ConnectionConfig;
-pub use actors::producer::{Producer, ProducerConfig, SendResult, SendStatus};
+pub use actors::producer::{Producer, ProducerConfig};
 pub use consumer::{
     ConsumeContext, ConsumeStatus, OrderlyContext, OrderlyStatus, PushConsumer,
     PushConsumerBuilder, PushConsumerConfig,
@@ -172,3 +173,4 @@ pub use consumer::{
 pub use embedded::{EmbeddedCluster, EmbeddedConfig};
 pub use error::{Error, ProtocolError, Result};
 pub use message::{Message, MessageExt, MessageQueue};
+pub use producer::{SendResult, SendStatus};

@@ -50,6 +50,7 @@ pub(crate) mod rebalance;
 #[allow(dead_code)]
 pub(crate) mod retry;
 pub(crate) mod serde_duration;
+mod status;
 pub mod supervision;
 
 pub use allocate::{AllocateStrategy, MachineRoomResolver};
@@ -60,13 +61,14 @@ pub use offset::{decode_local_offsets, encode_local_offsets};
 pub use orderly::{OrderlyContext, OrderlyStatus};
 pub use pull_config::{LitePullConsumerConfig, PullConsumerConfig};
 pub use retry::{dlq_topic, retry_topic, DELAY_LEVELS};
+pub use status::ConsumeStatus;
 pub use supervision::{RestartDecision, RestartPolicy, RestartTracker};
 
 pub use crate::actors::consumer::{
     ConsumerEvent, ConsumerStats, ConsumerStatus, PushConsumer, PushConsumerBuilder, QueueLag,
 };
 pub use crate::actors::listener::{
-    ConsumeContext, ConsumeMessages, ConsumeOrderly, ConsumeReply, ConsumeStatus, MessageListener,
-    Messages, OrderlyListener, OrderlyReply,
+    ConsumeContext, ConsumeMessages, ConsumeOrderly, ConsumeReply, MessageListener, Messages,
+    OrderlyListener, OrderlyReply,
 };
 pub use crate::actors::supervised_consumer::{GetConsumerStatus, StopConsumer, SupervisedConsumer};
