@@ -410,8 +410,6 @@ pub(crate) struct OwnedRun<'r, 's> {
     spare: &'r mut Option<SpareCall>,
     /// The call under way and its queue id, to report should it panic.
     current: Option<(std::ops::Range<usize>, i32)>,
-    /// When the run began (for a listener that times its calls).
-    started: Instant,
 }
 
 /// Why [`OwnedListener::run_owned`] returned.
@@ -640,6 +638,8 @@ where
     /// calls to the pool ends the run there: the queue hands the rest to the pool
     /// ([`PooledConcurrent`]).
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
+        // The run's own start: the caller's reading may be a whole round of other runs old.
+        let started = Instant::now();
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
         let total = run.calls.len();
@@ -658,7 +658,7 @@ where
                 .finished_lending_call(run.pull, range, status, &context);
             run.sink.reset_lent(&mut context);
             calls += 1;
-            if calls == 1 && total > 1 && self.pool.judge_inline(run.started.elapsed(), 1) {
+            if calls == 1 && total > 1 && self.pool.judge_inline(started.elapsed(), 1) {
                 slow_first = true;
                 break;
             }
@@ -667,11 +667,10 @@ where
         if slow_first {
             return RunStop::ToPool;
         }
-        if calls > 1 {
-            self.pool.judge_inline(
-                run.started.elapsed(),
-                u32::try_from(calls).unwrap_or(u32::MAX),
-            );
+        // The whole run, unless it was its first call alone, judged above.
+        if calls > 1 || total == 1 {
+            self.pool
+                .judge_inline(started.elapsed(), u32::try_from(calls).unwrap_or(u32::MAX));
         }
         RunStop::Done
     }
@@ -1022,8 +1021,6 @@ pub(crate) struct OrderlyRun<'c, 'r> {
     /// The call under way (its batch's span: the core still holds the batch, see
     /// [`OrderlyChain::batch_of`]) and its settings, to report should it panic.
     current: Option<(BatchSpan, OrderlyDefaults)>,
-    /// When the chain began (for a listener that times its calls).
-    started: Instant,
 }
 
 /// Why [`OwnedOrderlyListener::run_chain`] returned.
@@ -1173,9 +1170,12 @@ where
     /// judge. A first call slow enough to send calls to the pool ends the chain there: the
     /// queue hands its next batch to the pool ([`PooledOrderly`]).
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
+        // The chain's own start: the caller's reading may be a whole round old.
+        let started = Instant::now();
         let mut lent: Option<OrderlyContext> = None;
         let mut calls = 0u32;
         let mut slow_first = false;
+        let mut first_judged = false;
         while let Some(batch) = run.next.take() {
             if !may_start_call(run.permits) {
                 if let Some(context) = lent {
@@ -1203,10 +1203,12 @@ where
             };
             run.next = run.chain.finished_lending_call(span, status, context);
             calls += 1;
-            if calls == 1 && run.next.is_some() && self.pool.judge_inline(run.started.elapsed(), 1)
-            {
-                slow_first = true;
-                break;
+            if calls == 1 && run.next.is_some() {
+                first_judged = true;
+                if self.pool.judge_inline(started.elapsed(), 1) {
+                    slow_first = true;
+                    break;
+                }
             }
         }
         if let Some(context) = lent {
@@ -1217,8 +1219,9 @@ where
                 return OrderlyRunStop::ToPool(batch);
             }
         }
-        if calls > 1 {
-            self.pool.judge_inline(run.started.elapsed(), calls);
+        // The whole chain, unless it was its first call alone, judged above.
+        if calls > 1 || (calls == 1 && !first_judged) {
+            self.pool.judge_inline(started.elapsed(), calls);
         }
         OrderlyRunStop::Done
     }
@@ -1879,7 +1882,6 @@ impl ConsumeDispatcher {
                 permits: &self.permits,
                 spare: &mut spare_call,
                 current: None,
-                started: run_started,
             };
             let stop =
                 std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(owned).run_owned(&mut run)));
@@ -1977,7 +1979,6 @@ impl ConsumeDispatcher {
             permits: &self.permits,
             spare: &mut spare,
             current: None,
-            started: run_started,
         };
         let ran =
             std::panic::catch_unwind(AssertUnwindSafe(|| Rc::clone(listener).run_chain(&mut run)));

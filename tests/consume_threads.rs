@@ -104,6 +104,36 @@ async fn a_blocking_synchronous_listener_runs_side_by_side_on_the_consume_thread
 }
 
 #[actix_rt::test]
+async fn a_blocking_listener_of_whole_pulls_moves_to_the_consume_threads_too() {
+    // One call per pull (batch size 32): each run is a single call, judged as a whole.
+    let (cluster, namesrv) = cluster_with_topic("BlockingBatches", 2).await;
+    send_numbered(&producer(&cluster), "BlockingBatches", 0..200).await;
+    let (tx, mut rx) = unbounded_channel();
+    let consumer = from_first_offset(&namesrv, "blocking_batches", "BlockingBatches", "*")
+        .configure(|c| c.consume_message_batch_max_size = 32)
+        .listener_sync_fn(move |messages, _ctx| {
+            std::thread::sleep(BLOCKING_CALL);
+            for m in messages {
+                let _ = tx.send((text(m), thread_name()));
+            }
+            ConsumeStatus::Success
+        })
+        .start()
+        .await
+        .expect("consumer starts");
+    let seen = receive(&mut rx, 200).await;
+    let bodies: BTreeSet<&str> = seen.iter().map(|(body, _)| body.as_str()).collect();
+    assert_eq!(bodies.len(), 200, "every message, once");
+    assert!(
+        seen.iter()
+            .any(|(_, thread)| thread.starts_with("rmq-consume-blocking_batches-")),
+        "later pulls' calls run on the consume threads"
+    );
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[actix_rt::test]
 async fn a_blocking_orderly_listener_keeps_each_queue_in_order_and_runs_queues_side_by_side() {
     let (cluster, namesrv) = cluster_with_topic("BlockingOrderly", 4).await;
     send_numbered(&producer(&cluster), "BlockingOrderly", 0..160).await;
