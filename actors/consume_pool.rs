@@ -125,6 +125,16 @@ impl ConsumePool {
         true
     }
 
+    /// Runs `call` on the consumer's thread, timed for the pool to judge (a single call, as
+    /// the hooks' path makes them).
+    pub(crate) fn run_timed<T>(&self, call: impl FnOnce() -> T) -> T {
+        let mut timer = RunTimer::start();
+        let output = call();
+        timer.call_done(self, false);
+        timer.finish(self);
+        output
+    }
+
     /// Runs `call` on a consume thread (one more is started while there are fewer threads
     /// than calls in flight, up to the most); `call` returns how long the listener took,
     /// which the pool judges. Calls wait in one queue, first come first served.
@@ -210,6 +220,47 @@ impl ConsumePool {
         if let Err(error) = started {
             shared.threads.fetch_sub(1, Ordering::Relaxed);
             tracing::warn!(%error, "could not start a consume thread");
+        }
+    }
+}
+
+/// Times a run of listener calls on the consumer's thread for the pool to judge: its first
+/// call when more follow (a first call that blocks sends the rest to the pool at once), and
+/// the whole run unless its first call alone ran and was judged already.
+pub(crate) struct RunTimer {
+    started: Instant,
+    calls: u32,
+    first_judged: bool,
+}
+
+impl RunTimer {
+    /// The run begins now (its own reading: the caller's may be a whole round of other runs
+    /// old).
+    #[inline]
+    pub(crate) fn start() -> Self {
+        RunTimer {
+            started: Instant::now(),
+            calls: 0,
+            first_judged: false,
+        }
+    }
+
+    /// A call of the run ended, and `more` follow: whether the calls go to the pool now.
+    #[inline]
+    pub(crate) fn call_done(&mut self, pool: &ConsumePool, more: bool) -> bool {
+        self.calls += 1;
+        if self.calls == 1 && more {
+            self.first_judged = true;
+            return pool.judge_inline(self.started.elapsed(), 1);
+        }
+        false
+    }
+
+    /// The run ended on this thread.
+    #[inline]
+    pub(crate) fn finish(self, pool: &ConsumePool) {
+        if self.calls > 1 || (self.calls == 1 && !self.first_judged) {
+            pool.judge_inline(self.started.elapsed(), self.calls);
         }
     }
 }

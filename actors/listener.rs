@@ -23,7 +23,7 @@ use actix::prelude::*;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
-use crate::actors::consume_pool::ConsumePool;
+use crate::actors::consume_pool::{ConsumePool, RunTimer};
 use crate::actors::queue::RunSink;
 use crate::actors::queue_orderly::OrderlyChain;
 use crate::consumer::queue_core::{share_of, BatchSpan, CallRanges, PullPart};
@@ -596,10 +596,7 @@ where
     /// a consume thread with a copy of the context (copied back after the call).
     async fn consume(&self, messages: &[MessageExt], ctx: &mut ConsumeContext) -> ConsumeStatus {
         if !self.pool.pooled() {
-            let started = Instant::now();
-            let status = (self.call)(messages, ctx);
-            self.pool.judge_inline(started.elapsed(), 1);
-            return status;
+            return self.pool.run_timed(|| (self.call)(messages, ctx));
         }
         let batch = ctx
             .batch
@@ -638,14 +635,12 @@ where
     /// calls to the pool ends the run there: the queue hands the rest to the pool
     /// ([`PooledConcurrent`]).
     fn run_owned(self: Rc<Self>, run: &mut OwnedRun<'_, '_>) -> RunStop {
-        // The run's own start: the caller's reading may be a whole round of other runs old.
-        let started = Instant::now();
+        let mut timer = RunTimer::start();
         let mut context = run.sink.context();
         let queue_id = context.queue.queue_id;
         let total = run.calls.len();
-        let mut calls = 0usize;
-        let mut slow_first = false;
-        for range in run.calls.by_ref() {
+        let mut to_pool = false;
+        for (i, range) in run.calls.by_ref().enumerate() {
             if !may_start_call(run.permits) {
                 run.sink.recycle(context);
                 return RunStop::NoPermit(range);
@@ -657,21 +652,16 @@ where
             run.sink
                 .finished_lending_call(run.pull, range, status, &context);
             run.sink.reset_lent(&mut context);
-            calls += 1;
-            if calls == 1 && total > 1 && self.pool.judge_inline(started.elapsed(), 1) {
-                slow_first = true;
+            if timer.call_done(&self.pool, i + 1 < total) {
+                to_pool = true;
                 break;
             }
         }
         run.sink.recycle(context);
-        if slow_first {
+        if to_pool {
             return RunStop::ToPool;
         }
-        // The whole run, unless it was its first call alone, judged above.
-        if calls > 1 || total == 1 {
-            self.pool
-                .judge_inline(started.elapsed(), u32::try_from(calls).unwrap_or(u32::MAX));
-        }
+        timer.finish(&self.pool);
         RunStop::Done
     }
 
@@ -1139,10 +1129,7 @@ where
 {
     async fn consume(&self, messages: &[MessageExt], ctx: &mut OrderlyContext) -> OrderlyStatus {
         if !self.pool.pooled() {
-            let started = Instant::now();
-            let status = (self.call)(messages, ctx);
-            self.pool.judge_inline(started.elapsed(), 1);
-            return status;
+            return self.pool.run_timed(|| (self.call)(messages, ctx));
         }
         let batch: Arc<[MessageExt]> = Arc::from(messages);
         let mut lent = ctx.clone();
@@ -1170,12 +1157,9 @@ where
     /// judge. A first call slow enough to send calls to the pool ends the chain there: the
     /// queue hands its next batch to the pool ([`PooledOrderly`]).
     fn run_chain(self: Rc<Self>, run: &mut OrderlyRun<'_, '_>) -> OrderlyRunStop {
-        // The chain's own start: the caller's reading may be a whole round old.
-        let started = Instant::now();
+        let mut timer = RunTimer::start();
         let mut lent: Option<OrderlyContext> = None;
-        let mut calls = 0u32;
-        let mut slow_first = false;
-        let mut first_judged = false;
+        let mut to_pool = false;
         while let Some(batch) = run.next.take() {
             if !may_start_call(run.permits) {
                 if let Some(context) = lent {
@@ -1202,27 +1186,20 @@ where
                 break;
             };
             run.next = run.chain.finished_lending_call(span, status, context);
-            calls += 1;
-            if calls == 1 && run.next.is_some() {
-                first_judged = true;
-                if self.pool.judge_inline(started.elapsed(), 1) {
-                    slow_first = true;
-                    break;
-                }
+            if timer.call_done(&self.pool, run.next.is_some()) {
+                to_pool = true;
+                break;
             }
         }
         if let Some(context) = lent {
             run.chain.recycle(context);
         }
-        if slow_first {
+        if to_pool {
             if let Some(batch) = run.next.take() {
                 return OrderlyRunStop::ToPool(batch);
             }
         }
-        // The whole chain, unless it was its first call alone, judged above.
-        if calls > 1 || (calls == 1 && !first_judged) {
-            self.pool.judge_inline(started.elapsed(), calls);
-        }
+        timer.finish(&self.pool);
         OrderlyRunStop::Done
     }
 

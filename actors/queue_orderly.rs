@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::actors::consumer::now_ms;
 use crate::actors::consumer::ConsumerShared;
 use crate::actors::listener::{
-    park_pull, take_parked_pull, ChainEnd, Messages, OrderlyOutcome, PendingOrderly,
+    park_pull, take_parked_pull, ChainEnd, Messages, OrderlyOutcome, PendingOrderly, PooledOrderly,
 };
 use crate::actors::offset_store::LoadOffset;
 use crate::actors::queue::{Finished, QueueActor, ORDERLY_ROUNDS_PER_CLOCK_READ};
@@ -230,9 +230,9 @@ impl QueueActor {
             return;
         }
         let shared = Rc::clone(&self.shared);
-        let pooled = shared.dispatcher.poolable_orderly_listener();
-        if pooled.is_some_and(|listener| listener.pooled()) {
-            self.hand_orderly_to_pool(Messages::from(batch), epoch, ctx);
+        let poolable = shared.dispatcher.poolable_orderly_listener();
+        if let Some(listener) = poolable.filter(|listener| listener.pooled()) {
+            self.hand_orderly_to_pool(listener, Messages::from(batch), epoch, ctx);
             return;
         }
         let run_started = finished.started();
@@ -248,19 +248,29 @@ impl QueueActor {
         match chained {
             ChainEnd::Done => {}
             ChainEnd::Waiting(batch, pending) => self.spawn_orderly(batch, epoch, pending, ctx),
-            ChainEnd::ToPool(batch) => self.hand_orderly_to_pool(batch, epoch, ctx),
+            ChainEnd::ToPool(batch) => match poolable {
+                Some(listener) => self.hand_orderly_to_pool(listener, batch, epoch, ctx),
+                // Only a poolable listener's chain ends so; should another, its call waits as
+                // any other does.
+                None => {
+                    let context = OrderlyContext::new(self.context_queue(), &shared.config);
+                    let pending = shared.dispatcher.consume_orderly(batch.clone(), context);
+                    self.spawn_orderly(batch, epoch, Box::pin(pending), ctx);
+                }
+            },
         }
     }
 
-    /// Hands an orderly call to the consume threads; its outcome comes back as a
-    /// [`PooledConsumed`] message.
-    fn hand_orderly_to_pool(&mut self, batch: Messages, epoch: u64, ctx: &mut Context<Self>) {
-        let shared = Rc::clone(&self.shared);
-        let Some(listener) = shared.dispatcher.poolable_orderly_listener() else {
-            tracing::error!("an orderly call went to the consume threads of a listener without");
-            return;
-        };
-        let context = OrderlyContext::new(self.context_queue(), &shared.config);
+    /// Hands an orderly call to `listener`'s consume threads; its outcome comes back as a
+    /// [`PooledConsumed`](crate::actors::queue::PooledConsumed) message.
+    fn hand_orderly_to_pool(
+        &mut self,
+        listener: &PooledOrderly,
+        batch: Messages,
+        epoch: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let context = OrderlyContext::new(self.context_queue(), &self.shared.config);
         self.submit_pooled(listener, batch, context, epoch, ctx);
     }
 

@@ -405,6 +405,14 @@ struct Moments {
 }
 
 impl Tally {
+    /// Does `work` once per message of a call of `n`, then counts them.
+    fn work_then_add(&self, n: usize, work: fn()) {
+        for _ in 0..n {
+            work();
+        }
+        self.add(n);
+    }
+
     /// Counts `n` messages.
     fn add(&self, n: usize) {
         let before = self.count.fetch_add(n, Ordering::Relaxed);
@@ -530,24 +538,15 @@ fn with_sync_listener(
             ConsumeStatus::Success
         }),
         PushKind::CpuSync => builder.listener_sync_fn(move |messages, _ctx| {
-            for _ in messages {
-                burn_cpu();
-            }
-            tally.add(messages.len());
+            tally.work_then_add(messages.len(), burn_cpu);
             ConsumeStatus::Success
         }),
         PushKind::BlockSync => builder.listener_sync_fn(move |messages, _ctx| {
-            for _ in messages {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            tally.add(messages.len());
+            tally.work_then_add(messages.len(), sleep_1ms);
             ConsumeStatus::Success
         }),
         PushKind::OrderlyCpu => builder.orderly_listener_sync_fn(move |messages, _ctx| {
-            for _ in messages {
-                burn_cpu();
-            }
-            tally.add(messages.len());
+            tally.work_then_add(messages.len(), burn_cpu);
             OrderlyStatus::Success
         }),
         PushKind::Async => {
@@ -583,6 +582,11 @@ fn burn_cpu() {
         (CPU_PER_MESSAGE.as_secs_f64() / per_round.max(f64::MIN_POSITIVE)) as u64
     });
     spin(rounds);
+}
+
+/// What a blocking listener waits per message (a synchronous database call).
+fn sleep_1ms() {
+    std::thread::sleep(Duration::from_millis(1));
 }
 
 /// The cores this process may run on (its CPU affinity: one under `taskset -c 0`).
@@ -744,9 +748,7 @@ async fn run(args: &Args, namesrv: &str, topic: &str, embedded: bool) -> Result<
             "blocksync" => push_phase(namesrv, topic, sent, PushKind::BlockSync).await?.0,
             "orderlycpu" => push_phase(namesrv, topic, sent, PushKind::OrderlyCpu).await?.0,
             "cpuceil" => ceiling_phase("cpuceil", sent, available_cores(), burn_cpu),
-            "blockceil" => ceiling_phase("blockceil", sent, 20, || {
-                std::thread::sleep(Duration::from_millis(1))
-            }),
+            "blockceil" => ceiling_phase("blockceil", sent, 20, sleep_1ms),
             "pull" => pull_phase(namesrv, topic).await?,
             "lite" => lite_phase(namesrv, topic, sent, false, args.lite_cache).await?,
             "liteb" => lite_phase(namesrv, topic, sent, true, args.lite_cache).await?,

@@ -19,11 +19,15 @@ use tokio::sync::mpsc::unbounded_channel;
 /// How long each call of the blocking listeners blocks, as a synchronous database call would.
 const BLOCKING_CALL: Duration = Duration::from_millis(5);
 
-/// Listener calls in flight now and the most seen at once.
+/// Listener calls in flight now and the most seen at once; and, for calls that must run one
+/// at a time per unit (a queue, a key), the units busy now and how often a call found its
+/// unit busy.
 #[derive(Default)]
 struct InFlight {
     now: AtomicUsize,
     most: AtomicUsize,
+    busy: Mutex<HashSet<String>>,
+    overlaps: AtomicUsize,
 }
 
 impl InFlight {
@@ -36,8 +40,21 @@ impl InFlight {
         result
     }
 
+    /// Blocks for [`BLOCKING_CALL`] counted as in flight, as a call of `unit`.
+    fn block_as(&self, unit: String) {
+        if !self.busy.lock().expect("not poisoned").insert(unit.clone()) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.during(|| std::thread::sleep(BLOCKING_CALL));
+        self.busy.lock().expect("not poisoned").remove(&unit);
+    }
+
     fn most(&self) -> usize {
         self.most.load(Ordering::SeqCst)
+    }
+
+    fn overlaps(&self) -> usize {
+        self.overlaps.load(Ordering::SeqCst)
     }
 }
 
@@ -138,18 +155,12 @@ async fn a_blocking_orderly_listener_keeps_each_queue_in_order_and_runs_queues_s
     let (cluster, namesrv) = cluster_with_topic("BlockingOrderly", 4).await;
     send_numbered(&producer(&cluster), "BlockingOrderly", 0..160).await;
     let in_flight = Arc::new(InFlight::default());
-    let busy_queues = Arc::new(Mutex::new(HashSet::new()));
-    let overlaps = Arc::new(AtomicUsize::new(0));
     let (tx, mut rx) = unbounded_channel();
-    let (calls, busy, overlapping) = (in_flight.clone(), busy_queues.clone(), overlaps.clone());
+    let calls = in_flight.clone();
     let consumer = from_first_offset(&namesrv, "blocking_orderly_group", "BlockingOrderly", "*")
         .orderly_listener_sync_fn(move |messages, ctx| {
             let queue = ctx.queue.queue_id;
-            if !busy.lock().expect("not poisoned").insert(queue) {
-                overlapping.fetch_add(1, Ordering::SeqCst);
-            }
-            calls.during(|| std::thread::sleep(BLOCKING_CALL));
-            busy.lock().expect("not poisoned").remove(&queue);
+            calls.block_as(queue.to_string());
             for m in messages {
                 let _ = tx.send((queue, m.queue_offset));
             }
@@ -168,11 +179,7 @@ async fn a_blocking_orderly_listener_keeps_each_queue_in_order_and_runs_queues_s
         assert_eq!(offsets, &expected, "queue {queue} consumed once, in order");
     }
     assert_eq!(by_queue.len(), 4);
-    assert_eq!(
-        overlaps.load(Ordering::SeqCst),
-        0,
-        "no two calls of one queue at once"
-    );
+    assert_eq!(in_flight.overlaps(), 0, "no two calls of one queue at once");
     assert!(
         in_flight.most() >= 2,
         "the queues' calls ran side by side: at most {} at once",
@@ -194,21 +201,14 @@ async fn a_blocking_key_ordered_listener_keeps_each_key_in_order_and_runs_keys_s
         producer.send(message).await.expect("sent");
     }
     let in_flight = Arc::new(InFlight::default());
-    let busy_keys = Arc::new(Mutex::new(HashSet::new()));
-    let overlaps = Arc::new(AtomicUsize::new(0));
     let (tx, mut rx) = unbounded_channel();
-    let (calls, busy, overlapping) = (in_flight.clone(), busy_keys.clone(), overlaps.clone());
+    let calls = in_flight.clone();
     let consumer = from_first_offset(&namesrv, "blocking_keys_group", "BlockingKeys", "*")
         .key_ordered(true)
         .orderly_listener_sync_fn(move |messages, _ctx| {
             let body = text(&messages[0]);
             let (key, _) = body.split_once(':').expect("key:seq");
-            let key = key.to_owned();
-            if !busy.lock().expect("not poisoned").insert(key.clone()) {
-                overlapping.fetch_add(1, Ordering::SeqCst);
-            }
-            calls.during(|| std::thread::sleep(BLOCKING_CALL));
-            busy.lock().expect("not poisoned").remove(&key);
+            calls.block_as(key.to_owned());
             for m in messages {
                 let _ = tx.send(text(m));
             }
@@ -233,11 +233,7 @@ async fn a_blocking_key_ordered_listener_keeps_each_key_in_order_and_runs_keys_s
             "key {key} once, in order"
         );
     }
-    assert_eq!(
-        overlaps.load(Ordering::SeqCst),
-        0,
-        "no two calls of one key at once"
-    );
+    assert_eq!(in_flight.overlaps(), 0, "no two calls of one key at once");
     assert!(
         in_flight.most() >= 2,
         "the keys of one queue ran side by side: at most {} at once",

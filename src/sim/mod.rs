@@ -971,7 +971,6 @@ impl World {
                         && self.rng.chance(8)
                     {
                         // A lost response: the request times out on the client.
-                        self.faults += 1;
                         self.count_fault("lost_response");
                         self.unclean.push(self.now);
                         self.note(|| format!("lost response {} to c{consumer}", command.opaque));
@@ -1069,7 +1068,6 @@ impl World {
                     .values()
                     .nth(self.rng.below(self.cfg.brokers as u64) as usize)
                 {
-                    self.faults += 1;
                     self.count_fault("connection_drop");
                     self.unclean.push(self.now);
                     self.drop_connection(conn, "fault");
@@ -1078,7 +1076,6 @@ impl World {
             30..=44 if chaos => {
                 let b = self.rng.below(self.cfg.brokers as u64) as usize;
                 if self.broker_up[b] {
-                    self.faults += 1;
                     self.count_fault("broker_restart");
                     self.lock_resets.push((b, self.now));
                     self.unclean.push(self.now);
@@ -1093,7 +1090,6 @@ impl World {
                 }
             }
             45..=59 if chaos && self.consumers[c].life == Life::Running => {
-                self.faults += 1;
                 self.count_fault("crash");
                 self.unclean.push(self.now);
                 self.crash(c);
@@ -1101,7 +1097,6 @@ impl World {
                 self.schedule(back, Event::StartConsumer(c));
             }
             60..=79 if self.consumers[c].life == Life::Running => {
-                self.faults += 1;
                 self.count_fault("shutdown");
                 self.shutdown(c);
                 let back = self.rng.range(2_000..20_000);
@@ -1110,7 +1105,6 @@ impl World {
             80..=87 => {
                 // The member's wall clock steps (NTP, a VM resumed): -30 s to +60 s.
                 let step = self.rng.range(-30_000..60_000);
-                self.faults += 1;
                 self.count_fault("clock_step");
                 if step < 0 {
                     self.backward_steps.push((c, self.now));
@@ -1185,7 +1179,6 @@ impl World {
                     self.slow_until[c] = self.slow_until[c].max(self.now + lead + lasts);
                 }
                 self.count_fault(kind);
-                self.faults += 1;
                 self.schedule(
                     lead,
                     Event::Cut {
@@ -1202,7 +1195,6 @@ impl World {
             45..=64 => {
                 let lasts = self.long_rng.range(20_000..60_000);
                 self.count_fault("slow_listener");
-                self.faults += 1;
                 self.unclean.push(self.now);
                 self.note(|| format!("c{c}'s listener is slow for {lasts} ms"));
                 self.slow_until[c] = self.slow_until[c].max(self.now + lasts);
@@ -1216,7 +1208,6 @@ impl World {
                     -size
                 };
                 self.count_fault("clock_jump");
-                self.faults += 1;
                 if step < 0 {
                     self.backward_steps.push((c, self.now));
                 } else {
@@ -1231,7 +1222,6 @@ impl World {
                 let late = self.long_rng.range(500..2_500);
                 let lasts = self.long_rng.range(5_000..40_000);
                 self.count_fault("slow_broker");
-                self.faults += 1;
                 self.unclean.push(self.now);
                 self.note(|| format!("broker-{b} answers {late} ms late for {lasts} ms"));
                 self.broker_late[b] = (self.now + lasts, late);
@@ -1250,7 +1240,6 @@ impl World {
         if !self.broker_up[b] {
             return;
         }
-        self.faults += 1;
         self.count_fault("broker_wipe");
         self.lock_resets.push((b, self.now));
         self.unclean.push(self.now);
@@ -2875,7 +2864,9 @@ impl World {
         })
     }
 
+    /// Counts a fault, in all and by kind.
     fn count_fault(&mut self, kind: &'static str) {
+        self.faults += 1;
         *self.fault_kinds.entry(kind).or_default() += 1;
     }
 
