@@ -24,7 +24,7 @@ use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::pull_config::PullConsumerConfig;
-use crate::consumer::rebalance::{topic_share, ShareError};
+use crate::consumer::rebalance::{topic_share, RouteMemory, ShareError, ABSENT_BROKER_GRACE};
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
 use crate::namespace::Namespace;
@@ -201,6 +201,9 @@ pub(crate) struct Member {
     rebalance_enabled: bool,
     strategy: Rc<dyn AllocateStrategy>,
     divided: BTreeMap<String, BTreeSet<MessageQueue>>,
+    /// The queues of each topic at the last pass, with the brokers missing from its route (see
+    /// [`ABSENT_BROKER_GRACE`]).
+    routes_seen: BTreeMap<String, RouteMemory>,
     offsets: Addr<OffsetStore>,
     rebalancing: bool,
     again: bool,
@@ -254,6 +257,7 @@ impl Member {
             reset_listener: spec.reset_listener.map(Rc::from),
             rebalance_enabled: spec.rebalance,
             divided: BTreeMap::new(),
+            routes_seen: BTreeMap::new(),
             offsets: offsets.clone(),
             rebalancing: false,
             again: false,
@@ -357,13 +361,24 @@ impl Member {
         let clustering = self.config.message_model == MessageModel::Clustering;
         let strategy = self.strategy.clone();
         let topics: Vec<String> = self.topics.keys().cloned().collect();
+        let routes_seen = self.routes_seen.clone();
         let heartbeat = self.heartbeat_future();
         let plan = async move {
             let mut plan = Vec::new();
             let mut not_member = false;
             for topic in topics {
-                match divide(&client, &group, &topic, clustering, strategy.as_ref()).await {
-                    Ok((all, divided)) => plan.push((topic, all, divided)),
+                let remembered = routes_seen.get(&topic);
+                match divide(
+                    &client,
+                    &group,
+                    &topic,
+                    clustering,
+                    strategy.as_ref(),
+                    remembered,
+                )
+                .await
+                {
+                    Ok((route, divided)) => plan.push((topic, route, divided)),
                     Err(Error::NotAMember(broker)) => {
                         tracing::debug!(%topic, %broker, "not listed by the broker yet; heartbeating");
                         not_member = true;
@@ -406,10 +421,12 @@ impl Member {
     /// forgets the offsets of the queues that went away.
     fn apply(
         &mut self,
-        plan: Vec<(String, Vec<MessageQueue>, BTreeSet<MessageQueue>)>,
+        plan: Vec<(String, RouteMemory, BTreeSet<MessageQueue>)>,
     ) -> impl ActorFuture<Self, Output = ()> {
         let mut changes = Vec::new();
-        for (topic, all, divided) in plan {
+        for (topic, route, divided) in plan {
+            let all = route.queues.clone();
+            self.routes_seen.insert(topic.clone(), route);
             let previous = self.divided.get(&topic).cloned().unwrap_or_default();
             if previous == divided {
                 continue;
@@ -508,19 +525,28 @@ async fn broker_addrs(client: &Client, topics: &[String]) -> BTreeSet<String> {
     addrs
 }
 
-/// The topic's readable queues and this member's share of them.
+/// The topic's readable queues (with those of brokers briefly missing from its route, see
+/// [`ABSENT_BROKER_GRACE`]) and this member's share of them.
 async fn divide(
     client: &Client,
     group: &str,
     topic: &str,
     clustering: bool,
     strategy: &dyn AllocateStrategy,
-) -> Result<(Vec<MessageQueue>, BTreeSet<MessageQueue>)> {
+    remembered: Option<&RouteMemory>,
+) -> Result<(RouteMemory, BTreeSet<MessageQueue>)> {
     let route = client.route(topic).await?;
-    let all = route.consume_queues.clone();
+    let memory = remembered.cloned().unwrap_or_default().next(
+        &route.consume_queues,
+        crate::actors::now_ms(),
+        ABSENT_BROKER_GRACE,
+    );
+    for broker in memory.absent_brokers() {
+        tracing::debug!(%topic, %broker, "broker missing from the route; keeping its queues for now");
+    }
     if !clustering {
-        let divided = all.iter().cloned().collect();
-        return Ok((all, divided));
+        let divided = memory.queues.iter().cloned().collect();
+        return Ok((memory, divided));
     }
     let (addr, members) = match client.consumer_ids(group, topic).await {
         Err(Error::Broker {
@@ -531,8 +557,15 @@ async fn divide(
         other => other?,
     };
     // The same decision as the push rebalancer's (and the simulator's).
-    match topic_share(strategy, group, client.client_id(), &all, &members, true) {
-        Ok(divided) => Ok((all, divided.into_iter().collect())),
+    match topic_share(
+        strategy,
+        group,
+        client.client_id(),
+        &memory.queues,
+        &members,
+        true,
+    ) {
+        Ok(divided) => Ok((memory, divided.into_iter().collect())),
         Err(ShareError::NotAMember) => Err(Error::NotAMember(addr)),
     }
 }

@@ -24,7 +24,7 @@ use crate::consumer::flow::QueueThresholds;
 use crate::consumer::lock::needs_broker_lock;
 use crate::consumer::rebalance::{
     departures_unconfirmed, handed_over_by_live_members, plan_changes, topic_share,
-    unconfirmed_share, ShareError, MEMBERSHIP_SETTLE,
+    unconfirmed_share, RouteMemory, ShareError, ABSENT_BROKER_GRACE, MEMBERSHIP_SETTLE,
 };
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
@@ -67,7 +67,8 @@ struct Plan {
 
 /// A topic as one pass saw it.
 struct TopicView {
-    queues: Vec<MessageQueue>,
+    /// The queues divided: the route's and those of brokers briefly missing from it.
+    route: RouteMemory,
     members: Vec<String>,
 }
 
@@ -85,6 +86,9 @@ pub struct Rebalancer {
     stopped: bool,
     /// The members of each topic at the last pass that saw it (who held a queue before).
     members_seen: BTreeMap<String, Vec<String>>,
+    /// The queues of each topic at the last pass that saw it, with the brokers missing from
+    /// its route (see [`ABSENT_BROKER_GRACE`]).
+    routes_seen: BTreeMap<String, RouteMemory>,
     /// Stopped on purpose (see `StopActor`).
     pub(crate) retired: bool,
 }
@@ -103,6 +107,7 @@ impl Rebalancer {
             retry_scheduled: false,
             stopped: false,
             members_seen: BTreeMap::new(),
+            routes_seen: BTreeMap::new(),
             retired: false,
         }
     }
@@ -143,7 +148,7 @@ impl Rebalancer {
                 self.strategy.as_ref(),
                 &self.shared.group,
                 self.shared.client.client_id(),
-                &view.queues,
+                &view.route.queues,
                 self.members_seen.get(topic).map(Vec::as_slice),
                 &view.members,
                 &gained,
@@ -169,9 +174,19 @@ impl Rebalancer {
             .map(|(mq, addr)| (mq.clone(), addr.clone()))
             .collect();
         let members_seen = self.members_seen.clone();
+        let routes_seen = self.routes_seen.clone();
         let span = shared.span.clone();
-        let pass = async move { plan(&shared, strategy.as_ref(), owned, &members_seen).await }
-            .instrument(span);
+        let pass = async move {
+            plan(
+                &shared,
+                strategy.as_ref(),
+                owned,
+                &members_seen,
+                &routes_seen,
+            )
+            .await
+        }
+        .instrument(span);
         ctx.spawn(pass.into_actor(self).map(|plan, act, ctx| {
             act.apply(plan, ctx);
             act.in_pass = false;
@@ -196,7 +211,8 @@ impl Rebalancer {
         let changes = plan_changes(self.queues.keys(), &plan.target, &plan.seen, &plan.stalled);
         let waiting = self.handoff_delays(&plan, &changes.start);
         for (topic, view) in plan.views {
-            self.members_seen.insert(topic, view.members);
+            self.members_seen.insert(topic.clone(), view.members);
+            self.routes_seen.insert(topic, view.route);
         }
         if !changes.start.is_empty() {
             self.shared
@@ -290,6 +306,7 @@ async fn plan(
     strategy: &dyn AllocateStrategy,
     owned: Vec<(MessageQueue, Addr<QueueActor>)>,
     members_seen: &BTreeMap<String, Vec<String>>,
+    routes_seen: &BTreeMap<String, RouteMemory>,
 ) -> Plan {
     let mut plan = Plan {
         target: BTreeSet::new(),
@@ -305,7 +322,8 @@ async fn plan(
     let topics = shared.subscribed_topics();
     let targets = futures::future::join_all(topics.iter().map(|topic| {
         let previous = members_seen.get(topic).map(Vec::as_slice);
-        topic_target(shared, strategy, topic, previous)
+        let remembered = routes_seen.get(topic);
+        topic_target(shared, strategy, topic, previous, remembered)
     }))
     .await;
     for (topic, target) in topics.into_iter().zip(targets) {
@@ -356,23 +374,33 @@ async fn plan(
 /// This member's share of `topic`, the topic as seen, and whether the share is provisional:
 /// while the members the broker lists lack some of `previous` and that broker has only just
 /// come back ([`departures_unconfirmed`]), only the queues owned under both lists
-/// ([`unconfirmed_share`]), with the previous members kept as the view.
+/// ([`unconfirmed_share`]), with the previous members kept as the view. The queues divided
+/// include those of brokers briefly missing from the route ([`ABSENT_BROKER_GRACE`]).
 async fn topic_target(
     shared: &ConsumerShared,
     strategy: &dyn AllocateStrategy,
     topic: &str,
     previous: Option<&[String]>,
+    remembered: Option<&RouteMemory>,
 ) -> Result<(Vec<MessageQueue>, TopicView, bool)> {
     let route = shared.client.route(topic).await?;
-    let queues = route.consume_queues.clone();
-    if queues.is_empty() {
+    if route.consume_queues.is_empty() {
         return Err(Error::TopicRouteNotFound(format!(
             "{topic} (the route has no readable queue)"
         )));
     }
+    let memory = remembered.cloned().unwrap_or_default().next(
+        &route.consume_queues,
+        crate::actors::now_ms(),
+        ABSENT_BROKER_GRACE,
+    );
+    for broker in memory.absent_brokers() {
+        tracing::debug!(%topic, %broker, "broker missing from the route; keeping its queues for now");
+    }
+    let queues = memory.queues.clone();
     if !shared.config.is_clustering() {
         let view = TopicView {
-            queues: queues.clone(),
+            route: memory,
             members: Vec::new(),
         };
         return Ok((queues, view, false));
@@ -406,7 +434,7 @@ async fn topic_target(
             )
             .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
             let view = TopicView {
-                queues,
+                route: memory,
                 members: previous.to_vec(),
             };
             return Ok((share, view, true));
@@ -421,7 +449,11 @@ async fn topic_target(
         true,
     )
     .map_err(|ShareError::NotAMember| Error::NotAMember(addr))?;
-    Ok((share, TopicView { queues, members }, false))
+    let view = TopicView {
+        route: memory,
+        members,
+    };
+    Ok((share, view, false))
 }
 
 impl Actor for Rebalancer {

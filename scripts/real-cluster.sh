@@ -4,6 +4,8 @@
 #
 #   scripts/real-cluster.sh start   # installs the binaries when missing, starts, waits until ready
 #   scripts/real-cluster.sh stop    # stops the processes by pid and removes the data
+#   scripts/real-cluster.sh kill-broker broker-a    # kill -9, the store kept
+#   scripts/real-cluster.sh start-broker broker-a   # starts it again on its store
 #
 # On success `start` prints `ROCKETMQ_NAMESRV=127.0.0.1:<port>` as its last line. Several clusters
 # can run side by side, each with its own RMQ_CLUSTER_DIR (data, logs, pid files) and
@@ -87,6 +89,42 @@ acl_settings() {
     "$DIR/$1/auth" "$file"
 }
 
+# Starts broker number $2 (0 for broker-a) of name $1 on its store, as `start` does.
+start_broker() {
+  local name=$1 i=$2
+  local port=$((NS_PORT + 1035 + i * 10)) health=$((NS_PORT + 8204 + i * 2))
+  mkdir -p "$DIR/$name/broker" "$DIR/$name/store"
+  cat >"$DIR/$name.toml" <<TOML
+[broker]
+namesrvAddr = "127.0.0.1:$NS_PORT"
+brokerIp1 = "127.0.0.1"
+listenPort = $port
+storePathRootDir = "$DIR/$name/broker"
+autoCreateTopicEnable = true
+$(acl_settings "$name")
+[broker.topicQueueConfig]
+defaultTopicQueueNums = 8
+[broker.brokerServerConfig]
+bindAddress = "127.0.0.1"
+[broker.brokerIdentity]
+brokerName = "$name"
+brokerClusterName = "DefaultCluster"
+brokerId = 0
+[store]
+storeType = "LocalFile"
+brokerRole = "ASYNC_MASTER"
+flushDiskType = "ASYNC_FLUSH"
+storePathRootDir = "$DIR/$name/store"
+haListenAddress = "127.0.0.1"
+haListenPort = $((port + 1))
+mappedFileSizeCommitLog = 134217728
+TOML
+  start_server "$name" "curl -sf 127.0.0.1:$health/readyz
+port_open $port" \
+    env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
+    rocketmq-broker-rust -c "$DIR/$name.toml"
+}
+
 start() {
   export PATH="$CARGO_BIN:$PATH"
   install_if_missing rocketmq-namesrv rocketmq-namesrv-rust
@@ -114,37 +152,7 @@ TOML
 
   local i=0
   for name in "${BROKERS[@]}"; do
-    local port=$((NS_PORT + 1035 + i * 10)) health=$((NS_PORT + 8204 + i * 2))
-    mkdir -p "$DIR/$name/broker" "$DIR/$name/store"
-    cat >"$DIR/$name.toml" <<TOML
-[broker]
-namesrvAddr = "127.0.0.1:$NS_PORT"
-brokerIp1 = "127.0.0.1"
-listenPort = $port
-storePathRootDir = "$DIR/$name/broker"
-autoCreateTopicEnable = true
-$(acl_settings "$name")
-[broker.topicQueueConfig]
-defaultTopicQueueNums = 8
-[broker.brokerServerConfig]
-bindAddress = "127.0.0.1"
-[broker.brokerIdentity]
-brokerName = "$name"
-brokerClusterName = "DefaultCluster"
-brokerId = 0
-[store]
-storeType = "LocalFile"
-brokerRole = "ASYNC_MASTER"
-flushDiskType = "ASYNC_FLUSH"
-storePathRootDir = "$DIR/$name/store"
-haListenAddress = "127.0.0.1"
-haListenPort = $((port + 1))
-mappedFileSizeCommitLog = 134217728
-TOML
-    start_server "$name" "curl -sf 127.0.0.1:$health/readyz
-port_open $port" \
-      env -u NAMESRV_ADDR ROCKETMQ_HOME="$DIR/$name/broker" ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$health" \
-      rocketmq-broker-rust -c "$DIR/$name.toml"
+    start_broker "$name" "$i"
     i=$((i + 1))
   done
   echo "ROCKETMQ_NAMESRV=127.0.0.1:$NS_PORT"
@@ -163,8 +171,27 @@ stop() {
   rm -rf "$DIR"
 }
 
+# The index of broker $1 in BROKERS.
+broker_index() {
+  local i
+  for i in "${!BROKERS[@]}"; do
+    [ "${BROKERS[$i]}" = "$1" ] && { echo "$i"; return 0; }
+  done
+  echo "no broker $1 (one of: ${BROKERS[*]})" >&2
+  return 1
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  # kill -9 of one broker (a crash: nothing flushed), keeping its store.
+  kill-broker)
+    pid=$(cat "$DIR/${2:?broker name}.pid")
+    kill -9 "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done ;;
+  # Starts a broker again on its store (after kill-broker).
+  start-broker)
+    export PATH="$CARGO_BIN:$PATH"
+    start_broker "${2:?broker name}" "$(broker_index "$2")" ;;
+  *) echo "usage: $0 start|stop|kill-broker NAME|start-broker NAME" >&2; exit 2 ;;
 esac

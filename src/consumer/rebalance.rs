@@ -10,7 +10,7 @@
 //! for mq in diff.start { /* start a queue */ }
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::consumer::allocate::{allocate_sorted, AllocateStrategy};
@@ -43,6 +43,69 @@ pub(crate) fn topic_share(
     Ok(allocate_sorted(strategy, group, client_id, queues, members)
         .into_iter()
         .collect())
+}
+
+/// How long the queues of a broker that left a topic's route still count among the topic's
+/// queues. A name server drops a broker the moment its connection closes, so a broker that
+/// restarts (a crash, a deploy) is missing from the route for the seconds it takes to come
+/// back. Dropping its queues then forgets their in-memory offsets, and taking them back reads
+/// the offsets the restarted broker has, which lack the commits it had not flushed: what was
+/// consumed since would be consumed again. Kept, the queues retry their pulls and their next
+/// pull commits the offset the member has. (Java notices a route change only at its 30 s poll,
+/// so it rides out a quick restart by chance.) A broker gone for longer is gone: its queues
+/// leave and the others are divided again.
+pub(crate) const ABSENT_BROKER_GRACE: Duration = Duration::from_secs(60);
+
+/// A topic's queues as the last rebalance pass divided them: the route's, plus those of
+/// brokers that left the route less than [`ABSENT_BROKER_GRACE`] ago.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RouteMemory {
+    /// The queues divided, sorted.
+    pub queues: Vec<MessageQueue>,
+    /// Since when (the member's clock, ms) each broker of `queues` has been missing from the
+    /// route.
+    absent_since: BTreeMap<String, i64>,
+}
+
+impl RouteMemory {
+    /// The memory after a pass read `route_queues` at `now_ms`: the route's queues, and the
+    /// queues of the last pass whose broker is missing from the route, for `grace` after the
+    /// first pass that missed it.
+    pub(crate) fn next(&self, route_queues: &[MessageQueue], now_ms: i64, grace: Duration) -> Self {
+        let present: BTreeSet<&str> = route_queues
+            .iter()
+            .map(|mq| mq.broker_name.as_str())
+            .collect();
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let mut absent_since = BTreeMap::new();
+        let mut queues: BTreeSet<MessageQueue> = route_queues.iter().cloned().collect();
+        for mq in &self.queues {
+            if present.contains(mq.broker_name.as_str()) {
+                continue;
+            }
+            let since = *absent_since
+                .entry(mq.broker_name.clone())
+                .or_insert_with(|| {
+                    self.absent_since
+                        .get(&mq.broker_name)
+                        .copied()
+                        .unwrap_or(now_ms)
+                });
+            if now_ms.saturating_sub(since) < grace_ms {
+                queues.insert(mq.clone());
+            }
+        }
+        absent_since.retain(|broker, _| queues.iter().any(|mq| &mq.broker_name == broker));
+        RouteMemory {
+            queues: queues.into_iter().collect(),
+            absent_since,
+        }
+    }
+
+    /// The brokers missing from the route whose queues are still kept.
+    pub(crate) fn absent_brokers(&self) -> impl Iterator<Item = &str> {
+        self.absent_since.keys().map(String::as_str)
+    }
 }
 
 /// What one pass changes.
@@ -175,6 +238,66 @@ pub(crate) fn unconfirmed_share(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn route(brokers: &[(&str, i32)]) -> Vec<MessageQueue> {
+        brokers
+            .iter()
+            .flat_map(|(broker, n)| {
+                (0..*n).map(move |queue_id| MessageQueue {
+                    topic: "T".into(),
+                    broker_name: (*broker).into(),
+                    queue_id,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_broker_restarting_keeps_its_queues_through_the_grace() {
+        let grace = Duration::from_secs(60);
+        let both = route(&[("a", 2), ("b", 2)]);
+        let only_b = route(&[("b", 2)]);
+        let first = RouteMemory::default().next(&both, 1_000, grace);
+        assert_eq!(first.queues, both);
+        assert_eq!(first.absent_brokers().count(), 0);
+        // broker a leaves the route: its queues stay for the grace, counted from the first miss
+        let missing = first.next(&only_b, 2_000, grace);
+        assert_eq!(missing.queues, both);
+        assert_eq!(missing.absent_brokers().collect::<Vec<_>>(), ["a"]);
+        let still = missing.next(&only_b, 61_999, grace);
+        assert_eq!(still.queues, both);
+        let gone = still.next(&only_b, 62_000, grace);
+        assert_eq!(gone.queues, only_b);
+        assert_eq!(gone.absent_brokers().count(), 0);
+        // once gone, a later miss does not bring them back
+        assert_eq!(gone.next(&only_b, 63_000, grace).queues, only_b);
+    }
+
+    #[test]
+    fn a_broker_back_in_the_route_starts_a_new_grace_next_time() {
+        let grace = Duration::from_secs(60);
+        let both = route(&[("a", 2), ("b", 2)]);
+        let only_b = route(&[("b", 2)]);
+        let back = RouteMemory::default()
+            .next(&both, 0, grace)
+            .next(&only_b, 10_000, grace)
+            .next(&both, 50_000, grace);
+        assert_eq!(back.absent_brokers().count(), 0);
+        // missing again at 100 s: a new grace from 100 s, not from 10 s
+        let again = back.next(&only_b, 100_000, grace);
+        assert_eq!(again.next(&only_b, 159_999, grace).queues, both);
+        assert_eq!(again.next(&only_b, 160_000, grace).queues, only_b);
+    }
+
+    #[test]
+    fn the_route_decides_the_queues_of_brokers_in_it() {
+        let grace = Duration::from_secs(60);
+        let memory = RouteMemory::default().next(&route(&[("a", 4), ("b", 2)]), 0, grace);
+        // a shrank to 2 queues and c joined: a's missing queues are not kept (a is present)
+        let now = memory.next(&route(&[("a", 2), ("b", 2), ("c", 1)]), 1_000, grace);
+        assert_eq!(now.queues, route(&[("a", 2), ("b", 2), ("c", 1)]));
+        assert_eq!(now.absent_brokers().count(), 0);
+    }
 
     #[test]
     fn unconfirmed_departures_let_queues_go_but_take_none_over() {

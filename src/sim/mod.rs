@@ -40,7 +40,7 @@ use crate::consumer::queue_core::{
     BatchSpan, CallOutcome, CallRanges, Mode, OrderlyBatch, PullOrder, QueueAction, QueueCore,
     QueueEnv,
 };
-use crate::consumer::rebalance::{plan_changes, topic_share};
+use crate::consumer::rebalance::{plan_changes, topic_share, RouteMemory, ABSENT_BROKER_GRACE};
 use crate::consumer::retry;
 use crate::error::{Error, RequestCode};
 use crate::message::{decode_message, MessageExt, MessageQueue};
@@ -147,6 +147,10 @@ pub(crate) struct SimConfig {
     /// slow listener calls (past `consume_timeout`), clock jumps past the lock's life and slow
     /// brokers; members then time their calls out after [`LONG_FAULT_CONSUME_TIMEOUT`].
     pub long_faults: bool,
+    /// Broker restarts behave as a real broker's (rocketmq-rust, Java): the name server drops
+    /// the broker from routes while it is down, and it comes back with the consumer offsets
+    /// it last flushed (every 5 s, the first 10 s after it starts), losing the commits since.
+    pub lossy_restarts: bool,
     /// A bug put in on purpose (tests of the oracles): members judge their locks with an
     /// effectively endless `lock_max_live_time`, so they go on consuming on a lock their
     /// broker has let expire.
@@ -178,6 +182,7 @@ impl SimConfig {
             fault_ms: 90_000,
             settle_ms: 150_000,
             long_faults: false,
+            lossy_restarts: false,
             ignore_lock_expiry: false,
             trace: false,
         };
@@ -191,6 +196,8 @@ impl SimConfig {
         // Drawn after everything else, and the long faults draw from a stream of their own, so
         // that the seeds without them kept their runs event for event.
         cfg.long_faults = rng.chance(500);
+        // Drawn after that, for the same reason: it changes only runs with broker restarts.
+        cfg.lossy_restarts = rng.chance(500);
         cfg
     }
 }
@@ -425,6 +432,8 @@ struct Consumer {
     /// table the connection actor uses.
     tables: BTreeMap<ConnId, RequestTable<Pending>>,
     routes: BTreeMap<String, Option<TopicRoute>>,
+    /// Each topic's queues at the last pass, with the brokers missing from its route.
+    routes_seen: BTreeMap<String, RouteMemory>,
     queues: BTreeMap<MessageQueue, SimQueue>,
     offsets: crate::consumer::offset::OffsetTable,
     /// Topics still to answer in the rebalance pass under way, and what they gave so far.
@@ -498,6 +507,9 @@ pub(crate) struct World {
     next_slot: usize,
     brokers: Vec<BrokerCore>,
     broker_up: Vec<bool>,
+    /// Per broker: the consumer offsets as last flushed, and when the next flush is due
+    /// (`SimConfig::lossy_restarts`).
+    flushed_offsets: Vec<(crate::broker::offsets::OffsetTable, i64)>,
     nameserver: NameServerCore,
     consumers: Vec<Consumer>,
     /// Live connections: conn id → (consumer, broker).
@@ -656,6 +668,7 @@ impl World {
             events: BinaryHeap::new(),
             slab: BTreeMap::new(),
             next_slot: 0,
+            flushed_offsets: vec![Default::default(); cfg.brokers],
             brokers,
             broker_up,
             nameserver,
@@ -886,12 +899,20 @@ impl World {
                     let now = self.now;
                     let actions = self.brokers[b].on_tick(now);
                     self.broker_actions(b, actions);
+                    if self.cfg.lossy_restarts && now >= self.flushed_offsets[b].1 {
+                        self.flushed_offsets[b] = (self.brokers[b].offsets().clone(), now + 5_000);
+                    }
                 }
                 self.schedule(50, Event::BrokerTick(b));
             }
             Event::BrokerUp(b) => {
                 self.note(|| format!("broker-{b} up"));
                 self.broker_up[b] = true;
+                if self.cfg.lossy_restarts {
+                    self.nameserver.register(self.brokers[b].registration());
+                    // A real broker's first flush of offsets comes 10 s after it starts.
+                    self.flushed_offsets[b].1 = self.now + 10_000;
+                }
             }
             Event::Produce => self.produce(),
             Event::StartConsumer(c) => self.start_consumer(c),
@@ -991,8 +1012,11 @@ impl World {
                 }
                 Action::Close { conn } => self.drop_connection(conn, "idle"),
                 Action::TopicsChanged => {
-                    let registration = self.brokers[broker].registration();
-                    self.nameserver.register(registration);
+                    // A broker that is down registers again when it is up.
+                    if self.broker_up[broker] || !self.cfg.lossy_restarts {
+                        let registration = self.brokers[broker].registration();
+                        self.nameserver.register(registration);
+                    }
                 }
                 Action::CallDone { .. } => {}
             }
@@ -1076,16 +1100,30 @@ impl World {
             30..=44 if chaos => {
                 let b = self.rng.below(self.cfg.brokers as u64) as usize;
                 if self.broker_up[b] {
-                    self.count_fault("broker_restart");
+                    self.count_fault(if self.cfg.lossy_restarts {
+                        "broker_restart_losing_offsets"
+                    } else {
+                        "broker_restart"
+                    });
                     self.lock_resets.push((b, self.now));
                     self.unclean.push(self.now);
                     self.note(|| format!("broker-{b} restarts"));
                     self.drop_broker_connections(b, "broker restart");
                     self.brokers[b].on_restart();
+                    if self.cfg.lossy_restarts {
+                        let flushed = self.flushed_offsets[b].0.clone();
+                        self.brokers[b].set_offsets(flushed);
+                        self.nameserver.unregister(&broker_name(b));
+                    }
                     self.brokers[b]
                         .on_connect(PRODUCER_CONN, "10.9.9.9:4000".parse().expect("address"));
                     self.broker_up[b] = false;
-                    let down = self.rng.range(100..4_000);
+                    // A real broker takes seconds to start again (its store to recover).
+                    let down = if self.cfg.lossy_restarts {
+                        self.rng.range(2_000..15_000)
+                    } else {
+                        self.rng.range(100..4_000)
+                    };
                     self.schedule(down, Event::BrokerUp(b));
                 }
             }
@@ -1925,8 +1963,9 @@ impl World {
         for (topic, route) in &consumer.routes {
             match route {
                 None => {
-                    // Not created yet (the retry topic before the first send-back): no queues.
-                    pass.seen.insert(topic.clone());
+                    // No route: the retry topic before the first send-back, or a topic whose
+                    // every broker is down (lossy restarts). As the rebalancer does with a
+                    // route it cannot read, the topic's queues stay as they are.
                 }
                 Some(route) => {
                     let lowest = route
@@ -1962,23 +2001,31 @@ impl World {
     }
 
     fn on_members(&mut self, c: usize, topic: &str, members: Option<Vec<String>>) {
+        let now = self.clock(c);
         let consumer = &mut self.consumers[c];
         let Some(pass) = consumer.pass.as_mut() else {
             return;
         };
         pass.waiting.remove(topic);
         if let (Some(members), Some(Some(route))) = (members, consumer.routes.get(topic)) {
+            let memory = consumer
+                .routes_seen
+                .get(topic)
+                .cloned()
+                .unwrap_or_default()
+                .next(&route.consume_queues, now, ABSENT_BROKER_GRACE);
             let share = topic_share(
                 &Averagely,
                 GROUP,
                 &consumer.client_id,
-                &route.consume_queues,
+                &memory.queues,
                 &members,
                 true,
             );
             if let Ok(queues) = share {
                 pass.target.extend(queues);
                 pass.seen.insert(topic.to_owned());
+                consumer.routes_seen.insert(topic.to_owned(), memory);
             }
         }
         if pass.waiting.is_empty() {
@@ -3088,6 +3135,7 @@ impl Consumer {
             conns: BTreeMap::new(),
             tables: BTreeMap::new(),
             routes: BTreeMap::new(),
+            routes_seen: BTreeMap::new(),
             queues: BTreeMap::new(),
             offsets: crate::consumer::offset::OffsetTable::new(),
             pass: None,
