@@ -122,8 +122,10 @@ impl Heartbeat {
     }
 
     /// Re-reads routes and heartbeats every broker, again every [`REDISCOVER_EVERY`] until
-    /// all answer: after a connection drop, so restarted brokers hear from this member as soon
-    /// as they serve, wherever they come back.
+    /// all answer and every dropped connection is back: after a connection drop, so restarted
+    /// brokers hear from this member as soon as they serve, wherever they come back. (A name
+    /// server drops a broker whose connection closed, so while it restarts the route does not
+    /// list it and every broker listed answers: that alone is no sign it is back.)
     fn rediscover(&mut self, round: u32, ctx: &mut Context<Self>) {
         if self.retired {
             self.rediscovering = false;
@@ -131,11 +133,11 @@ impl Heartbeat {
         }
         let heartbeat = self.heartbeat_all(ctx, true);
         ctx.spawn(heartbeat.map(move |result, act, ctx| match result {
-            Ok(()) => act.rediscovering = false,
+            Ok(()) if !act.watched.values().any(|down| *down) => act.rediscovering = false,
             // Refused: asking again every 500 ms cannot help (the periodic heartbeat goes on).
             Err(e) if e.is_access_denied() => act.rediscovering = false,
-            Err(_) if round + 1 >= REDISCOVER_ROUNDS => act.rediscovering = false,
-            Err(_) => {
+            _ if round + 1 >= REDISCOVER_ROUNDS => act.rediscovering = false,
+            _ => {
                 ctx.run_later(REDISCOVER_EVERY, move |act, ctx| {
                     act.rediscover(round + 1, ctx)
                 });

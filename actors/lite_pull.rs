@@ -33,7 +33,7 @@ use crate::actors::offset_store::{
 };
 use crate::actors::pull_consumer::{resolve_client, resolve_namespace};
 use crate::actors::runtime;
-use crate::consumer::config::ConsumeFromWhere;
+use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::lite_core::{
     Admission, Delivery, LiteAction, LiteCore, LiteNote, SlotId, Taken, TakenMark,
 };
@@ -1037,8 +1037,21 @@ enum LiteEvent {
 }
 
 enum LiteReply {
-    Admission(Admission),
+    /// Whether the pull may go, and the committed offset it carries to the broker.
+    Admission(Admission, Option<i64>),
     Done,
+}
+
+impl LiteRoot {
+    /// The committed offset a pull of `slot` carries: clustering offsets live on the broker,
+    /// and auto-commit stores them in the core (an explicit commit persists at once anyway).
+    fn commit_to_carry(&self, slot: SlotId) -> Option<i64> {
+        if self.config.auto_commit && self.config.base.message_model == MessageModel::Clustering {
+            self.core.stored_offset(slot)
+        } else {
+            None
+        }
+    }
 }
 
 impl Handler<LiteEvent> for LiteRoot {
@@ -1050,14 +1063,18 @@ impl Handler<LiteEvent> for LiteRoot {
                 slot,
                 epoch,
                 offset,
-            } => LiteReply::Admission(self.core.admit(slot, epoch, offset)),
+            } => LiteReply::Admission(
+                self.core.admit(slot, epoch, offset),
+                self.commit_to_carry(slot),
+            ),
             LiteEvent::Deliver(delivery) => {
+                let slot = delivery.slot;
                 // The answer admits the next pull too, saving the queue a round trip.
                 let admission = self.step(ctx, |core, out| core.on_delivery(delivery, out));
                 if self.core.has_buffered() && !self.waiters.is_empty() {
                     self.serve_waiters(ctx);
                 }
-                LiteReply::Admission(admission)
+                LiteReply::Admission(admission, self.commit_to_carry(slot))
             }
             LiteEvent::Started { slot, offset } => {
                 self.core.on_started(slot, offset);
@@ -1094,9 +1111,13 @@ enum StepEnd {
     Idle,
     /// Step again after the delay.
     Again(Duration),
-    /// Pulled: continue from this offset at once, from the broker id the answer suggested;
-    /// `true` when the root already admitted that next pull.
-    Advance(i64, i64, bool),
+    /// Pulled: continue from `next` at once, from the broker id the answer suggested;
+    /// `admitted` when the root already admitted that next pull (with the commit it carries).
+    Advance {
+        next: i64,
+        broker_id: i64,
+        admitted: Option<Option<i64>>,
+    },
 }
 
 impl Actor for LiteQueue {
@@ -1203,7 +1224,7 @@ impl Handler<Step> for LiteQueue {
             offset: self.request.offset,
         };
         let client = self.client.clone();
-        let request = self.request.clone();
+        let mut request = self.request.clone();
         let (slot, epoch) = (self.slot, self.epoch);
         let error_delay = self.error_delay;
         // Spawned, not awaited in the mailbox: a seek must not wait for a held long poll.
@@ -1214,8 +1235,10 @@ impl Handler<Step> for LiteQueue {
             async move {
                 if !admitted {
                     match root.send(admit).await {
-                        Ok(LiteReply::Admission(Admission::Go)) => {}
-                        Ok(LiteReply::Admission(Admission::Wait(delay))) => {
+                        Ok(LiteReply::Admission(Admission::Go, commit)) => {
+                            request.commit_offset = commit;
+                        }
+                        Ok(LiteReply::Admission(Admission::Wait(delay), _)) => {
                             return StepEnd::Again(delay)
                         }
                         _ => return StepEnd::Idle,
@@ -1235,11 +1258,15 @@ impl Handler<Step> for LiteQueue {
                             body: result.body,
                             offset_delta: result.offset_delta,
                         };
-                        let admitted = matches!(
-                            root.send(LiteEvent::Deliver(deliver)).await,
-                            Ok(LiteReply::Admission(Admission::Go))
-                        );
-                        StepEnd::Advance(next, broker_id, admitted)
+                        let admitted = match root.send(LiteEvent::Deliver(deliver)).await {
+                            Ok(LiteReply::Admission(Admission::Go, commit)) => Some(commit),
+                            _ => None,
+                        };
+                        StepEnd::Advance {
+                            next,
+                            broker_id,
+                            admitted,
+                        }
                     }
                     // Refused: the member's heartbeat warned of it; asking soon cannot help.
                     Err(e) if e.is_access_denied() => {
@@ -1257,11 +1284,19 @@ impl Handler<Step> for LiteQueue {
                 if act.pulling == Some(chain) {
                     act.pulling = None;
                 }
-                if let StepEnd::Advance(next, broker_id, admitted) = end {
+                if let StepEnd::Advance {
+                    next,
+                    broker_id,
+                    admitted,
+                } = end
+                {
                     if act.epoch == epoch {
                         act.request.offset = next;
                         act.request.broker_id = broker_id;
-                        act.pre_admitted = admitted && chain == act.chain;
+                        act.pre_admitted = admitted.is_some() && chain == act.chain;
+                        if let Some(commit) = admitted {
+                            act.request.commit_offset = commit;
+                        }
                     }
                 }
                 if chain != act.chain {
@@ -1275,7 +1310,7 @@ impl Handler<Step> for LiteQueue {
                     StepEnd::Again(delay) => {
                         act.delayed = Some(ctx.notify_later(Step(chain), delay));
                     }
-                    StepEnd::Advance(..) => ctx.notify(Step(chain)),
+                    StepEnd::Advance { .. } => ctx.notify(Step(chain)),
                 }
             }),
         );

@@ -24,7 +24,9 @@ use crate::consumer::allocate::{strategy_for, AllocateStrategy};
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::pull_config::PullConsumerConfig;
-use crate::consumer::rebalance::{topic_share, RouteMemory, ShareError, ABSENT_BROKER_GRACE};
+use crate::consumer::rebalance::{
+    handed_over_by_live_members, topic_share, RouteMemory, ShareError, ABSENT_BROKER_GRACE,
+};
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
 use crate::namespace::Namespace;
@@ -204,6 +206,8 @@ pub(crate) struct Member {
     /// The queues of each topic at the last pass, with the brokers missing from its route (see
     /// [`ABSENT_BROKER_GRACE`]).
     routes_seen: BTreeMap<String, RouteMemory>,
+    /// The group's members at each topic's last pass (clustering).
+    members_seen: BTreeMap<String, Vec<String>>,
     offsets: Addr<OffsetStore>,
     rebalancing: bool,
     again: bool,
@@ -258,6 +262,7 @@ impl Member {
             rebalance_enabled: spec.rebalance,
             divided: BTreeMap::new(),
             routes_seen: BTreeMap::new(),
+            members_seen: BTreeMap::new(),
             offsets: offsets.clone(),
             rebalancing: false,
             again: false,
@@ -378,7 +383,7 @@ impl Member {
                 )
                 .await
                 {
-                    Ok((route, divided)) => plan.push((topic, route, divided)),
+                    Ok(division) => plan.push((topic, division)),
                     Err(Error::NotAMember(broker)) => {
                         tracing::debug!(%topic, %broker, "not listed by the broker yet; heartbeating");
                         not_member = true;
@@ -406,7 +411,7 @@ impl Member {
                         // The broker will list us after the heartbeat just sent: try again soon.
                         ctx.notify_later(Rebalance, std::time::Duration::from_secs(1));
                     }
-                    act.apply(plan)
+                    act.apply(plan, ctx)
                 })
                 .map(|_, act, ctx| {
                     act.rebalancing = false;
@@ -419,22 +424,54 @@ impl Member {
 
     /// Records the new divisions, tells the listener about each change, then persists and
     /// forgets the offsets of the queues that went away.
+    ///
+    /// Queues handed over by members still in the group are announced [`HANDOFF_WAIT`] later
+    /// (with the division as it is then): their previous owner lets go on the same membership
+    /// notice and persists the offset it reached, which is what the first offset read here
+    /// should find — read at once, it would find the last periodic persist and hand back
+    /// everything consumed since.
     fn apply(
         &mut self,
-        plan: Vec<(String, RouteMemory, BTreeSet<MessageQueue>)>,
+        plan: Vec<(String, Division)>,
+        ctx: &mut Context<Self>,
     ) -> impl ActorFuture<Self, Output = ()> {
         let mut changes = Vec::new();
-        for (topic, route, divided) in plan {
+        for (topic, division) in plan {
+            let Division {
+                route,
+                members,
+                divided,
+            } = division;
             let all = route.queues.clone();
-            self.routes_seen.insert(topic.clone(), route);
             let previous = self.divided.get(&topic).cloned().unwrap_or_default();
+            let gained: Vec<MessageQueue> = divided.difference(&previous).cloned().collect();
+            let waiting = if gained.is_empty() || members.is_empty() {
+                BTreeSet::new()
+            } else {
+                handed_over_by_live_members(
+                    self.strategy.as_ref(),
+                    &self.group,
+                    self.client.client_id(),
+                    &all,
+                    self.members_seen.get(&topic).map(Vec::as_slice),
+                    &members,
+                    &gained,
+                )
+            };
+            self.routes_seen.insert(topic.clone(), route);
+            self.members_seen.insert(topic.clone(), members);
             if previous == divided {
                 continue;
             }
             let removed: Vec<MessageQueue> = previous.difference(&divided).cloned().collect();
-            tracing::info!(group = %self.group, %topic, owned = divided.len(), of = all.len(), "queues divided");
+            tracing::info!(group = %self.group, %topic, owned = divided.len(), of = all.len(), handed_over = waiting.len(), "queues divided");
             self.divided.insert(topic.clone(), divided.clone());
-            changes.push((topic, all, divided.into_iter().collect::<Vec<_>>(), removed));
+            if !waiting.is_empty() {
+                let topic = topic.clone();
+                ctx.run_later(HANDOFF_WAIT, move |act, ctx| act.announce(topic, ctx));
+            }
+            let announced: Vec<MessageQueue> = divided.difference(&waiting).cloned().collect();
+            changes.push((topic, all, announced, removed));
         }
         if !changes.is_empty() {
             self.offsets.do_send(SetOwnership {
@@ -459,6 +496,23 @@ impl Member {
             }
         }
         .into_actor(self)
+    }
+
+    /// Tells the listener the topic's division as it stands (after a hand-over wait).
+    fn announce(&mut self, topic: String, ctx: &mut Context<Self>) {
+        let (Some(listener), Some(route), Some(divided)) = (
+            self.listener.clone(),
+            self.routes_seen.get(&topic),
+            self.divided.get(&topic),
+        ) else {
+            return;
+        };
+        let all = route.queues.clone();
+        let divided: Vec<MessageQueue> = divided.iter().cloned().collect();
+        ctx.spawn(
+            async move { listener.message_queue_changed(&topic, &all, &divided).await }
+                .into_actor(self),
+        );
     }
 
     fn reset_offsets(&mut self, command: RemotingCommand) -> impl ActorFuture<Self, Output = ()> {
@@ -525,8 +579,22 @@ async fn broker_addrs(client: &Client, topics: &[String]) -> BTreeSet<String> {
     addrs
 }
 
-/// The topic's readable queues (with those of brokers briefly missing from its route, see
-/// [`ABSENT_BROKER_GRACE`]) and this member's share of them.
+/// How long a queue handed over by a member still in the group waits before it is announced
+/// (the push consumer's `handoff_wait` default).
+const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One topic's rebalance pass.
+struct Division {
+    /// The topic's readable queues (with those of brokers briefly missing from its route,
+    /// see [`ABSENT_BROKER_GRACE`]).
+    route: RouteMemory,
+    /// The group's members (empty when broadcasting).
+    members: Vec<String>,
+    /// This member's share.
+    divided: BTreeSet<MessageQueue>,
+}
+
+/// The topic's readable queues, the group's members and this member's share.
 async fn divide(
     client: &Client,
     group: &str,
@@ -534,7 +602,7 @@ async fn divide(
     clustering: bool,
     strategy: &dyn AllocateStrategy,
     remembered: Option<&RouteMemory>,
-) -> Result<(RouteMemory, BTreeSet<MessageQueue>)> {
+) -> Result<Division> {
     let route = client.route(topic).await?;
     let memory = remembered.cloned().unwrap_or_default().next(
         &route.consume_queues,
@@ -546,7 +614,11 @@ async fn divide(
     }
     if !clustering {
         let divided = memory.queues.iter().cloned().collect();
-        return Ok((memory, divided));
+        return Ok(Division {
+            route: memory,
+            members: Vec::new(),
+            divided,
+        });
     }
     let (addr, members) = match client.consumer_ids(group, topic).await {
         Err(Error::Broker {
@@ -565,7 +637,11 @@ async fn divide(
         &members,
         true,
     ) {
-        Ok(divided) => Ok((memory, divided.into_iter().collect())),
+        Ok(divided) => Ok(Division {
+            route: memory,
+            members,
+            divided: divided.into_iter().collect(),
+        }),
         Err(ShareError::NotAMember) => Err(Error::NotAMember(addr)),
     }
 }

@@ -8,9 +8,14 @@
 #
 # Scenarios (SCENARIOS, default both):
 # - broker_kill9_restart: members A and B of a group consume (`consume --print`) a first wave of
-#   WAVE messages over both brokers; broker-a is killed with -9 and started again on its store
-#   (so it loses the consumer offsets it had not flushed); a second wave is sent and consumed,
-#   then a last wave that marks the end; the members stop with SIGTERM.
+#   WAVE messages over both brokers; SETTLE seconds later (default 6) broker-a is killed with -9
+#   and started again on its store (so it loses the consumer offsets it had not flushed); a
+#   second wave is sent and consumed, then a last wave that marks the end; the members stop with
+#   SIGTERM. The pause puts the kill in the group's steady state: the members start together,
+#   so queues change hands in their first second, and a broker killed less than its offset
+#   flush interval (5 s) after a hand-over forgets the previous owner's last commit — the new
+#   owner then reads that queue again from the broker's last flushed offset (SETTLE=0 shows
+#   it: up to a whole wave of broker-a consumed twice). Java's consumer does the same.
 # - member_faults: A consumes a first wave, B joins halfway; a second wave is sent at 200
 #   msgs/s, during which A is killed with -9 (its consumption since its last commit comes
 #   again), C joins and B stops with SIGTERM; then a last wave.
@@ -19,7 +24,8 @@
 #
 # Environment: BIN (default target/release/rocketmq-actor, built when missing), WAVE (default
 # 2000), RMQ_BASE_PORT (default 19076), MAX_DUPLICATE_PCT (fail a broker_kill9_restart run above
-# it; default: report only), SCENARIOS.
+# it; default: report only), SCENARIOS, SETTLE, KEEP_DIR (copy the members' output and logs
+# there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/rocketmq-actor}
@@ -37,6 +43,7 @@ members=()
 cleanup() {
   for pid in "${members[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   scripts/real-cluster.sh stop >/dev/null 2>&1 || true
+  if [ -n "${KEEP_DIR:-}" ]; then cp -r "$work" "$KEEP_DIR"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -96,6 +103,7 @@ broker_kill9_restart() {
   start_member a "$group" "$topic"
   start_member b "$group" "$topic"
   wait_for "$WAVE" 180
+  sleep "${SETTLE:-6}"
   scripts/real-cluster.sh kill-broker broker-a
   scripts/real-cluster.sh start-broker broker-a >/dev/null 2>&1
   produce "$topic" "$WAVE"
@@ -112,7 +120,7 @@ member_faults() {
   # The second wave at a steady rate, the faults on a schedule while it runs.
   "$BIN" produce --namesrv "$NS" --topic "$topic" --count "$WAVE" --rate 200 >/dev/null 2>"$work/produce.err" &
   local producer=$!
-  sleep 2; kill -9 "$a"
+  sleep 2; kill -9 "$a"; wait "$a" 2>/dev/null || true
   sleep 2; start_member c "$group" "$topic"
   sleep 2; kill -TERM "$b"; wait "$b" 2>/dev/null || true
   wait "$producer"

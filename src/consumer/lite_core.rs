@@ -181,6 +181,8 @@ struct Slot {
     epoch: u64,
     /// The offset after the last message handed out (what a commit stores).
     consumed: Option<i64>,
+    /// What the last commit stored: the offset the queue's pulls carry to the broker.
+    stored: Option<i64>,
     /// The offset the next pull reads from (for the span).
     pulled_to: Option<i64>,
     cached_count: u64,
@@ -251,12 +253,6 @@ impl Slots {
 
     fn keys(&self) -> impl Iterator<Item = &MessageQueue> {
         self.by_name.keys()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &Slot)> {
-        self.by_name
-            .iter()
-            .filter_map(|(queue, id)| Some((queue, self.at(*id)?)))
     }
 }
 
@@ -357,6 +353,7 @@ impl LiteCore {
                 pending_consumed: None,
                 epoch: 0,
                 consumed: None,
+                stored: None,
                 pulled_to: None,
                 cached_count: 0,
                 cached_bytes: 0,
@@ -545,14 +542,26 @@ impl LiteCore {
     /// Stores every consumed position (the offset store persists them on its schedule).
     pub(crate) fn commit_consumed(&mut self, out: &mut Vec<LiteAction>) {
         self.fold_marks();
-        for (queue, slot) in self.queues.iter() {
+        let ids: Vec<SlotId> = self.queues.by_name.values().copied().collect();
+        for id in ids {
+            let Some(slot) = self.queues.at_mut(id) else {
+                continue;
+            };
             if let Some(offset) = slot.consumed {
+                slot.stored = Some(offset);
                 out.push(LiteAction::Store {
-                    queue: queue.clone(),
+                    queue: slot.queue.clone(),
                     offset,
                 });
             }
         }
+    }
+
+    /// The offset the last commit stored for `id`: a pull carries it, so the broker holds what
+    /// was committed within a pull of it rather than at the next periodic persist (a member
+    /// killed with -9 then hands on little more than its last auto-commit interval).
+    pub(crate) fn stored_offset(&self, id: SlotId) -> Option<i64> {
+        self.queues.at(id).and_then(|slot| slot.stored)
     }
 
     /// Stops every queue (after the executor committed, when auto-committing); further
@@ -887,8 +896,9 @@ impl LiteCore {
     #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn cached(&self) -> Vec<(MessageQueue, u64)> {
         self.queues
+            .by_name
             .iter()
-            .map(|(q, s)| (q.clone(), s.cached_count))
+            .filter_map(|(q, id)| Some((q.clone(), self.queues.at(*id)?.cached_count)))
             .collect()
     }
 }
@@ -967,13 +977,20 @@ mod tests {
         let q = queue(0);
         let slot = assigned(&mut core, std::slice::from_ref(&q))[0];
         let mut out = Vec::new();
+        assert!(!core.has_buffered(), "a waiting poll has nothing to try");
         core.on_delivery(found(slot, 0, &q, 0..3), &mut out);
         core.on_delivery(found(slot, 0, &q, 3..5), &mut out);
+        assert!(core.has_buffered(), "a waiting poll is served");
         core.commit_consumed(&mut out);
         assert_eq!(stores(&out), vec![(q.clone(), 0)], "nothing polled yet");
         let taken = core.take_batch(false, &mut out).expect("a batch");
         let offsets: Vec<i64> = taken.messages.iter().map(|m| m.queue_offset).collect();
         assert_eq!(offsets, vec![0, 1, 2]);
+        assert_eq!(
+            core.stored_offset(slot),
+            Some(0),
+            "pulls carry what was committed, not what was polled"
+        );
         let mut out = Vec::new();
         core.commit_consumed(&mut out);
         assert_eq!(
@@ -981,6 +998,7 @@ mod tests {
             vec![(q, 3)],
             "the second batch is still buffered"
         );
+        assert_eq!(core.stored_offset(slot), Some(3));
     }
 
     #[test]
@@ -1003,6 +1021,52 @@ mod tests {
                 |a| matches!(a, LiteAction::Wake { slot: s, admitted: Some(0) } if *s == slot)
             ),
             "the throttled queue is woken, already admitted: {out:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_whose_poller_vanished_counts_against_the_cache_again() {
+        let mut core = core();
+        let q = queue(0);
+        let slot = assigned(&mut core, std::slice::from_ref(&q))[0];
+        let mut out = Vec::new();
+        core.on_delivery(found(slot, 0, &q, 0..2), &mut out);
+        core.on_delivery(found(slot, 0, &q, 2..4), &mut out);
+        let taken = core.take_batch(false, &mut out).expect("a batch");
+        assert_eq!(core.cached(), vec![(q.clone(), 2)]);
+        assert_eq!(core.buffered(), 2);
+        core.push_front_again(taken);
+        assert_eq!(core.cached(), vec![(q.clone(), 4)]);
+        assert_eq!(
+            core.buffered(),
+            4,
+            "the consumer-wide limit counts it again too"
+        );
+        assert_eq!(core.admit(slot, 0, 4), Admission::Wait(FLOW_CONTROL_DELAY));
+        let again = core
+            .take_batch(false, &mut out)
+            .expect("the same batch again");
+        let offsets: Vec<i64> = again.messages.iter().map(|m| m.queue_offset).collect();
+        assert_eq!(offsets, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_paused_queue_pulls_no_more_until_resumed() {
+        let mut core = core();
+        let q = queue(0);
+        let slot = assigned(&mut core, std::slice::from_ref(&q))[0];
+        let mut out = Vec::new();
+        // Nothing taken yet: pausing keeps the epoch (no position to rewind to).
+        core.set_paused(std::slice::from_ref(&q), true, &mut out);
+        // The answer of the pull that was under way: the loop must not pull again.
+        let next = core.on_delivery(found(slot, 0, &q, 0..1), &mut out);
+        assert_eq!(next, Admission::Wait(Duration::ZERO));
+        let mut out = Vec::new();
+        core.set_paused(std::slice::from_ref(&q), false, &mut out);
+        assert!(
+            out.iter()
+                .any(|a| matches!(a, LiteAction::Wake { slot: s, .. } if *s == slot)),
+            "{out:?}"
         );
     }
 
