@@ -534,13 +534,15 @@ mod tests {
     fn thresholds_are_exclusive_and_size_is_in_whole_mib() {
         let c = cfg();
         let l = limits(&c);
+        // In bytes, not through MIB: the unit itself is under test. 101 MiB less one byte
+        // is 100 whole MiB, within the default limit of 100.
         let at_limit = PullGate {
-            cache: stats(1000, 100 * MIB + MIB - 1, 2000),
+            cache: stats(1000, 105_906_175, 2000),
             ..PullGate::ready()
         };
         assert_eq!(decide_pull(&c, &l, &at_limit), PullDecision::PullNow);
         let over = PullGate {
-            cache: stats(1000, 101 * MIB, 2000),
+            cache: stats(1000, 105_906_176, 2000),
             ..PullGate::ready()
         };
         assert!(matches!(

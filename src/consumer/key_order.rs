@@ -620,6 +620,24 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_counts_unfinished_messages_and_their_bytes_until_done() {
+        let mut q = queue(&[Some("a"), Some("a"), Some("b")]);
+        assert_eq!(q.cached_amount(), (3, 300));
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![0, 2]);
+        assert_eq!(
+            q.cached_amount(),
+            (3, 300),
+            "messages in flight still count"
+        );
+        assert!(q.complete(0, true));
+        assert_eq!(q.cached_amount(), (2, 200));
+        assert!(q.complete(2, true));
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![1]);
+        assert!(q.complete(1, true));
+        assert_eq!(q.cached_amount(), (0, 0));
+    }
+
+    #[test]
     fn different_keys_run_together_same_key_waits() {
         let mut q = queue(&[Some("a"), Some("b"), Some("a"), Some("c"), Some("b")]);
         assert_eq!(q.key_count(), 3);
@@ -638,6 +656,17 @@ mod tests {
         assert_eq!(offsets(&q.next_ready(1, 0)), vec![2]);
         assert_eq!(q.in_flight_count(), 3);
         assert!(q.next_ready(0, 0).is_empty());
+    }
+
+    #[test]
+    fn a_message_its_key_releases_goes_before_later_ready_ones() {
+        // a: 0, 1; b: 2; c: 3. Once 0 is done, 1 is the oldest message that may run: it goes
+        // first, so the committed offset moves as soon as it can.
+        let mut q = queue(&[Some("a"), Some("a"), Some("b"), Some("c")]);
+        assert_eq!(offsets(&q.next_ready(1, 0)), vec![0]);
+        assert!(q.complete(0, true));
+        assert_eq!(offsets(&q.next_ready(1, 0)), vec![1]);
+        assert_eq!(offsets(&q.next_ready(10, 0)), vec![2, 3]);
     }
 
     #[test]

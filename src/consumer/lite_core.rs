@@ -1031,18 +1031,18 @@ mod tests {
         let slot = assigned(&mut core, std::slice::from_ref(&q))[0];
         let mut out = Vec::new();
         core.on_delivery(found(slot, 0, &q, 0..2), &mut out);
-        core.on_delivery(found(slot, 0, &q, 2..4), &mut out);
+        core.on_delivery(found(slot, 0, &q, 2..5), &mut out);
         let taken = core.take_batch(false, &mut out).expect("a batch");
-        assert_eq!(core.cached(), vec![(q.clone(), 2)]);
-        assert_eq!(core.buffered(), 2);
+        assert_eq!(core.cached(), vec![(q.clone(), 3)]);
+        assert_eq!(core.buffered(), 3);
         core.push_front_again(taken);
-        assert_eq!(core.cached(), vec![(q.clone(), 4)]);
+        assert_eq!(core.cached(), vec![(q.clone(), 5)]);
         assert_eq!(
             core.buffered(),
-            4,
+            5,
             "the consumer-wide limit counts it again too"
         );
-        assert_eq!(core.admit(slot, 0, 4), Admission::Wait(FLOW_CONTROL_DELAY));
+        assert_eq!(core.admit(slot, 0, 5), Admission::Wait(FLOW_CONTROL_DELAY));
         let again = core
             .take_batch(false, &mut out)
             .expect("the same batch again");
@@ -1086,13 +1086,19 @@ mod tests {
                 ..
             }
         )));
-        // A pull of epoch 0 answers late.
-        core.on_delivery(found(slot, 0, &q, 2..3), &mut out);
+        // A pull of epoch 0 answers late: it admits no pull after it.
+        let next = core.on_delivery(found(slot, 0, &q, 2..3), &mut out);
+        assert_ne!(next, Admission::Go);
         assert!(
             core.take_batch(false, &mut out).is_none(),
             "nothing of epoch 0 is handed out"
         );
-        core.on_delivery(found(slot, 1, &q, 10..12), &mut out);
+        let next = core.on_delivery(found(slot, 1, &q, 10..12), &mut out);
+        assert_eq!(
+            next,
+            Admission::Go,
+            "an answer with room admits the next pull"
+        );
         let taken = core
             .take_batch(false, &mut out)
             .expect("the sought messages");
@@ -1167,6 +1173,29 @@ mod tests {
             mark.stale.load(Ordering::SeqCst),
             "the stream yields no more of it"
         );
+    }
+
+    #[test]
+    fn a_batch_given_back_leaves_the_other_streams_marks_counted() {
+        let mut core = core();
+        let (a, b) = (queue(0), queue(1));
+        let slots = assigned(&mut core, &[a.clone(), b.clone()]);
+        let mut out = Vec::new();
+        core.on_delivery(found(slots[0], 0, &a, 0..3), &mut out);
+        core.on_delivery(found(slots[1], 0, &b, 0..3), &mut out);
+        let first = core
+            .take_batch(true, &mut out)
+            .expect("a tracked batch of a");
+        let second = core
+            .take_batch(true, &mut out)
+            .expect("a tracked batch of b");
+        let mark_of_a = first.mark.clone().expect("a mark");
+        // The poller of b's batch vanished; the stream reading a's yielded two messages.
+        core.push_front_again(second);
+        mark_of_a.next.store(2, Ordering::Relaxed);
+        let mut out = Vec::new();
+        core.commit_consumed(&mut out);
+        assert_eq!(stores(&out), vec![(a, 2), (b, 0)]);
     }
 
     #[test]

@@ -22,14 +22,12 @@
 
 pub mod allocate;
 pub mod config;
-// The core modules below keep inspection helpers their unit tests use, and `lock` holds the
-// batch-lock plan the simulator issue will move the queue actor onto: unused by the runtime
-// for now, so dead-code warnings are off for them.
+// The core modules below keep inspection helpers their unit tests use: dead-code warnings are off
+// for them.
 #[allow(dead_code)]
 pub(crate) mod flow;
 #[allow(dead_code)]
 pub(crate) mod key_order;
-#[allow(dead_code)]
 pub(crate) mod lock;
 #[allow(dead_code)]
 pub(crate) mod offset;

@@ -1070,6 +1070,24 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn a_previous_file_that_cannot_be_read_fails_the_write_instead_of_losing_it() {
+        let dir = std::env::temp_dir().join(format!(
+            "rocketmq-actor-offset-unreadable-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A link to itself: reading it fails (not "not found"), replacing it would not.
+        let path = dir.join("offsets.json");
+        std::os::unix::fs::symlink(&path, &path).unwrap();
+        let error = fs::write_atomically(&path, b"new").expect_err("the old file is unreadable");
+        assert_ne!(error.kind(), std::io::ErrorKind::NotFound);
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
 

@@ -146,9 +146,8 @@ pub enum BatchStep<M> {
     Busy,
     /// The queue was dropped: end the loop.
     Dropped,
-    /// Clustering and the broker lock is missing or expired: lock this queue after
-    /// [`super::lock::LOCK_RETRY_DELAY`], then try again after
-    /// [`super::lock::delay_after_single_lock`].
+    /// Clustering and the broker lock is missing or expired: consume again once it is
+    /// granted.
     NeedsLock,
 }
 
@@ -226,7 +225,7 @@ impl OrderlyQueueState {
 
     /// Whether a batch is in flight (handed out and its result not yet reported), including
     /// while its dead-letter sends are pending. A dropped queue waits for this to clear before
-    /// persisting and unlocking ([`super::lock::QueueDrop`]).
+    /// persisting and unlocking.
     pub fn is_in_flight(&self) -> bool {
         self.in_flight
     }

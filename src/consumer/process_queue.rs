@@ -30,8 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What the process queue needs to know about a message. Implemented for
-/// `crate::message::MessageExt` and for `Arc`/`Box`/`&` of any implementor, so a consumer can
-/// share messages between the cache and listener tasks.
+/// `crate::message::MessageExt` and the consumer core's cache entries.
 pub trait CachedMessage {
     /// The message's logical offset in its queue.
     fn queue_offset(&self) -> i64;
@@ -45,42 +44,6 @@ pub trait CachedMessage {
     /// Sets the count [`CachedMessage::reconsume_times`] reads, where the type keeps one (the
     /// orderly service sets it on each message it hands out, as Java does).
     fn set_reconsume_times(&mut self, _times: i32) {}
-}
-
-impl<T: CachedMessage + ?Sized> CachedMessage for Arc<T> {
-    fn queue_offset(&self) -> i64 {
-        (**self).queue_offset()
-    }
-    fn body_len(&self) -> usize {
-        (**self).body_len()
-    }
-    fn reconsume_times(&self) -> i32 {
-        (**self).reconsume_times()
-    }
-}
-
-impl<T: CachedMessage + ?Sized> CachedMessage for Box<T> {
-    fn queue_offset(&self) -> i64 {
-        (**self).queue_offset()
-    }
-    fn body_len(&self) -> usize {
-        (**self).body_len()
-    }
-    fn reconsume_times(&self) -> i32 {
-        (**self).reconsume_times()
-    }
-}
-
-impl<T: CachedMessage + ?Sized> CachedMessage for &T {
-    fn queue_offset(&self) -> i64 {
-        (**self).queue_offset()
-    }
-    fn body_len(&self) -> usize {
-        (**self).body_len()
-    }
-    fn reconsume_times(&self) -> i32 {
-        (**self).reconsume_times()
-    }
 }
 
 impl CachedMessage for crate::message::MessageExt {
@@ -703,6 +666,11 @@ mod tests {
         assert_eq!(taken.to_vec(), msgs([1]));
         pq.put_messages(msgs([1]));
         assert_eq!(pq.cached_count(), 3);
+        // And while everything cached is in the batch (nothing waits to compare with).
+        let rest = pq.take_messages(10, 0);
+        assert_eq!(rest.to_vec(), msgs([2, 3]));
+        pq.put_messages(msgs([2]));
+        assert_eq!(pq.cached_count(), 3);
     }
 
     #[test]
@@ -814,14 +782,6 @@ mod tests {
         assert_eq!(pq.remove_messages(&[1], 1), None);
         pq.put_messages(msgs([7]));
         assert_eq!(pq.remove_messages(&[7], 2), Some(8));
-    }
-
-    #[test]
-    fn works_with_shared_messages() {
-        let mut pq: ProcessQueue<Arc<Msg>> = ProcessQueue::new(0);
-        pq.put_messages(msgs(0..2).into_iter().map(Arc::new));
-        assert_eq!(pq.get(1).map(|m| m.offset), Some(1));
-        assert_eq!(pq.waiting_messages().count(), 2);
     }
 
     #[derive(Debug, Clone)]

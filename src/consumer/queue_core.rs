@@ -2762,6 +2762,82 @@ mod tests {
     }
 
     #[test]
+    fn a_filtered_stretch_moves_the_commit_only_once_the_cache_is_empty() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..3)), None, &cfg, &env, 1, &mut out);
+        // What the gauges read: three one-byte bodies.
+        assert_eq!(core.cached_amount(), (3, 3));
+        let calls = consumes(&out);
+        let nothing_matched = |next: i64| PullResponse {
+            status: PullStatus::NoMatchedMsg,
+            next_begin_offset: next,
+            min_offset: 0,
+            max_offset: next,
+            suggest_broker_id: 0,
+            messages: Vec::new(),
+            unfiltered: 0,
+        };
+        // 3..10 held nothing for this subscription while 0..3 still run: no commit past them.
+        let order = first_pull(&out).expect("the next pull");
+        let mut out = Vec::new();
+        core.on_pull_answer(
+            &order,
+            Ok(nothing_matched(10)),
+            None,
+            &cfg,
+            &env,
+            2,
+            &mut out,
+        );
+        assert!(commits(&out).is_empty(), "{out:?}");
+        for (m, r, e) in &calls {
+            core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 3, &mut out);
+        }
+        assert_eq!(core.cached_amount(), (0, 0));
+        // 10..20 held nothing either: with the cache empty the commit follows the broker.
+        let order = first_pull(&out).expect("the pull from 10");
+        assert_eq!(order.offset, 10);
+        let mut out = Vec::new();
+        core.on_pull_answer(
+            &order,
+            Ok(nothing_matched(20)),
+            None,
+            &cfg,
+            &env,
+            4,
+            &mut out,
+        );
+        assert_eq!(commits(&out), vec![20]);
+    }
+
+    #[test]
+    fn a_pull_waiting_out_a_broker_error_is_not_hurried_by_finished_calls() {
+        let cfg = cfg();
+        let env = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(found(0..2)), None, &cfg, &env, 1, &mut out);
+        let calls = consumes(&out);
+        let next = first_pull(&out).expect("the next pull");
+        let mut out = Vec::new();
+        let busy = pull_refused(response_code::SYSTEM_ERROR);
+        core.on_pull_answer(&next, Err(busy), None, &cfg, &env, 2, &mut out);
+        assert!(
+            out.iter().any(|a| matches!(a, QueueAction::PullAfter(_))),
+            "{out:?}"
+        );
+        // A call ending frees cache room, but the failing broker gets its pause.
+        let mut out = Vec::new();
+        let (m, r, e) = &calls[0];
+        core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 3, &mut out);
+        assert_eq!(commits(&out), vec![1]);
+        assert!(first_pull(&out).is_none(), "{out:?}");
+    }
+
+    #[test]
     fn a_full_cache_delays_the_pull() {
         let mut cfg = cfg();
         cfg.pull_threshold_for_queue = 1;

@@ -54,7 +54,12 @@ pub(crate) fn topic_share(
 /// pull commits the offset the member has. (Java notices a route change only at its 30 s poll,
 /// so it rides out a quick restart by chance.) A broker gone for longer is gone: its queues
 /// leave and the others are divided again.
-pub(crate) const ABSENT_BROKER_GRACE: Duration = Duration::from_secs(60);
+///
+/// The cost: a member that starts while a broker is away divides without that broker's
+/// queues while the others still count them, so for at most this long a few queues of the
+/// other brokers may have no owner (or two). Hence 30 s, the window Java's poll leaves open
+/// too, rather than longer.
+pub(crate) const ABSENT_BROKER_GRACE: Duration = Duration::from_secs(30);
 
 /// A topic's queues as the last rebalance pass divided them: the route's, plus those of
 /// brokers that left the route less than [`ABSENT_BROKER_GRACE`] ago.
