@@ -11,6 +11,12 @@
 //! because they drive release binaries for a while: `scripts/chaos.sh [SECONDS]` runs them
 //! (SECONDS of faults per scenario; `CHAOS_BIN` names the binary, `CHAOS_SECONDS` the duration,
 //! `CHAOS_CONSUMER_BIN` another binary for the consumers only).
+//!
+//! `soak` is the long run of `scripts/soak.sh MINUTES` (`CHAOS_SOAK_MINUTES`, default 60):
+//! 1,000 msgs/s, a fault every 30 s in turn (consumer kill -9, SIGTERM, churn, broker kill -9 and
+//! restart), and every 10 s the resident memory and open descriptors of the broker and of every
+//! consumer written to `resources.csv` (`CHAOS_SOAK_CSV` names a copy). One consumer, the
+//! survivor, lives through the whole run: its memory after warm-up must stay within 10 %.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -30,6 +36,12 @@ const TOPIC: &str = "ChaosTopic";
 const QUEUES: i32 = 8;
 /// Messages produced per second while faults happen.
 const RATE: u64 = 400;
+/// The soak's rate, and the time between its faults and between its resource samples.
+const SOAK_RATE: u64 = 1_000;
+const SOAK_FAULT_EVERY: Duration = Duration::from_secs(30);
+const SOAK_SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// How much the survivor's memory may grow between the second fifth of a soak and its last.
+const SOAK_RSS_GROWTH: f64 = 1.10;
 /// Producer chains (keys, for keyed scenarios) sending one after another each.
 const CHAINS: u64 = 16;
 /// Live consumers a scenario keeps.
@@ -182,14 +194,16 @@ impl Deliveries {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(body.clone());
+        // Only for the post-mortem file: an hour of soak would hold gigabytes of lines.
+        let line = if std::env::var_os("CHAOS_KEEP").is_some() {
+            format!("{consumer} {line}")
+        } else {
+            String::new()
+        };
         self.list
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Delivery {
-                body,
-                key,
-                line: format!("{consumer} {line}"),
-            });
+            .push(Delivery { body, key, line });
         self.arrived.notify_waiters();
     }
 
@@ -226,6 +240,8 @@ struct Group {
     deliveries: Arc<Deliveries>,
     members: Vec<ConsumerProcess>,
     started: usize,
+    /// The first member is never taken out by a fault (the soak watches its memory).
+    keep_first: bool,
 }
 
 impl Group {
@@ -264,9 +280,11 @@ impl Group {
         self.members.push(ConsumerProcess { child, reader });
     }
 
-    /// Takes the oldest member out: `KILL` (crash), `TERM` or `INT` (graceful).
+    /// Takes the oldest member out (the oldest but the first with `keep_first`): `KILL`
+    /// (crash), `TERM` or `INT` (graceful).
     async fn remove_member(&mut self, how: &str) {
-        let mut member = self.members.remove(0);
+        let oldest = usize::from(self.keep_first && self.members.len() > 1);
+        let mut member = self.members.remove(oldest);
         if how == "KILL" {
             let _ = member.child.start_kill();
         } else {
@@ -281,6 +299,7 @@ impl Group {
     }
 
     async fn stop_all(&mut self) {
+        self.keep_first = false;
         while !self.members.is_empty() {
             self.remove_member("INT").await;
         }
@@ -291,8 +310,8 @@ impl Group {
 /// sequence.
 type Acked = (String, Option<(String, u64)>);
 
-/// Sends messages at [`RATE`] until stopped, in [`CHAINS`] chains that each wait for their
-/// previous send; remembers which were acknowledged.
+/// Sends `rate` messages per second until stopped, in [`CHAINS`] chains that each wait for
+/// their previous send; remembers which were acknowledged.
 struct Production {
     stop: Arc<AtomicBool>,
     acked: Rc<Mutex<Vec<Acked>>>,
@@ -301,17 +320,19 @@ struct Production {
 }
 
 impl Production {
-    fn start(producer: &Producer, keyed: bool) -> Production {
+    fn start(producer: &Producer, keyed: bool, rate: u64) -> Production {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Rc::new(Mutex::new(Vec::new()));
         let failed = Rc::new(Mutex::new(0));
-        let pause = Duration::from_micros(1_000_000 * CHAINS / RATE);
+        let pause = Duration::from_micros(1_000_000 * CHAINS / rate);
         let chains = (0..CHAINS)
             .map(|chain| {
                 let producer = producer.clone();
                 let (stop, acked, failed) = (stop.clone(), acked.clone(), failed.clone());
                 actix_rt::spawn(async move {
                     let mut seq = 0u64;
+                    // Paced by the clock, not by the sends: a slow send is caught up on.
+                    let mut next = tokio::time::Instant::now();
                     while !stop.load(Ordering::Relaxed) {
                         let key = format!("k{chain}");
                         let body = format!("{key}:{seq}");
@@ -330,7 +351,8 @@ impl Production {
                             Err(_) => *failed.lock().unwrap() += 1,
                         }
                         seq += 1;
-                        tokio::time::sleep(pause).await;
+                        next += pause;
+                        tokio::time::sleep_until(next).await;
                     }
                 })
             })
@@ -367,6 +389,60 @@ enum Fault {
     BrokerRestart,
     /// The broker closes every client connection (its `--drop-connections-every`).
     ConnectionDrops,
+    /// The soak: a fault every 30 s, taking the four above in turn.
+    Rotation,
+}
+
+/// The faults a soak takes in turn.
+const ROTATION: [Fault; 4] = [
+    Fault::ConsumerKill,
+    Fault::ConsumerTerm,
+    Fault::Churn,
+    Fault::BrokerRestart,
+];
+
+/// Resident memory (KiB) and open descriptors of a live process, from `/proc`.
+fn resources(pid: u32) -> Option<(u64, usize)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some((rss, fds))
+}
+
+/// One resource sample: seconds since the start, the process's role, KiB resident, open fds.
+struct Sample {
+    at_s: u64,
+    role: String,
+    rss_kib: u64,
+    fds: usize,
+}
+
+fn median(mut values: Vec<u64>) -> Option<u64> {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied()
+}
+
+/// The survivor's median memory and descriptors in the second fifth of the run (after
+/// warm-up) and in the last fifth.
+fn survivor_trend(samples: &[Sample], total_s: u64) -> Option<((u64, u64), (u64, u64))> {
+    let window = |from: u64, to: u64| {
+        let picked: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.role == "survivor" && s.at_s >= from && s.at_s < to)
+            .collect();
+        Some((
+            median(picked.iter().map(|s| s.rss_kib).collect())?,
+            median(picked.iter().map(|s| s.fds as u64).collect())?,
+        ))
+    };
+    let fifth = total_s / 5;
+    Some((window(fifth, 2 * fifth)?, window(4 * fifth, total_s + 1)?))
 }
 
 struct Scenario {
@@ -376,6 +452,14 @@ struct Scenario {
     brokers: usize,
     /// Whether duplicates must stay within [`GRACEFUL_DUPLICATE_RATIO`].
     graceful: bool,
+}
+
+fn soak_minutes() -> u64 {
+    std::env::var("CHAOS_SOAK_MINUTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&m| m > 0)
+        .unwrap_or(60)
 }
 
 /// Sends one probe to every queue of the topic and returns their bodies; a probe that cannot
@@ -458,7 +542,12 @@ fn order_violations(deliveries: &[Delivery], acked: &[Acked]) -> u64 {
 }
 
 async fn run(scenario: Scenario) {
-    let seconds = fault_seconds();
+    let soak = scenario.fault == Fault::Rotation;
+    let seconds = if soak {
+        soak_minutes() * 60
+    } else {
+        fault_seconds()
+    };
     let dir = std::env::temp_dir().join(format!(
         "rocketmq-actor-chaos-{}-{}",
         scenario.name,
@@ -492,21 +581,66 @@ async fn run(scenario: Scenario) {
         deliveries: Arc::new(Deliveries::default()),
         members: Vec::new(),
         started: 0,
+        keep_first: soak,
     };
     for _ in 0..MEMBERS {
         group.spawn_member();
     }
-    let production = Production::start(&producer, scenario.orderly);
+    let rate = if soak { SOAK_RATE } else { RATE };
+    let production = Production::start(&producer, scenario.orderly, rate);
+    let began = Instant::now();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut csv = String::from("seconds,role,rss_kib,fds\n");
 
     // Faults at a steady pace; after each, probes to every queue measure how long the group
     // takes to consume from all of them again.
-    let faults = 4u64;
+    let faults = if soak {
+        seconds / SOAK_FAULT_EVERY.as_secs()
+    } else {
+        4u64
+    };
     let period = Duration::from_secs(seconds) / faults as u32;
     let mut recoveries = Vec::new();
     let mut probes = Vec::new();
     for fault in 0..faults as usize {
-        tokio::time::sleep(period).await;
-        match scenario.fault {
+        if soak {
+            // The fault period in sampling steps; a fault's recovery eats into the next one.
+            let until = began + SOAK_FAULT_EVERY * (fault as u32 + 1);
+            while Instant::now() + SOAK_SAMPLE_EVERY <= until + Duration::from_millis(100) {
+                tokio::time::sleep(SOAK_SAMPLE_EVERY).await;
+                let at_s = began.elapsed().as_secs();
+                let mut live: Vec<(String, Option<u32>)> =
+                    vec![("broker".to_owned(), broker.child.id())];
+                for (i, member) in group.members.iter().enumerate() {
+                    let role = if i == 0 {
+                        "survivor".to_owned()
+                    } else {
+                        format!("consumer{i}")
+                    };
+                    live.push((role, member.child.id()));
+                }
+                for (role, pid) in live {
+                    if let Some((rss_kib, fds)) = pid.and_then(resources) {
+                        csv.push_str(&format!("{at_s},{role},{rss_kib},{fds}\n"));
+                        samples.push(Sample {
+                            at_s,
+                            role,
+                            rss_kib,
+                            fds,
+                        });
+                    }
+                }
+            }
+            tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+        } else {
+            tokio::time::sleep(period).await;
+        }
+        let kind = if soak {
+            ROTATION[fault % ROTATION.len()]
+        } else {
+            scenario.fault
+        };
+        match kind {
             Fault::ConsumerKill => {
                 group.remove_member("KILL").await;
                 group.spawn_member();
@@ -526,6 +660,7 @@ async fn run(scenario: Scenario) {
             }
             // The broker drops connections by itself; this only measures.
             Fault::ConnectionDrops => {}
+            Fault::Rotation => unreachable!("a rotation is made of the other faults"),
         }
         // Recovery counts from the end of the fault: the crashed consumer gone, the broker
         // serving again, the last member out.
@@ -578,6 +713,25 @@ async fn run(scenario: Scenario) {
         ("fault_seconds", json!(seconds)),
         ("consumers_started", json!(group.started)),
     ];
+    let trend = soak.then(|| survivor_trend(&samples, seconds)).flatten();
+    let mut fields = fields.to_vec();
+    if soak {
+        let broker_rss = samples
+            .iter()
+            .filter(|s| s.role == "broker")
+            .map(|s| s.rss_kib)
+            .max();
+        fields.extend([
+            ("rate", json!(rate)),
+            ("survivor_rss_kib", json!(trend.map(|(w, l)| [w.0, l.0]))),
+            ("survivor_fds", json!(trend.map(|(w, l)| [w.1, l.1]))),
+            ("broker_rss_kib_max", json!(broker_rss)),
+        ]);
+        let _ = std::fs::write(dir.join("resources.csv"), &csv);
+        if let Some(copy) = std::env::var_os("CHAOS_SOAK_CSV") {
+            let _ = std::fs::write(copy, &csv);
+        }
+    }
     let line = fields
         .iter()
         .map(|(key, value)| format!("{}:{value}", json!(key)))
@@ -600,6 +754,19 @@ async fn run(scenario: Scenario) {
         scenario.name,
         dir.display()
     );
+    if soak {
+        let ((rss_warm, fds_warm), (rss_last, fds_last)) =
+            trend.expect("the survivor was sampled in the second and the last fifth");
+        assert!(
+            rss_last as f64 <= rss_warm as f64 * SOAK_RSS_GROWTH,
+            "the survivor's memory grew from {rss_warm} KiB to {rss_last} KiB (logs in {})",
+            dir.display()
+        );
+        assert!(
+            fds_last <= fds_warm + 8,
+            "the survivor's open descriptors grew from {fds_warm} to {fds_last}"
+        );
+    }
     if scenario.graceful {
         let allowed = (wanted.len() as f64 * GRACEFUL_DUPLICATE_RATIO).floor() as u64;
         assert!(
@@ -747,4 +914,17 @@ fn a_message_printed_before_an_earlier_one_of_its_key_is_a_violation_and_a_redel
     // An unacknowledged message between two acknowledged ones is not waited for.
     let gap = vec![acked[0].clone(), acked[2].clone()];
     assert_eq!(order_violations(&delivered(&[0, 2]), &gap), 0);
+}
+
+#[actix_rt::test]
+#[ignore = "an hour of load and faults: scripts/soak.sh MINUTES"]
+async fn soak() {
+    run(Scenario {
+        name: "soak",
+        fault: Fault::Rotation,
+        orderly: false,
+        brokers: 2,
+        graceful: false,
+    })
+    .await;
 }
