@@ -25,7 +25,7 @@ use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::offset::{default_offset_store_dir, local_offsets_path};
 use crate::consumer::pull_config::PullConsumerConfig;
 use crate::consumer::rebalance::{
-    handed_over_by_live_members, topic_share, RouteMemory, ShareError, ABSENT_BROKER_GRACE,
+    handed_over_by_live_members, topic_share, RouteMemory, ShareError,
 };
 use crate::error::{Error, ResponseCode, Result};
 use crate::message::MessageQueue;
@@ -204,7 +204,7 @@ pub(crate) struct Member {
     strategy: Rc<dyn AllocateStrategy>,
     divided: BTreeMap<String, BTreeSet<MessageQueue>>,
     /// The queues of each topic at the last pass, with the brokers missing from its route (see
-    /// [`ABSENT_BROKER_GRACE`]).
+    /// [`ABSENT_BROKER_GRACE`](crate::consumer::rebalance::ABSENT_BROKER_GRACE)).
     routes_seen: BTreeMap<String, RouteMemory>,
     /// The group's members at each topic's last pass (clustering).
     members_seen: BTreeMap<String, Vec<String>>,
@@ -586,7 +586,7 @@ const HANDOFF_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// One topic's rebalance pass.
 struct Division {
     /// The topic's readable queues (with those of brokers briefly missing from its route,
-    /// see [`ABSENT_BROKER_GRACE`]).
+    /// see [`ABSENT_BROKER_GRACE`](crate::consumer::rebalance::ABSENT_BROKER_GRACE)).
     route: RouteMemory,
     /// The group's members (empty when broadcasting).
     members: Vec<String>,
@@ -604,14 +604,11 @@ async fn divide(
     remembered: Option<&RouteMemory>,
 ) -> Result<Division> {
     let route = client.route(topic).await?;
-    let memory = remembered.cloned().unwrap_or_default().next(
+    let memory = crate::actors::rebalancer::route_with_absent_brokers(
+        topic,
         &route.consume_queues,
-        crate::actors::now_ms(),
-        ABSENT_BROKER_GRACE,
+        remembered,
     );
-    for broker in memory.absent_brokers() {
-        tracing::debug!(%topic, %broker, "broker missing from the route; keeping its queues for now");
-    }
     if !clustering {
         let divided = memory.queues.iter().cloned().collect();
         return Ok(Division {

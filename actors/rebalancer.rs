@@ -389,14 +389,7 @@ async fn topic_target(
             "{topic} (the route has no readable queue)"
         )));
     }
-    let memory = remembered.cloned().unwrap_or_default().next(
-        &route.consume_queues,
-        crate::actors::now_ms(),
-        ABSENT_BROKER_GRACE,
-    );
-    for broker in memory.absent_brokers() {
-        tracing::debug!(%topic, %broker, "broker missing from the route; keeping its queues for now");
-    }
+    let memory = route_with_absent_brokers(topic, &route.consume_queues, remembered);
     let queues = memory.queues.clone();
     if !shared.config.is_clustering() {
         let view = TopicView {
@@ -454,6 +447,24 @@ async fn topic_target(
         members,
     };
     Ok((share, view, false))
+}
+
+/// The topic's readable queues for a rebalance pass: the route's, plus those of brokers it
+/// lost less than [`ABSENT_BROKER_GRACE`] ago (push rebalancer and pull kinds' `Member` alike).
+pub(crate) fn route_with_absent_brokers(
+    topic: &str,
+    route_queues: &[MessageQueue],
+    remembered: Option<&RouteMemory>,
+) -> RouteMemory {
+    let memory = remembered.cloned().unwrap_or_default().next(
+        route_queues,
+        crate::actors::now_ms(),
+        ABSENT_BROKER_GRACE,
+    );
+    for broker in memory.absent_brokers() {
+        tracing::debug!(%topic, %broker, "broker missing from the route; keeping its queues for now");
+    }
+    memory
 }
 
 impl Actor for Rebalancer {
