@@ -893,7 +893,7 @@ impl LiteCore {
     }
 
     /// Per assigned queue: cached messages (flow control's per-queue count).
-    #[cfg(all(test, feature = "embedded"))]
+    #[cfg(test)]
     pub(crate) fn cached(&self) -> Vec<(MessageQueue, u64)> {
         self.queues
             .by_name
