@@ -577,6 +577,11 @@ pub(crate) struct QueueCore {
     pub(crate) offset_fixed: bool,
     /// Offset of the next pull; `None` until the start offset is known.
     pub(crate) next_offset: Option<i64>,
+    /// The next offset of the last pull answer: below it every message was delivered or
+    /// filtered out, so once the cache empties the consume offset is at least this (a
+    /// filtered tail is committed without waiting for the next answer, which a long poll
+    /// holds up to 15 s).
+    passed_over: Option<i64>,
     /// The committed offset: the smallest unfinished message, or where consumption stands.
     pub(crate) committed: Option<i64>,
     /// Bumped whenever the cache is thrown away, so answers to older pulls and consume
@@ -624,6 +629,7 @@ impl QueueCore {
             lock: LockState::default(),
             offset_fixed: true,
             next_offset: None,
+            passed_over: None,
             committed: None,
             epoch: 0,
             unsettled: 0,
@@ -723,6 +729,7 @@ impl QueueCore {
         match result {
             Ok(offset) if offset >= 0 => {
                 self.next_offset = Some(offset);
+                self.passed_over = None;
                 self.offset_fixed = true;
                 // Record the start so a restart resumes here even if nothing is consumed.
                 self.commit(offset, out);
@@ -898,6 +905,10 @@ impl QueueCore {
             }));
         }
         self.next_offset = Some(outcome.next_offset);
+        if !outcome.drop_queue {
+            // Below the next offset every message was delivered or filtered out.
+            self.passed_over = Some(outcome.next_offset);
+        }
         match outcome.offset_update {
             Some(OffsetUpdate::IncreaseOnly(offset)) => self.commit(offset, out),
             Some(OffsetUpdate::FreezeAndPersist(offset)) => {
@@ -957,6 +968,7 @@ impl QueueCore {
     /// Throws the cache away; answers and outcomes of the old epoch are ignored from now on.
     pub(crate) fn discard_cache(&mut self) {
         self.epoch += 1;
+        self.passed_over = None;
         match &mut self.mode {
             Mode::Concurrent { pq, timed_out } => {
                 pq.clear();
@@ -1250,12 +1262,23 @@ impl QueueCore {
         out: &mut Vec<QueueAction>,
     ) {
         if let Some(offset) = offset {
-            self.commit(offset, out);
+            self.commit_consumed(offset, out);
         }
         // Space in the cache may unblock a flow-controlled pull loop right away.
         if self.pull_in_flight.is_none() && !self.pull_scheduled && !self.dropping {
             self.pull(cfg, env, now_ms, out);
         }
+    }
+
+    /// Commits the consume `offset` consumption reached; with nothing left cached, at least
+    /// [`passed_over`](Self::passed_over): the broker filtered what lies between, so nothing
+    /// there is unfinished.
+    fn commit_consumed(&mut self, offset: i64, out: &mut Vec<QueueAction>) {
+        let offset = match self.passed_over {
+            Some(passed) if passed > offset && self.cached_amount().0 == 0 => passed,
+            _ => offset,
+        };
+        self.commit(offset, out);
     }
 
     /// Raises the committed offset (never lowers it).
@@ -1576,7 +1599,7 @@ impl QueueCore {
         })?;
         let committed = queue.committed_offset();
         if let Some(committed) = committed {
-            self.commit(committed, out);
+            self.commit_consumed(committed, out);
         }
         self.pull(cfg, env, now_ms, out);
         Some(next)
@@ -1664,7 +1687,7 @@ impl QueueCore {
             return None;
         }
         if let Some(offset) = step.commit_offset {
-            self.commit(offset, out);
+            self.commit_consumed(offset, out);
         }
         // What `consume_orderly_batch` would hand out, returned instead; with nothing to
         // hand out the call settles here.
@@ -1715,7 +1738,7 @@ impl QueueCore {
         out: &mut Vec<QueueAction>,
     ) {
         if let Some(offset) = step.commit_offset {
-            self.commit(offset, out);
+            self.commit_consumed(offset, out);
         }
         match step.next {
             OrderlyNext::Continue => self.consume_ordered(cfg, now_ms, out),
@@ -1807,7 +1830,7 @@ impl QueueCore {
     ) {
         if let Mode::KeyOrdered { queue } = &self.mode {
             if let Some(offset) = queue.committed_offset() {
-                self.commit(offset, out);
+                self.commit_consumed(offset, out);
             }
         }
         self.consume_ordered(cfg, now_ms, out);
@@ -2797,6 +2820,9 @@ mod tests {
             core.on_consumed(&m[r.clone()], *e, OK, &cfg, &env, 3, &mut out);
         }
         assert_eq!(core.cached_amount(), (0, 0));
+        // Once 0..3 are done, nothing is left below 10: the commit goes there at once, not
+        // to 3 until a later pull answers (a long poll holds it up to 15 s).
+        assert_eq!(commits(&out).last(), Some(&10), "{out:?}");
         // 10..20 held nothing either: with the cache empty the commit follows the broker.
         let order = first_pull(&out).expect("the pull from 10");
         assert_eq!(order.offset, 10);
@@ -2811,6 +2837,47 @@ mod tests {
             &mut out,
         );
         assert_eq!(commits(&out), vec![20]);
+    }
+
+    #[test]
+    fn a_filtered_tail_of_an_answer_is_committed_with_its_last_message() {
+        // The broker scanned 0..8 and selected 0 and 2 (the others are filtered out).
+        let answer = || PullResponse {
+            next_begin_offset: 8,
+            max_offset: 8,
+            messages: vec![message(0), message(2)],
+            ..found(0..2)
+        };
+        let cfg = cfg();
+        let concurrent = env(&cfg);
+        let (mut core, order) = started(&cfg, 0);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(answer()), None, &cfg, &concurrent, 1, &mut out);
+        let calls = consumes(&out);
+        let mut out = Vec::new();
+        for (m, r, e) in &calls {
+            core.on_consumed(&m[r.clone()], *e, OK, &cfg, &concurrent, 2, &mut out);
+        }
+        assert_eq!(commits(&out).last(), Some(&8), "concurrent: {out:?}");
+
+        let mut cfg = cfg;
+        cfg.consume_mode = ConsumeMode::Orderly;
+        let env = env(&cfg);
+        let (mut core, order) = locked_orderly_core(&cfg, &env);
+        let mut out = Vec::new();
+        core.on_pull_answer(&order, Ok(answer()), None, &cfg, &env, 0, &mut out);
+        let (first, epoch) = orderly_batch_of(&out);
+        let mut batch = first.to_vec();
+        let mut committed = Vec::new();
+        loop {
+            let (next, out) = succeeded_at_once(&mut core, &batch, epoch, &cfg, &env);
+            committed.extend(commits(&out));
+            match next {
+                Some(next) => batch = next.to_vec(),
+                None => break,
+            }
+        }
+        assert_eq!(committed.last(), Some(&8), "orderly: {committed:?}");
     }
 
     #[test]
