@@ -28,8 +28,8 @@ use crate::hooks::{Hooks, RequestHooks, RpcHook};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
 use crate::protocol::body::{
-    decode_json, ConsumerConnection, ConsumerListBody, HeartbeatData, LockBatchResponseBody,
-    ResetOffsetBody, TopicRouteData,
+    decode_json, encode_json, CheckClientRequestBody, ConsumerConnection, ConsumerListBody,
+    HeartbeatData, LockBatchResponseBody, ResetOffsetBody, TopicRouteData,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::command::RequestFrame;
@@ -45,7 +45,7 @@ use crate::route::{NameServerList, TopicRoute};
 use crate::rpc::{
     broker_error, consumer_ids_command, expect_success, heartbeat_command, lock_batch_command,
     query_offset_command, send_back_command, unregister_client_command, update_offset_command,
-    PullRequest, PullResult, RawPullResult,
+    PullRequest, PullResult, RawPullResult, Subscription,
 };
 
 /// Where the broker's answer to a pull goes (see [`Client::try_send_pulls`]).
@@ -201,6 +201,25 @@ impl ClientConfig {
 }
 
 /// The host's address for client ids: see [`pick_client_ip`].
+/// Why a broker refuses a SQL92 subscription, from its answer's code and remark, with what
+/// to do about it.
+pub(crate) fn selector_refusal_reason(code: i32, remark: &str) -> String {
+    match code {
+        response_code::SYSTEM_ERROR => format!(
+            "{remark}; switch property filtering on with enablePropertyFilter = true in the \
+             broker's configuration (the [broker] table of a rocketmq-rust broker's TOML, \
+             broker.conf of a Java broker) and restart it"
+        ),
+        response_code::SUBSCRIPTION_PARSE_FAILED => {
+            format!("the broker cannot compile it: {remark}")
+        }
+        response_code::REQUEST_CODE_NOT_SUPPORTED => "the broker does not know \
+             CHECK_CLIENT_CONFIG: brokers older than RocketMQ 4.1 cannot filter by SQL92"
+            .to_owned(),
+        code => format!("code {code}: {remark}"),
+    }
+}
+
 pub(crate) fn host_ip() -> IpAddr {
     let addrs: Vec<IpAddr> = if_addrs::get_if_addrs()
         .map(|interfaces| interfaces.into_iter().map(|i| i.ip()).collect())
@@ -1349,6 +1368,60 @@ impl Client {
         merged.ok_or_else(|| {
             last_error.unwrap_or_else(|| Error::TopicRouteNotFound(format!("%RETRY%{group}")))
         })
+    }
+
+    /// CHECK_CLIENT_CONFIG of a SQL92 subscription at every master serving `topic`, before a
+    /// consumer starts (Java's `checkClientInBroker` asks one of them). A broker that
+    /// refuses fails the start with [`Error::SelectorRefused`], saying how to switch property
+    /// filtering on; a tag subscription, a topic without a route yet and an unreachable broker
+    /// are not checked (the pulls report those).
+    pub(crate) async fn check_subscription(
+        &self,
+        group: &str,
+        topic: &str,
+        subscription: &Subscription,
+        namespace: Option<&str>,
+    ) -> Result<()> {
+        if !subscription.selector.is_sql() {
+            return Ok(());
+        }
+        let Ok(route) = self.route(topic).await else {
+            return Ok(());
+        };
+        let body = CheckClientRequestBody {
+            client_id: self.client_id().to_owned(),
+            group: group.to_owned(),
+            subscription_data: Some(subscription.to_wire(topic)),
+            namespace: namespace.map(str::to_owned),
+        };
+        for broker in &route.data.broker_datas {
+            let Some(addr) = broker.master_addr() else {
+                continue;
+            };
+            let command = RemotingCommand::request(request_code::CHECK_CLIENT_CONFIG)
+                .with_body(encode_json(&body));
+            let response = match self.request(addr, command, self.request_timeout()).await {
+                Ok(response) => response,
+                Err(error) => {
+                    tracing::warn!(%error, broker = %broker.broker_name, %topic,
+                        "could not ask the broker whether it filters by SQL92");
+                    continue;
+                }
+            };
+            if response.code == response_code::SUCCESS {
+                continue;
+            }
+            let remark = response.remark.unwrap_or_default();
+            let reason = selector_refusal_reason(response.code, &remark);
+            return Err(Error::SelectorRefused {
+                broker: broker.broker_name.clone(),
+                group: group.to_owned(),
+                topic: topic.to_owned(),
+                expression: subscription.selector.expression().to_owned(),
+                reason,
+            });
+        }
+        Ok(())
     }
 
     /// HEART_BEAT to the broker at `addr`.

@@ -47,6 +47,7 @@ use crate::consumer::retry::{self, build_retry_message, SEND_BACK_TIMEOUT};
 use crate::consumer::ConsumeStatus;
 use crate::consumer::{OrderlyContext, OrderlyStatus};
 use crate::error::{Error, Result};
+use crate::filter::Selector;
 use crate::hooks::{ConsumeHook, Hooks};
 use crate::message::{decode_messages, MessageExt, MessageQueue};
 use crate::metrics::ConsumerMetrics;
@@ -668,11 +669,31 @@ impl PushConsumerBuilder {
         self
     }
 
-    /// Subscribes to `topic` with a tag expression (`"*"`, `"TagA || TagB"`).
-    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
+    /// Subscribes to `topic` with a tag expression (`"*"`, `"TagA || TagB"`) or a
+    /// [`Selector`](crate::filter::Selector) (`Selector::sql("amount > 100")`). A SQL92
+    /// selector is checked at [`start`](Self::start): a syntax error fails it with the
+    /// position, and so does a broker without property filtering.
+    ///
+    /// ```no_run
+    /// # async fn run() -> rocketmq_actor::Result<()> {
+    /// use rocketmq_actor::filter::Selector;
+    /// use rocketmq_actor::{ConsumeStatus, PushConsumer};
+    ///
+    /// let consumer = PushConsumer::builder()
+    ///     .namesrv_addr("127.0.0.1:9876")
+    ///     .group("eu-billing")
+    ///     .subscribe("Orders", Selector::sql("region = 'eu' AND amount > 100"))
+    ///     .listener_sync_fn(|_messages, _ctx| ConsumeStatus::Success)
+    ///     .start()
+    ///     .await?;
+    /// # consumer.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn subscribe(mut self, topic: impl Into<String>, selector: impl Into<Selector>) -> Self {
         self.config
             .subscriptions
-            .insert(topic.into(), expression.into());
+            .insert(topic.into(), selector.into());
         self
     }
 
@@ -997,8 +1018,18 @@ impl PushConsumerBuilder {
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
 
         let mut subscriptions = BTreeMap::new();
-        for (topic, expression) in &config.subscriptions {
-            subscriptions.insert(topic.clone(), Arc::new(Subscription::new(expression, now)));
+        for (topic, selector) in &config.subscriptions {
+            let subscription = Subscription::new(selector.clone(), now);
+            if let Err(e) = client
+                .check_subscription(&group, topic, &subscription, namespace.as_str())
+                .await
+            {
+                if own_client {
+                    client.shutdown().await;
+                }
+                return Err(e);
+            }
+            subscriptions.insert(topic.clone(), Arc::new(subscription));
         }
         if config.is_clustering() {
             subscriptions.insert(retry::retry_topic(&group), Arc::new(Subscription::all(now)));

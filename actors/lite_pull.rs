@@ -33,6 +33,7 @@ use crate::actors::offset_store::{
 };
 use crate::actors::pull_consumer::{resolve_client, resolve_namespace};
 use crate::actors::runtime;
+use crate::consumer::config::validate_selector;
 use crate::consumer::config::{ConsumeFromWhere, MessageModel};
 use crate::consumer::lite_core::{
     Admission, Delivery, LiteAction, LiteCore, LiteNote, SlotId, Taken, TakenMark,
@@ -40,6 +41,7 @@ use crate::consumer::lite_core::{
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::pull_config::LitePullConsumerConfig;
 use crate::error::{Error, Result};
+use crate::filter::Selector;
 use crate::message::{MessageExt, MessageQueue};
 use crate::namespace::Namespace;
 use crate::rpc::{PullRequest, Subscription};
@@ -56,7 +58,7 @@ pub struct LitePullConsumerBuilder {
     config: LitePullConsumerConfig,
     namesrv_addr: Option<String>,
     client: Option<Client>,
-    subscriptions: BTreeMap<String, String>,
+    subscriptions: BTreeMap<String, Selector>,
     assigned: Option<Vec<MessageQueue>>,
     topic_listeners: Vec<(String, TopicQueueChangeListener)>,
     client_config: Option<crate::ClientConfig>,
@@ -72,9 +74,12 @@ impl LitePullConsumerBuilder {
         self
     }
 
-    /// Subscribes to `topic` with a tag expression; the group divides its queues.
-    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
-        self.subscriptions.insert(topic.into(), expression.into());
+    /// Subscribes to `topic` with a tag expression (`"*"`, `"TagA || TagB"`) or a
+    /// [`Selector`] (`Selector::sql("amount > 100")`); the group divides its queues. A
+    /// SQL92 selector is checked at [`start`](Self::start): a syntax error fails it with the
+    /// position, and so does a broker without property filtering.
+    pub fn subscribe(mut self, topic: impl Into<String>, selector: impl Into<Selector>) -> Self {
+        self.subscriptions.insert(topic.into(), selector.into());
         self
     }
 
@@ -102,6 +107,9 @@ impl LitePullConsumerBuilder {
 
     async fn start_here(self) -> Result<LitePullConsumer> {
         self.config.validate()?;
+        for (topic, selector) in &self.subscriptions {
+            validate_selector(topic, selector)?;
+        }
         let assign_mode = self.assigned.is_some();
         if assign_mode != self.subscriptions.is_empty() {
             return Err(Error::Config {
@@ -125,23 +133,34 @@ impl LitePullConsumerBuilder {
             .into_iter()
             .map(|(topic, listener)| (namespace.wrap(&topic).into_owned(), listener))
             .collect();
-        let mut expressions: BTreeMap<String, String> = self
+        let mut selectors: BTreeMap<String, Selector> = self
             .subscriptions
             .iter()
-            .map(|(topic, expr)| (namespace.wrap(topic).into_owned(), expr.clone()))
+            .map(|(topic, selector)| (namespace.wrap(topic).into_owned(), selector.clone()))
             .collect();
         if let Some(queues) = &assigned {
             for queue in queues {
-                expressions
+                selectors
                     .entry(queue.topic.clone())
-                    .or_insert_with(|| "*".into());
+                    .or_insert_with(Selector::all);
             }
         }
         let now = crate::actors::now_ms();
-        let subscriptions: BTreeMap<String, Arc<Subscription>> = expressions
-            .iter()
-            .map(|(topic, expr)| (topic.clone(), Arc::new(Subscription::new(expr, now))))
-            .collect();
+        let mut subscriptions: BTreeMap<String, Arc<Subscription>> = BTreeMap::new();
+        for (topic, selector) in &selectors {
+            let subscription = Subscription::new(selector.clone(), now);
+            let group = &wire_config.base.consumer_group;
+            if let Err(e) = client
+                .check_subscription(group, topic, &subscription, namespace.as_str())
+                .await
+            {
+                if own_client {
+                    client.shutdown().await;
+                }
+                return Err(e);
+            }
+            subscriptions.insert(topic.clone(), Arc::new(subscription));
+        }
         let root = LiteRoot {
             client: client.clone(),
             config: wire_config.clone(),
@@ -161,7 +180,7 @@ impl LitePullConsumerBuilder {
             client: client.clone(),
             own_client,
             config: wire_config.base.clone(),
-            topics: expressions,
+            topics: selectors,
             consume_from_where: self.config.consume_from_where,
             listener: (!assign_mode)
                 .then(|| Box::new(RecipientQueueListener(root.clone().recipient())) as _),

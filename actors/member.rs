@@ -28,6 +28,7 @@ use crate::consumer::rebalance::{
     handed_over_by_live_members, topic_share, RouteMemory, ShareError,
 };
 use crate::error::{Error, ResponseCode, Result};
+use crate::filter::Selector;
 use crate::message::MessageQueue;
 use crate::namespace::Namespace;
 use crate::protocol::body::{
@@ -157,8 +158,8 @@ pub(crate) struct MemberSpec {
     pub client: Client,
     pub own_client: bool,
     pub config: PullConsumerConfig,
-    /// Topic → tag expression, as heartbeats describe the subscriptions.
-    pub topics: BTreeMap<String, String>,
+    /// Topic → selector, as heartbeats describe the subscriptions.
+    pub topics: BTreeMap<String, Selector>,
     pub consume_from_where: ConsumeFromWhere,
     pub listener: Option<Box<dyn MessageQueueListener>>,
     pub reset_target: Option<Recipient<OffsetsReset>>,
@@ -194,7 +195,7 @@ pub(crate) struct Member {
     own_client: bool,
     group: Arc<str>,
     config: PullConsumerConfig,
-    topics: BTreeMap<String, String>,
+    topics: BTreeMap<String, Selector>,
     sub_version: i64,
     consume_from_where: ConsumeFromWhere,
     listener: Option<Rc<dyn MessageQueueListener>>,
@@ -311,7 +312,9 @@ impl Member {
                 subscription_data_set: self
                     .topics
                     .iter()
-                    .map(|(topic, expr)| Subscription::new(expr, self.sub_version).to_wire(topic))
+                    .map(|(topic, selector)| {
+                        Subscription::new(selector.clone(), self.sub_version).to_wire(topic)
+                    })
                     .collect(),
                 unit_mode: false,
             }],

@@ -23,12 +23,14 @@ use crate::actors::offset_store::{
 };
 use crate::actors::producer::{Producer, ProducerConfig};
 use crate::actors::runtime;
+use crate::consumer::config::validate_selector;
 use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::offset::StoredOffset;
 use crate::consumer::pull_config::PullConsumerConfig;
 use crate::consumer::retry::build_retry_message;
 use crate::consumer::retry::SEND_BACK_TIMEOUT;
 use crate::error::{Error, Result};
+use crate::filter::Selector;
 use crate::message::{MessageExt, MessageQueue};
 use crate::namespace::Namespace;
 use crate::rpc::{PullRequest, PullResult, Subscription};
@@ -117,10 +119,10 @@ impl PullConsumerBuilder {
             resolve_client(self.client, self.namesrv_addr, self.client_config)?;
         let namespace =
             resolve_namespace(self.config.namespace.as_deref(), &client, own_client).await?;
-        let topics: BTreeMap<String, String> = self
+        let topics: BTreeMap<String, Selector> = self
             .topics
             .iter()
-            .map(|t| (namespace.wrap(t).into_owned(), "*".to_owned()))
+            .map(|t| (namespace.wrap(t).into_owned(), Selector::all()))
             .collect();
         // The member works with wire names; the application's listeners get them unwrapped.
         let listener = match (self.listener, namespace.is_none()) {
@@ -292,6 +294,27 @@ impl std::fmt::Debug for PullConsumer {
     }
 }
 
+/// A pull by SQL92 that a broker without property filtering refused, said as such (with
+/// the way to switch it on); any other error as it came.
+fn refused_selector(error: Error, request: &PullRequest, queue: &MessageQueue) -> Error {
+    let selector = &request.subscription.selector;
+    match &error {
+        Error::Broker { code, remark, .. }
+            if selector.is_sql()
+                && code.0 == crate::protocol::codes::response_code::SYSTEM_ERROR =>
+        {
+            Error::SelectorRefused {
+                broker: queue.broker_name.clone(),
+                group: request.group.to_string(),
+                topic: queue.topic.clone(),
+                expression: selector.expression().to_owned(),
+                reason: crate::actors::client::selector_refusal_reason(code.0, remark),
+            }
+        }
+        _ => error,
+    }
+}
+
 impl PullConsumer {
     /// Starts building a pull consumer.
     pub fn builder() -> PullConsumerBuilder {
@@ -406,33 +429,42 @@ impl PullConsumer {
         let _ = self.inner.member.send(Rebalance).await;
     }
 
+    /// The pull of `queue` by `selector`, whose SQL92 syntax is checked before anything goes
+    /// on the wire.
     fn request(
         &self,
         queue: &MessageQueue,
-        expression: &str,
+        selector: Selector,
         offset: i64,
         max: i32,
-    ) -> PullRequest {
+    ) -> Result<PullRequest> {
+        validate_selector(&queue.topic, &selector)?;
         let queue = self.inner.wire(queue).into_owned();
         let mut request = PullRequest::new(self.inner.group.clone(), queue, offset)
-            .subscription(Subscription::new(expression, 0))
+            .subscription(Subscription::new(selector, 0))
             .max_messages(max);
         request.timeout = self.inner.config.consumer_pull_timeout;
-        request
+        Ok(request)
     }
 
-    /// Pulls up to `max` messages of `queue` from `offset` that match `expression` (tags
-    /// re-filtered exactly); answers at once when nothing is there.
+    /// Pulls up to `max` messages of `queue` from `offset` that `selector` selects: a tag
+    /// expression (`"*"`, `"TagA || TagB"`, tags re-filtered exactly) or
+    /// [`Selector::sql`]; answers at once when nothing is there.
+    ///
+    /// A SQL92 selector with a syntax error fails with [`Error::InvalidSelector`] before
+    /// anything is sent; a broker without property filtering answers every such pull with
+    /// an error naming `enablePropertyFilter`.
     pub async fn pull(
         &self,
         queue: &MessageQueue,
-        expression: &str,
+        selector: impl Into<Selector>,
         offset: i64,
         max: i32,
     ) -> Result<PullResult> {
         self.inner.check_running()?;
-        let request = self.request(queue, expression, offset, max);
-        let result = self.inner.client.pull(&request).await?;
+        let request = self.request(queue, selector.into(), offset, max)?;
+        let result = self.inner.client.pull(&request).await;
+        let result = result.map_err(|e| refused_selector(e, &request, queue))?;
         Ok(self.inner.for_application(result))
     }
 
@@ -444,19 +476,21 @@ impl PullConsumer {
     pub async fn pull_block_if_not_found(
         &self,
         queue: &MessageQueue,
-        expression: &str,
+        selector: impl Into<Selector>,
         offset: i64,
         max: i32,
     ) -> Result<PullResult> {
         self.inner.check_running()?;
-        let mut request = self.request(queue, expression, offset, max);
+        let mut request = self.request(queue, selector.into(), offset, max)?;
         request.suspend = Some(self.inner.config.broker_suspend_max_time);
         request.timeout = self.inner.config.consumer_timeout_when_suspend;
         let stop = self.inner.queue_stop(&request.queue);
         tokio::select! {
             biased;
             result = self.inner.client.pull(&request) => {
-                result.map(|result| self.inner.for_application(result))
+                result
+                    .map(|result| self.inner.for_application(result))
+                    .map_err(|e| refused_selector(e, &request, queue))
             }
             // Shutdown or revocation: nothing is consumed, the offset stays where it was (the
             // broker's late answer is dropped with the request).

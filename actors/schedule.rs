@@ -30,6 +30,7 @@ use crate::consumer::config::ConsumeFromWhere;
 use crate::consumer::pull_config::PullConsumerConfig;
 use crate::consumer::rebalance::plan_changes;
 use crate::error::{Error, Result};
+use crate::filter::Selector;
 use crate::message::MessageQueue;
 use crate::namespace::Namespace;
 
@@ -187,7 +188,7 @@ impl PullScheduleServiceBuilder {
             .collect();
         let topics = callbacks
             .keys()
-            .map(|t| (t.clone(), "*".to_owned()))
+            .map(|t| (t.clone(), Selector::all()))
             .collect();
         let permits = Arc::new(Semaphore::new(self.max_concurrent_tasks));
         // The service needs the consumer and the member needs the service: the service starts

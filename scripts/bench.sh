@@ -73,7 +73,7 @@ fi
 
 BENCHES=(consume_bench produce_bench latency_bench scale_bench)
 echo "== building (release)" >&2
-cargo build --release --quiet --bin rocketmq-actor $(printf -- '--example %s ' "${BENCHES[@]}")
+cargo build --release --quiet --bin rocketmq-actor $(printf -- '--example %s ' "${BENCHES[@]}") --example filter_bench
 
 BROKER_PID=
 cleanup() {
@@ -193,10 +193,23 @@ cores() {
   PIN=$saved
 }
 
+# sql: selecting a tenth of a topic by SQL92 against the same tenth by tag (filter_bench, five
+# runs of each, the broker and the client pinned), and the broker's evaluation of one
+# expression per message (criterion).
+sql() {
+  local ns=$1
+  run after "$OUT/filter.jsonl" "$ROOT/target/release/examples/filter_bench" --namesrv "$ns" --count 2000000 --runs 5
+  echo "== criterion: sql_filter" >&2
+  cargo bench --quiet --bench sql_filter -- --warm-up-time 1 --measurement-time 3 2>/dev/null |
+    awk '/^sql92\//{name=$1; got=0} /time:/ && !got {got=1; sub(/.*\[/,""); printf "{\"bench\":\"%s\",\"median\":%s,\"unit\":\"%s\"}\n", name, $3, $4}' \
+    >"$OUT/sql_eval.jsonl"
+}
+
 if [ "${BENCH_REAL_ONLY:-0}" != 1 ]; then
 start_broker
 suite after "$ROOT/target/release/examples" "127.0.0.1:$PORT" "$PHASES"
 cores "$ROOT/target/release/examples" "127.0.0.1:$PORT"
+sql "127.0.0.1:$PORT"
 
 if [ -n "${BENCH_BASELINE:-}" ]; then
   BASE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rocketmq-actor-baseline.XXXXXX")

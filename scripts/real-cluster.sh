@@ -13,6 +13,9 @@
 # +1045, each also on its port -2 and +1; health endpoints on +8204..+8206). `stop` only stops
 # the cluster of its RMQ_CLUSTER_DIR.
 #
+# broker-a filters by SQL92 (`enablePropertyFilter = true`), broker-b does not (the real
+# broker's default): tests/interop_sql.rs checks both.
+#
 # RMQ_ACL_FILE=path/to/plain_acl.yml turns authentication and authorization on in both brokers
 # (rocketmq-rust's `authenticationEnabled`/`authorizationEnabled` with that file as `aclFile`;
 # the name server stays open): for tests/interop_acl.rs, with scripts/interop_plain_acl.yml.
@@ -101,6 +104,7 @@ brokerIp1 = "127.0.0.1"
 listenPort = $port
 storePathRootDir = "$DIR/$name/broker"
 autoCreateTopicEnable = true
+enablePropertyFilter = $([ "$i" = 0 ] && echo true || echo false)
 $(acl_settings "$name")
 [broker.topicQueueConfig]
 defaultTopicQueueNums = 8

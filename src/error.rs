@@ -162,6 +162,32 @@ pub enum Error {
     /// (it has not received a heartbeat from it).
     #[error("{0} does not list this client in its group yet")]
     NotAMember(String),
+    /// A SQL92 selector does not parse or type-check; nothing was sent.
+    #[error("invalid SQL92 selector of topic {topic} `{expression}`: {error}")]
+    InvalidSelector {
+        /// The subscribed topic.
+        topic: String,
+        /// The expression as written.
+        expression: String,
+        /// What is wrong, and where.
+        #[source]
+        error: crate::filter::SqlError,
+    },
+    /// A broker refused a SQL92 subscription when asked before the consumer started (Java's
+    /// `checkClientInBroker`, CHECK_CLIENT_CONFIG).
+    #[error("broker {broker} refuses the SQL92 selector `{expression}` of group {group} on topic {topic}: {reason}")]
+    SelectorRefused {
+        /// The broker's name (or address when its name is unknown).
+        broker: String,
+        /// The consumer group.
+        group: String,
+        /// The subscribed topic.
+        topic: String,
+        /// The expression.
+        expression: String,
+        /// The broker's answer and what to do about it.
+        reason: String,
+    },
     /// A configuration value is outside its allowed range.
     #[error("invalid config `{option}` = {value}: {allowed}")]
     Config {

@@ -1,10 +1,16 @@
-//! Tag expressions and filtering (protocol.md §4).
+//! Tag expressions, SQL92 selectors and filtering (protocol.md §4).
+//!
+//! A [`Selector`] is what a subscription selects: a [`TagExpression`] or a SQL92 expression
+//! ([`SqlFilter`], evaluated by the broker over the message's properties).
 //!
 //! A subscription like `"TagA || TagB"` becomes a set of tags and their Java hash codes. The
 //! broker filters by hash code (what its consume queue stores); the client re-filters by exact
 //! string because different tags can share a hash code.
 
 use std::fmt;
+
+pub(crate) mod sql;
+pub use sql::{SqlError, SqlFilter};
 
 /// Java's `String.hashCode()`: `h = 31 * h + c` over UTF-16 code units, wrapping.
 ///
@@ -137,6 +143,186 @@ impl TagExpression {
 impl fmt::Display for TagExpression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.sub_string)
+    }
+}
+
+/// The `expressionType` of tag subscriptions.
+pub const EXPRESSION_TYPE_TAG: &str = "TAG";
+/// The `expressionType` of SQL92 subscriptions.
+pub const EXPRESSION_TYPE_SQL92: &str = "SQL92";
+
+/// What a subscription selects: a tag expression, or a SQL92 expression over the message's
+/// properties (Java's `MessageSelector.byTag` / `bySql`).
+///
+/// Text converts to a tag expression, so `subscribe("Orders", "TagA || TagB")` reads as
+/// before; [`Selector::sql`] asks for property filtering, which the broker must have switched
+/// on (`enablePropertyFilter = true`; the embedded broker has it on). A SQL92 expression is
+/// checked when the consumer starts: a syntax error fails `start()` with its position.
+///
+/// In TOML or JSON a selector is either a string (a tag expression) or a table with `sql`:
+///
+/// ```
+/// use rocketmq_actor::filter::Selector;
+///
+/// let by_tag: Selector = "TagA || TagB".into();
+/// assert_eq!(by_tag.expression_type(), "TAG");
+///
+/// let by_sql = Selector::sql("region = 'eu' AND amount > 100");
+/// assert_eq!(by_sql.expression_type(), "SQL92");
+/// assert_eq!(by_sql.expression(), "region = 'eu' AND amount > 100");
+/// assert!(by_sql.check().is_ok());
+/// assert_eq!(Selector::sql("amount >").check().unwrap_err().position(), 9);
+///
+/// let from_json: Selector = serde_json::from_str(r#"{"sql": "amount > 100"}"#).unwrap();
+/// assert_eq!(from_json, Selector::sql("amount > 100"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selector {
+    /// A tag expression (`"*"`, `"TagA || TagB"`).
+    Tag(TagExpression),
+    /// A SQL92 expression, as written.
+    Sql92(String),
+}
+
+impl Selector {
+    /// Selects by tag expression (`"*"` for every message).
+    pub fn tag(expression: &str) -> Selector {
+        Selector::Tag(TagExpression::parse(expression))
+    }
+
+    /// Selects by a SQL92 expression over the message's properties (see [`SqlFilter`] for
+    /// the language). Checked by [`Selector::check`], which consumers run at start.
+    pub fn sql(expression: impl Into<String>) -> Selector {
+        Selector::Sql92(expression.into())
+    }
+
+    /// Every message (`"*"`).
+    pub fn all() -> Selector {
+        Selector::Tag(TagExpression::all())
+    }
+
+    /// `TAG` or `SQL92`, as the wire names them.
+    pub fn expression_type(&self) -> &'static str {
+        match self {
+            Selector::Tag(_) => EXPRESSION_TYPE_TAG,
+            Selector::Sql92(_) => EXPRESSION_TYPE_SQL92,
+        }
+    }
+
+    /// The expression as sent (`subString`).
+    pub fn expression(&self) -> &str {
+        match self {
+            Selector::Tag(tags) => tags.sub_string(),
+            Selector::Sql92(sql) => sql,
+        }
+    }
+
+    /// Whether this is a SQL92 selector.
+    pub fn is_sql(&self) -> bool {
+        matches!(self, Selector::Sql92(_))
+    }
+
+    /// Whether this selects every message.
+    pub fn is_all(&self) -> bool {
+        matches!(self, Selector::Tag(tags) if tags.is_all())
+    }
+
+    /// The tag expression, for a tag selector.
+    pub fn tags(&self) -> Option<&TagExpression> {
+        match self {
+            Selector::Tag(tags) => Some(tags),
+            Selector::Sql92(_) => None,
+        }
+    }
+
+    /// Checks a SQL92 expression's syntax and types (a tag expression is always valid).
+    pub fn check(&self) -> Result<(), SqlError> {
+        match self {
+            Selector::Tag(_) => Ok(()),
+            Selector::Sql92(sql) => SqlFilter::compile(sql).map(drop),
+        }
+    }
+
+    /// The client's re-filter after a pull: exact tags for a tag selector (brokers filter by
+    /// hash); nothing for SQL92, which only the broker evaluates.
+    pub fn matches_tags(&self, message_tags: Option<&str>) -> bool {
+        match self {
+            Selector::Tag(tags) => tags.matches_tags(message_tags),
+            Selector::Sql92(_) => true,
+        }
+    }
+}
+
+impl Default for Selector {
+    fn default() -> Self {
+        Selector::all()
+    }
+}
+
+impl From<&str> for Selector {
+    fn from(expression: &str) -> Self {
+        Selector::tag(expression)
+    }
+}
+
+impl From<String> for Selector {
+    fn from(expression: String) -> Self {
+        Selector::tag(&expression)
+    }
+}
+
+impl From<&String> for Selector {
+    fn from(expression: &String) -> Self {
+        Selector::tag(expression)
+    }
+}
+
+impl From<TagExpression> for Selector {
+    fn from(tags: TagExpression) -> Self {
+        Selector::Tag(tags)
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Selector::Tag(tags) => f.write_str(tags.sub_string()),
+            Selector::Sql92(sql) => write!(f, "SQL92 `{sql}`"),
+        }
+    }
+}
+
+/// The TOML/JSON form: a string is a tag expression; `{ sql = "..." }` or `{ tag = "..." }`
+/// names the kind.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum SelectorForm {
+    Text(String),
+    Sql { sql: String },
+    Tag { tag: String },
+}
+
+impl serde::Serialize for Selector {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Selector::Tag(tags) => SelectorForm::Text(tags.sub_string().to_owned()),
+            Selector::Sql92(sql) => SelectorForm::Sql { sql: sql.clone() },
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Selector {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = SelectorForm::deserialize(deserializer).map_err(|_| {
+            serde::de::Error::custom(
+                "expected a tag expression (\"TagA || TagB\") or a table { sql = \"...\" }",
+            )
+        })?;
+        Ok(match form {
+            SelectorForm::Text(tag) | SelectorForm::Tag { tag } => Selector::tag(&tag),
+            SelectorForm::Sql { sql } => Selector::Sql92(sql),
+        })
     }
 }
 

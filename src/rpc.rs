@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{Error, ProtocolError, RequestCode, ResponseCode, Result};
-use crate::filter::TagExpression;
+use crate::filter::Selector;
 use crate::message::decode::decode_messages_of;
 use crate::message::{MessageExt, MessageQueue};
 use crate::protocol::body::{
@@ -23,37 +23,38 @@ use crate::protocol::header::{
 };
 use crate::protocol::RemotingCommand;
 
-/// The `expressionType` of tag subscriptions (the only kind this client sends).
-const EXPRESSION_TYPE_TAG: &str = "TAG";
-
 pub use crate::consumer::flow::PullStatus;
 
 /// How long a broker may hold a long-polling pull (Java `brokerSuspendMaxTimeMillis`, 15 s for
 /// the push consumer, 20 s for the pull consumer).
 pub const DEFAULT_BROKER_SUSPEND: Duration = Duration::from_secs(15);
 
-/// A topic subscription as pulls and heartbeats carry it: the tag expression and the version
-/// that ties the two together.
+/// A topic subscription as pulls and heartbeats carry it: the selector and the version that
+/// ties the two together.
 ///
 /// ```
+/// use rocketmq_actor::filter::Selector;
 /// use rocketmq_actor::rpc::Subscription;
 /// let sub = Subscription::new("TagA || TagB", 1);
-/// assert!(sub.expression.matches_tags(Some("TagB")));
-/// assert!(!sub.expression.matches_tags(Some("TagC")));
+/// assert!(sub.selector.matches_tags(Some("TagB")));
+/// assert!(!sub.selector.matches_tags(Some("TagC")));
+/// let by_sql = Subscription::new(Selector::sql("amount > 100"), 1);
+/// assert_eq!(by_sql.to_wire("Orders").expression_type, "SQL92");
 /// ```
 #[derive(Debug, Clone)]
 pub struct Subscription {
-    /// The parsed expression (the client re-filters by exact tag; brokers filter by hash).
-    pub expression: TagExpression,
+    /// What to select (the client re-filters tags exactly; brokers filter tags by hash and
+    /// evaluate SQL92).
+    pub selector: Selector,
     /// `subVersion`: heartbeats and pulls of one subscription must carry the same.
     pub sub_version: i64,
 }
 
 impl Subscription {
-    /// A subscription to the tags of `expression` (`*` for all).
-    pub fn new(expression: &str, sub_version: i64) -> Self {
+    /// A subscription by `selector` (text is a tag expression, `*` for all).
+    pub fn new(selector: impl Into<Selector>, sub_version: i64) -> Self {
         Subscription {
-            expression: TagExpression::parse(expression),
+            selector: selector.into(),
             sub_version,
         }
     }
@@ -61,21 +62,22 @@ impl Subscription {
     /// The subscription to every message (`*`).
     pub fn all(sub_version: i64) -> Self {
         Subscription {
-            expression: TagExpression::all(),
+            selector: Selector::all(),
             sub_version,
         }
     }
 
     /// The subscription as heartbeats and running-info replies describe it.
     pub fn to_wire(&self, topic: &str) -> SubscriptionData {
+        let tags = self.selector.tags();
         SubscriptionData {
             class_filter_mode: false,
             topic: topic.to_owned(),
-            sub_string: self.expression.sub_string().to_owned(),
-            tags_set: self.expression.tags().to_vec(),
-            code_set: self.expression.codes().to_vec(),
+            sub_string: self.selector.expression().to_owned(),
+            tags_set: tags.map(|t| t.tags().to_vec()).unwrap_or_default(),
+            code_set: tags.map(|t| t.codes().to_vec()).unwrap_or_default(),
             sub_version: self.sub_version,
-            expression_type: EXPRESSION_TYPE_TAG.into(),
+            expression_type: self.selector.expression_type().into(),
         }
     }
 }
@@ -179,9 +181,9 @@ impl PullRequest {
             suspend_timeout_millis: self.suspend_millis(),
             subscription: self
                 .send_subscription
-                .then(|| self.subscription.expression.sub_string().to_owned()),
+                .then(|| self.subscription.selector.expression().to_owned()),
             sub_version: self.subscription.sub_version,
-            expression_type: Some(EXPRESSION_TYPE_TAG.into()),
+            expression_type: Some(self.subscription.selector.expression_type().into()),
             max_msg_bytes: self.max_bytes,
             bname: Some(self.queue.broker_name.clone()),
         };
@@ -198,7 +200,10 @@ impl PullRequest {
             ext.str_member(b"\"bname\":", &self.queue.broker_name);
             ext.int_member(b"\"commitOffset\":", self.commit_offset.unwrap_or(0));
             ext.str_member(b"\"consumerGroup\":", &self.group);
-            ext.str_member(b"\"expressionType\":", EXPRESSION_TYPE_TAG);
+            ext.str_member(
+                b"\"expressionType\":",
+                self.subscription.selector.expression_type(),
+            );
             if let Some(max_bytes) = self.max_bytes {
                 ext.int_member(b"\"maxMsgBytes\":", i64::from(max_bytes));
             }
@@ -209,7 +214,7 @@ impl PullRequest {
             if self.send_subscription {
                 ext.str_member(
                     b"\"subscription\":",
-                    self.subscription.expression.sub_string(),
+                    self.subscription.selector.expression(),
                 );
             }
             ext.int_member(b"\"suspendTimeoutMillis\":", self.suspend_millis());
@@ -333,9 +338,9 @@ pub(crate) fn decode_pulled(
     let broker: std::sync::Arc<str> = std::sync::Arc::from(queue.broker_name.as_str());
     let mut messages = decode_messages_of(body.clone(), &broker)?;
     let unfiltered = messages.len();
-    let expression = &subscription.expression;
-    if !expression.is_all() {
-        messages.retain(|message| expression.matches_tags(message.tags()));
+    let selector = &subscription.selector;
+    if !selector.is_all() {
+        messages.retain(|message| selector.matches_tags(message.tags()));
     }
     if let Some(delta) = offset_delta {
         for message in &mut messages {

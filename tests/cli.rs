@@ -1605,3 +1605,97 @@ async fn produce_in_batches_stores_every_message_a_batch_to_a_queue() {
     }
     cluster.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn consume_sql_prints_only_the_selected_messages_and_names_the_broker_setting() {
+    let topic = "CliSql";
+    let (_cluster, namesrv) = cluster_with_topic(topic, 2).await;
+    for (body, region) in [
+        ("eu-1", "eu"),
+        ("us-1", "us"),
+        ("eu-2", "eu"),
+        ("us-2", "us"),
+    ] {
+        let region = format!("region={region}");
+        let output = run_with_input(
+            &[
+                "produce",
+                "--namesrv",
+                &namesrv,
+                "--topic",
+                topic,
+                "--file",
+                "-",
+                "--property",
+                &region,
+            ],
+            Some(body.as_bytes()),
+        )
+        .await;
+        assert_exit(&output, 0, "produce --property");
+    }
+    let output = run(&consume_args(
+        &namesrv,
+        topic,
+        "cli_sql",
+        &[
+            "--sql",
+            "region = 'eu'",
+            "--format",
+            "json",
+            "--exit-at-end",
+        ],
+    ))
+    .await;
+    assert_exit(&output, 0, "consume --sql");
+    let (messages, summary) = messages_and_summary(&output);
+    let got: BTreeSet<String> = bodies(&messages).into_iter().collect();
+    assert_eq!(got, BTreeSet::from(["eu-1".to_owned(), "eu-2".to_owned()]));
+    assert_eq!(summary["count"], 2);
+
+    let broken = run(&consume_args(
+        &namesrv,
+        topic,
+        "cli_sql_bad",
+        &["--sql", "region ="],
+    ))
+    .await;
+    assert_exit(&broken, 1, "consume --sql with a syntax error");
+    assert!(
+        stderr(&broken).contains("position 9"),
+        "{}",
+        stderr(&broken)
+    );
+    let both = run(&consume_args(
+        &namesrv,
+        topic,
+        "g",
+        &["--sql", "a = 1", "--expr", "TagA"],
+    ))
+    .await;
+    assert_exit(&both, 2, "--sql with --expr");
+
+    let plain = common::start_cluster(rocketmq_actor::embedded::EmbeddedConfig {
+        enable_property_filter: false,
+        ..rocketmq_actor::embedded::EmbeddedConfig::ephemeral()
+    })
+    .await;
+    plain.create_topic(topic, 1).await.expect("topic created");
+    let refused = run(&consume_args(
+        &plain.namesrv_addr(),
+        topic,
+        "cli_sql_refused",
+        &["--sql", "region = 'eu'", "--count", "1"],
+    ))
+    .await;
+    assert_exit(
+        &refused,
+        1,
+        "consume --sql on a broker without property filtering",
+    );
+    assert!(
+        stderr(&refused).contains("enablePropertyFilter"),
+        "{}",
+        stderr(&refused)
+    );
+}

@@ -80,6 +80,9 @@ pub struct EmbeddedConfig {
     /// brokers check every request's signature and permissions and refuse with NO_PERMISSION.
     /// The name server stays unchecked, as Java's. `None`: no checks.
     pub acl: Option<AclConfig>,
+    /// Filter by SQL92 (`enablePropertyFilter`). On by default here (a real broker has it
+    /// off by default); off, SQL92 subscriptions are refused as such a broker refuses them.
+    pub enable_property_filter: bool,
     /// Serve TLS on every port (name server and brokers), permissive or enforcing, with a
     /// given or a generated certificate (feature `tls`); `None`: plaintext only.
     #[cfg(feature = "tls")]
@@ -104,6 +107,7 @@ impl Default for EmbeddedConfig {
             max_outbound_bytes: session::DEFAULT_MAX_OUTBOUND_BYTES,
             max_total_outbound_bytes: session::DEFAULT_MAX_TOTAL_OUTBOUND_BYTES,
             acl: None,
+            enable_property_filter: true,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -140,6 +144,7 @@ impl EmbeddedConfig {
             delay_levels: levels,
             retry_max_times: self.max_reconsume_times,
             acl: self.acl.clone(),
+            enable_property_filter: self.enable_property_filter,
             ..BrokerConfig::default()
         }
     }

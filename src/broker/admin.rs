@@ -11,9 +11,9 @@ use super::{
 };
 use crate::message::{decode_offset_msg_id, MessageQueue};
 use crate::protocol::body::{
-    decode_json, encode_json, ClientConnection, ConsumerConnection, ConsumerListBody,
-    HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, ResetOffsetBody, SubscriptionData,
-    UnlockBatchRequestBody,
+    decode_json, encode_json, CheckClientRequestBody, ClientConnection, ConsumerConnection,
+    ConsumerListBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, ResetOffsetBody,
+    SubscriptionData, UnlockBatchRequestBody,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
@@ -66,6 +66,49 @@ fn subscription_data(sub: &Subscription) -> SubscriptionData {
     }
 }
 
+impl BrokerCore {
+    /// CHECK_CLIENT_CONFIG: whether this broker would serve a subscription (Java's
+    /// `ClientManageProcessor.checkClientConfig`): tags always; SQL92 when property
+    /// filtering is on and the expression compiles.
+    pub(super) fn on_check_client_config(&mut self, req: &RemotingCommand) -> Handled {
+        let success = || {
+            Ok(Some(RemotingCommand::response_to(
+                req,
+                response_code::SUCCESS,
+                None,
+            )))
+        };
+        if req.body.as_deref().is_none_or(<[u8]>::is_empty) {
+            return success();
+        }
+        let body: CheckClientRequestBody = json_body(req)?;
+        let Some(data) = body.subscription_data else {
+            return success();
+        };
+        let subscription = subscription_of(&data);
+        if subscription.is_tag_type() {
+            return success();
+        }
+        if !self.config.enable_property_filter {
+            return Err(Failure::system(format!(
+                "The broker does not support consumer to filter message by {}",
+                subscription.expression_type
+            )));
+        }
+        match self.with_filter(subscription).sql {
+            Some(Ok(_)) => success(),
+            Some(Err(error)) => Err(Failure::new(
+                response_code::SUBSCRIPTION_PARSE_FAILED,
+                format!("SQL92 expression `{}` {error}", data.sub_string),
+            )),
+            None => Err(Failure::new(
+                response_code::SUBSCRIPTION_PARSE_FAILED,
+                format!("unsupported filter type {}", data.expression_type),
+            )),
+        }
+    }
+}
+
 /// A request's JSON body; a missing or unparsable one fails as Java's fastjson does.
 fn json_body<T: DeserializeOwned>(req: &RemotingCommand) -> Result<T, Failure> {
     let body = req
@@ -112,7 +155,7 @@ impl BrokerCore {
                     .subscription_data_set
                     .iter()
                     .filter(|sub| !sub.topic.is_empty())
-                    .map(subscription_of)
+                    .map(|data| self.with_filter(subscription_of(data)))
                     .collect(),
             };
             if let Some(change) = self

@@ -5,8 +5,10 @@
 //! client from every group.
 
 use super::ConnId;
+use crate::filter::{SqlError, SqlFilter};
 use crate::protocol::body::{ConsumeFromWhere, ConsumeType, MessageModel};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A consumer's subscription to one topic, as sent in HEART_BEAT or built from a pull header.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub struct Subscription {
     pub sub_version: i64,
     /// Legacy class-filter mode (matches everything server-side).
     pub class_filter_mode: bool,
+    /// A SQL92 expression compiled (once per text, by the broker's cache), or why it does
+    /// not compile; `None` for a tag subscription.
+    pub sql: Option<Result<Arc<SqlFilter>, SqlError>>,
 }
 
 impl Subscription {
@@ -295,6 +300,7 @@ mod tests {
             code_set: BTreeSet::new(),
             sub_version: version,
             class_filter_mode: false,
+            sql: None,
         }
     }
 

@@ -31,6 +31,7 @@ pub mod store;
 
 mod admin;
 mod pull;
+mod selection;
 mod send;
 
 pub use admin::ResetResult;
@@ -133,6 +134,9 @@ pub struct BrokerConfig {
     /// ACL mode: every request is checked against these accounts and answered NO_PERMISSION
     /// when refused. `None`: no checks.
     pub acl: Option<acl::AclConfig>,
+    /// Filter by SQL92 (`enablePropertyFilter`; on here, off by default in a real broker).
+    /// Off, a SQL92 subscription is refused as a broker without property filtering refuses it.
+    pub enable_property_filter: bool,
 }
 
 impl Default for BrokerConfig {
@@ -151,6 +155,7 @@ impl Default for BrokerConfig {
             pull_limits: PullLimits::default(),
             max_message_size: 4 * 1024 * 1024,
             acl: None,
+            enable_property_filter: true,
         }
     }
 }
@@ -277,6 +282,11 @@ pub struct BrokerCore {
     queue_cursor: u32,
     uniq_ids: crate::message::UniqueIdGenerator,
     data_changed: bool,
+    /// What each SQL92 expression selected, per queue and offset.
+    selections: selection::Selections,
+    /// Compiled SQL92 expressions by text (see `with_filter`).
+    sql_filters:
+        HashMap<String, Result<std::sync::Arc<crate::filter::SqlFilter>, crate::filter::SqlError>>,
 }
 
 impl BrokerCore {
@@ -312,6 +322,8 @@ impl BrokerCore {
             queue_cursor: 0,
             uniq_ids,
             data_changed: false,
+            sql_filters: HashMap::new(),
+            selections: selection::Selections::default(),
         }
     }
 
@@ -565,6 +577,7 @@ impl BrokerCore {
             rc::GET_EARLIEST_MSG_STORETIME => self.on_earliest_store_time(req),
             rc::VIEW_MESSAGE_BY_ID => self.on_view_message(req),
             rc::HEART_BEAT => self.on_heartbeat(conn, req, now_ms, out),
+            rc::CHECK_CLIENT_CONFIG => self.on_check_client_config(req),
             rc::UNREGISTER_CLIENT => self.on_unregister(conn, req, out),
             rc::GET_CONSUMER_LIST_BY_GROUP => self.on_consumer_list(req),
             rc::GET_CONSUMER_CONNECTION_LIST => self.on_consumer_connections(req),

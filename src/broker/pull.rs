@@ -1,10 +1,12 @@
 //! PULL_MESSAGE with long polling, and the offset queries.
 
 use super::clients::Subscription;
+use super::selection::OffsetBits;
 use super::send::FAQ_SUFFIX;
-use super::store::{perm, GetStatus};
+use super::store::{perm, EntryFilter, GetStatus};
 use super::{read_header, Action, BrokerCore, ConnId, Failure, Handled};
-use crate::filter::TagExpression;
+use crate::filter::{SqlFilter, TagExpression, EXPRESSION_TYPE_SQL92};
+use crate::message::decode::stored_properties;
 use crate::protocol::codes::{pull_sys_flag, response_code};
 use crate::protocol::header::{
     GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
@@ -16,6 +18,7 @@ use crate::protocol::header::{
 use crate::protocol::RemotingCommand;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
 
 /// A pull parked until a message arrives on its queue or its timeout passes
 /// (`PullRequestHoldService`).
@@ -126,6 +129,41 @@ impl HeldPulls {
     }
 }
 
+/// What a pull keeps: the tags by their code, SQL92 by the answers known already (see
+/// [`Selections`]), else by evaluating the record, whose answer is then kept.
+struct PullFilter<'a> {
+    subscription: &'a Subscription,
+    /// The SQL92 filter and its answers on the pulled queue.
+    sql: Option<(&'a SqlFilter, &'a mut OffsetBits)>,
+}
+
+impl EntryFilter for PullFilter<'_> {
+    fn by_entry(&mut self, offset: i64, tags_code: i64) -> Option<bool> {
+        if !self.subscription.matches_tags_code(tags_code) {
+            return Some(false);
+        }
+        match &self.sql {
+            Some((_, answers)) => answers.get(offset),
+            None => Some(true),
+        }
+    }
+
+    fn by_record(&mut self, offset: i64, record: &[u8]) -> bool {
+        let Some((sql, answers)) = &mut self.sql else {
+            return true;
+        };
+        let selected = sql_selects(Some(sql), record);
+        answers.set(offset, selected);
+        selected
+    }
+}
+
+/// Whether a stored record passes `sql` (no filter passes everything; a record whose
+/// properties cannot be found does not pass one).
+fn sql_selects(sql: Option<&SqlFilter>, raw: &[u8]) -> bool {
+    sql.is_none_or(|filter| stored_properties(raw).is_some_and(|p| filter.matches_wire(p)))
+}
+
 /// Builds a TAG subscription from an expression the way `FilterAPI.buildSubscriptionData` does.
 pub(crate) fn subscription_from_expression(
     topic: &str,
@@ -141,10 +179,95 @@ pub(crate) fn subscription_from_expression(
         code_set: parsed.codes().iter().copied().collect::<BTreeSet<i32>>(),
         sub_version,
         class_filter_mode: false,
+        sql: None,
     }
 }
 
+/// How many compiled SQL92 expressions a broker keeps (the cache is emptied when full).
+const MAX_CACHED_FILTERS: usize = 1024;
+
 impl BrokerCore {
+    /// `subscription` with its SQL92 expression compiled, once per text: heartbeats repeat
+    /// a subscription every 30 s and a pull with `FLAG_SUBSCRIPTION` carries it every time.
+    pub(super) fn with_filter(&mut self, mut subscription: Subscription) -> Subscription {
+        if subscription
+            .expression_type
+            .eq_ignore_ascii_case(EXPRESSION_TYPE_SQL92)
+        {
+            let text = subscription.sub_string.as_str();
+            let compiled = match self.sql_filters.get(text) {
+                Some(compiled) => compiled.clone(),
+                None => {
+                    if self.sql_filters.len() >= MAX_CACHED_FILTERS {
+                        self.sql_filters.clear();
+                    }
+                    let compiled = SqlFilter::compile(text).map(Arc::new);
+                    self.sql_filters.insert(text.to_owned(), compiled.clone());
+                    compiled
+                }
+            };
+            subscription.sql = Some(compiled);
+        }
+        subscription
+    }
+
+    /// Evaluates the message just stored at `offset` for every expression pulled with on its
+    /// queue, so pulls find the answer without reading the record.
+    pub(super) fn select_stored(&mut self, topic: &str, queue_id: i32, offset: i64) {
+        let filters = self.selections.filters_of(topic, queue_id);
+        if filters.is_empty() {
+            return;
+        }
+        let Some(record) = self.store.record_at(topic, queue_id, offset) else {
+            return;
+        };
+        for filter in filters {
+            let selected = sql_selects(Some(&filter), record);
+            self.selections
+                .of(topic, queue_id, &filter)
+                .set(offset, selected);
+        }
+    }
+
+    /// The SQL92 filter a pull by `subscription` evaluates (`None` for tags), or why the pull
+    /// is refused, in the order of Java's `PullMessageProcessor`.
+    fn sql_filter_of(
+        &self,
+        subscription: &Subscription,
+        from_header: bool,
+    ) -> Result<Option<Arc<SqlFilter>>, Failure> {
+        if subscription.is_tag_type() {
+            return Ok(None);
+        }
+        let filter =
+            match &subscription.sql {
+                Some(Ok(filter)) => filter.clone(),
+                Some(Err(error)) if from_header => {
+                    return Err(Failure::new(
+                        response_code::SUBSCRIPTION_PARSE_FAILED,
+                        format!("parse the consumer's subscription failed: {error}"),
+                    ))
+                }
+                None => {
+                    return Err(Failure::new(
+                        response_code::SUBSCRIPTION_PARSE_FAILED,
+                        format!("unsupported filter type {}", subscription.expression_type),
+                    ))
+                }
+                Some(Err(_)) => return Err(Failure::new(
+                    response_code::FILTER_DATA_NOT_EXIST,
+                    "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                )),
+            };
+        if !self.config.enable_property_filter {
+            return Err(Failure::system(format!(
+                "The broker does not support consumer to filter message by {}",
+                subscription.expression_type
+            )));
+        }
+        Ok(Some(filter))
+    }
+
     /// PULL_MESSAGE. `allow_suspend` is false when a held pull is re-run (no second hold, no
     /// second offset commit), as in Java's `executeRequestWhenWakeup`.
     pub(super) fn on_pull(
@@ -191,13 +314,15 @@ impl BrokerCore {
                 ),
             ));
         }
-        let subscription = if sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
-            subscription_from_expression(
+        let from_header = sys_flag & pull_sys_flag::SUBSCRIPTION != 0;
+        let subscription = if from_header {
+            let subscription = subscription_from_expression(
                 &topic,
                 expression.as_deref(),
                 expression_type.as_deref(),
                 sub_version,
-            )
+            );
+            self.with_filter(subscription)
         } else {
             let Some(info) = self.clients.consumer_group(&group) else {
                 return Err(Failure::new(
@@ -219,17 +344,16 @@ impl BrokerCore {
             }
             sub.clone()
         };
-        if !subscription.is_tag_type() {
-            return Err(Failure::system(format!(
-                "The broker does not support consumer to filter message by {}",
-                subscription.expression_type
-            )));
-        }
+        let sql = self.sql_filter_of(&subscription, from_header)?;
+        let filter = PullFilter {
+            subscription: &subscription,
+            sql: sql
+                .as_ref()
+                .map(|sql| (&**sql, self.selections.of(&topic, queue_id, sql))),
+        };
         let result = self
             .store
-            .get(&topic, queue_id, queue_offset, max_msg_nums, |code| {
-                subscription.matches_tags_code(code)
-            });
+            .get(&topic, queue_id, queue_offset, max_msg_nums, filter);
         let code = match result.status {
             GetStatus::Found => response_code::SUCCESS,
             GetStatus::NoMatchedMessage => response_code::PULL_RETRY_IMMEDIATELY,
@@ -313,13 +437,28 @@ impl BrokerCore {
             return;
         }
         let newest = self.store.visible_max_offset(topic, queue_id);
+        // The message that arrived is the newest; a SQL92 pull wakes only for one it selects,
+        // as Java evaluates the arriving message's properties.
+        let arrived_record = self.store.record_at(topic, queue_id, newest - 1);
+        let woken: Vec<(HeldPull, bool)> = pulls
+            .into_iter()
+            .map(|pull| {
+                let matches = match tags_code {
+                    Some(code) => {
+                        pull.subscription.matches_tags_code(code)
+                            && match (&pull.subscription.sql, arrived_record) {
+                                (Some(Ok(filter)), Some(raw)) => sql_selects(Some(filter), raw),
+                                _ => true,
+                            }
+                    }
+                    None => true,
+                };
+                let arrived = newest > pull.offset && matches;
+                (pull, arrived)
+            })
+            .collect();
         let mut keep = Vec::new();
-        for pull in pulls {
-            let matches = match tags_code {
-                Some(code) => pull.subscription.matches_tags_code(code),
-                None => true,
-            };
-            let arrived = newest > pull.offset && matches;
+        for (pull, arrived) in woken {
             if arrived || now_ms >= pull.deadline_ms {
                 self.rerun_held(pull, now_ms, out);
             } else {

@@ -582,15 +582,15 @@ impl MessageStore {
         }
     }
 
-    /// Reads up to `max_msg_nums` messages from `offset`, keeping entries whose tags code passes
-    /// `filter`, with the status and next offset rules of the real `DefaultMessageStore`.
+    /// Reads up to `max_msg_nums` messages from `offset`, keeping those `filter` passes, with
+    /// the status and next offset rules of the real `DefaultMessageStore`.
     pub fn get(
         &self,
         topic: &str,
         queue_id: i32,
         offset: i64,
         max_msg_nums: i32,
-        filter: impl Fn(i64) -> bool,
+        mut filter: impl EntryFilter,
     ) -> GetResult {
         let Some(q) = self.queue(topic, queue_id) else {
             return GetResult {
@@ -640,11 +640,16 @@ impl MessageStore {
                 {
                     break;
                 }
+                let offset = next;
                 next += 1;
-                if !filter(entry.tags_code) {
+                let Some(raw) = self.record_at_physical(entry.commit_log_offset) else {
                     continue;
-                }
-                if let Some(raw) = self.record_at_physical(entry.commit_log_offset) {
+                };
+                let keep = match filter.by_entry(offset, entry.tags_code) {
+                    Some(keep) => keep,
+                    None => filter.by_record(offset, raw),
+                };
+                if keep {
                     result.body.extend_from_slice(raw);
                     result.message_count += 1;
                     result.status = GetStatus::Found;
@@ -658,6 +663,27 @@ impl MessageStore {
 
 fn too_large(size: usize) -> ProtocolError {
     ProtocolError::InvalidMessage(format!("record of {size} bytes is too large to store"))
+}
+
+/// What a read keeps: decided from the consume-queue entry when it can (a tags code, an answer
+/// known already), else from the stored record (Java's `MessageFilter`:
+/// `isMatchedByConsumeQueue`, then `isMatchedByCommitLog`).
+pub trait EntryFilter {
+    /// The decision from the entry at `offset`, or `None` to read the record.
+    fn by_entry(&mut self, offset: i64, tags_code: i64) -> Option<bool>;
+    /// The decision from the record at `offset`.
+    fn by_record(&mut self, offset: i64, record: &[u8]) -> bool;
+}
+
+/// A filter of tags codes alone.
+impl<F: FnMut(i64) -> bool> EntryFilter for F {
+    fn by_entry(&mut self, _offset: i64, tags_code: i64) -> Option<bool> {
+        Some(self(tags_code))
+    }
+
+    fn by_record(&mut self, _offset: i64, _record: &[u8]) -> bool {
+        true
+    }
 }
 
 /// First index in `0..n` for which `pred` is false, assuming `pred` is true then false.

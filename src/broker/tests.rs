@@ -111,6 +111,22 @@ fn heartbeat(
     sub_version: i64,
     now: i64,
 ) -> Vec<Action> {
+    let subscription = serde_json::json!({
+        "classFilterMode": false, "topic": "T", "subString": "TagA",
+        "tagsSet": ["TagA"], "codeSet": [2598919], "subVersion": sub_version,
+        "expressionType": "TAG"
+    });
+    heartbeat_with(c, conn, client, subscription, now)
+}
+
+/// A HEART_BEAT of `client` in group `g` (clustering, push) with one subscription.
+fn heartbeat_with(
+    c: &mut BrokerCore,
+    conn: ConnId,
+    client: &str,
+    subscription: serde_json::Value,
+    now: i64,
+) -> Vec<Action> {
     let body = serde_json::json!({
         "clientID": client,
         "producerDataSet": [],
@@ -119,11 +135,7 @@ fn heartbeat(
             "consumeType": "CONSUME_PASSIVELY",
             "messageModel": "CLUSTERING",
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [{
-                "classFilterMode": false, "topic": "T", "subString": "TagA",
-                "tagsSet": ["TagA"], "codeSet": [2598919], "subVersion": sub_version,
-                "expressionType": "TAG"
-            }],
+            "subscriptionDataSet": [subscription],
             "unitMode": false
         }],
         "heartbeatFingerprint": 0,
@@ -1059,4 +1071,176 @@ pub(crate) mod arbitrary_input {
             send(&mut c, "T", 0, None, T0 + 10_000);
         }
     }
+}
+
+/// A pull of group `g` carrying a SQL92 expression (`FLAG_SUBSCRIPTION`, plus `extra` flags).
+fn sql_pull(offset: i64, expression: &str, extra: i32) -> RemotingCommand {
+    pull_request("g", "T", 0, offset, pull_sys_flag::SUBSCRIPTION | extra)
+        .with_ext("subscription", expression)
+        .with_ext("expressionType", "SQL92")
+}
+
+fn sql_heartbeat(c: &mut BrokerCore, expression: &str, sub_version: i64) {
+    let subscription = serde_json::json!({
+        "classFilterMode": false, "topic": "T", "subString": expression,
+        "tagsSet": [], "codeSet": [], "subVersion": sub_version,
+        "expressionType": "SQL92"
+    });
+    let r = reply(&heartbeat_with(c, C1, "c1", subscription, T0), C1);
+    assert_eq!(r.code, code::SUCCESS, "{r:?}");
+}
+
+fn send_with(c: &mut BrokerCore, props: &str, now: i64) -> Vec<Action> {
+    c.handle(PRODUCER, send_request("T", 0, None, props), now)
+}
+
+fn offsets_of(r: &RemotingCommand) -> Vec<i64> {
+    messages(r).iter().map(|m| m.queue_offset).collect()
+}
+
+#[test]
+fn a_sql92_pull_returns_only_selected_messages_and_skips_a_barren_range() {
+    let mut c = core();
+    c.create_topic(TopicConfig::new("T", 1));
+    for (amount, region) in [(5, "eu"), (50, "eu"), (500, "us"), (70, "eu")] {
+        send_with(
+            &mut c,
+            &format!("amount\u{1}{amount}\u{2}region\u{1}{region}\u{2}"),
+            T0,
+        );
+    }
+    let r = reply(
+        &c.handle(C1, sql_pull(0, "region = 'eu' AND amount > 10", 0), T0),
+        C1,
+    );
+    assert_eq!(r.code, code::SUCCESS);
+    assert_eq!(offsets_of(&r), vec![1, 3]);
+    let r = reply(&c.handle(C1, sql_pull(0, "amount > 1000", 0), T0), C1);
+    assert_eq!(r.code, code::PULL_RETRY_IMMEDIATELY);
+    assert_eq!(r.ext("nextBeginOffset"), Some("4"));
+    // An expression the broker cannot compile is refused, not treated as "everything".
+    let r = reply(&c.handle(C1, sql_pull(0, "amount >", 0), T0), C1);
+    assert_eq!(r.code, code::SUBSCRIPTION_PARSE_FAILED);
+}
+
+#[test]
+fn a_registered_sql92_subscription_filters_pulls_without_the_flag() {
+    let mut c = core();
+    c.create_topic(TopicConfig::new("T", 1));
+    send_with(&mut c, "amount\u{1}1\u{2}", T0);
+    send_with(&mut c, "amount\u{1}2\u{2}", T0);
+    sql_heartbeat(&mut c, "amount = 2", 7);
+    let pull = pull_request("g", "T", 0, 0, 0)
+        .with_ext("expressionType", "SQL92")
+        .with_ext("subVersion", "7");
+    let r = reply(&c.handle(C1, pull.clone(), T0), C1);
+    assert_eq!(offsets_of(&r), vec![1]);
+    // A registered expression that does not compile leaves no filter data.
+    sql_heartbeat(&mut c, "amount = ", 8);
+    let r = reply(&c.handle(C1, pull.with_ext("subVersion", "8"), T0), C1);
+    assert_eq!(r.code, code::FILTER_DATA_NOT_EXIST);
+}
+
+#[test]
+fn a_held_sql92_pull_wakes_only_for_a_message_it_selects() {
+    let mut c = core();
+    c.create_topic(TopicConfig::new("T", 1));
+    let held = sql_pull(0, "amount > 10", pull_sys_flag::SUSPEND);
+    assert!(c.handle(C1, held, T0).is_empty());
+    let a = send_with(&mut c, "amount\u{1}3\u{2}", T0 + 1);
+    assert!(
+        response_for(&a, C1).is_none(),
+        "woken by a message it does not select"
+    );
+    assert_eq!(c.held_pull_count(), 1);
+    let a = send_with(&mut c, "amount\u{1}30\u{2}", T0 + 2);
+    let r = reply(&a, C1);
+    assert_eq!((r.code, offsets_of(&r)), (code::SUCCESS, vec![1]));
+}
+
+#[test]
+fn without_property_filtering_sql92_is_refused_and_tags_still_pass() {
+    let mut c = BrokerCore::new(BrokerConfig {
+        enable_property_filter: false,
+        ..BrokerConfig::default()
+    });
+    c.on_connect(C1, "10.1.1.2:5001".parse().unwrap());
+    c.create_topic(TopicConfig::new("T", 1));
+    let r = reply(&c.handle(C1, sql_pull(0, "amount > 10", 0), T0), C1);
+    assert_eq!(r.code, code::SYSTEM_ERROR);
+    assert_eq!(
+        r.remark.as_deref(),
+        Some("The broker does not support consumer to filter message by SQL92")
+    );
+    let r = reply(&c.handle(C1, pull_with_sub("T", 0, 0, "*"), T0), C1);
+    assert_eq!(r.code, code::PULL_NOT_FOUND);
+}
+
+fn check_client(c: &mut BrokerCore, expression: &str, kind: &str) -> RemotingCommand {
+    let body = serde_json::json!({
+        "clientId": "c1",
+        "group": "g",
+        "subscriptionData": {
+            "classFilterMode": false, "topic": "T", "subString": expression,
+            "tagsSet": [], "codeSet": [], "subVersion": 1, "expressionType": kind
+        }
+    });
+    let req = RemotingCommand::request(rc::CHECK_CLIENT_CONFIG)
+        .with_opaque(9)
+        .with_body(bytes::Bytes::from(body.to_string()));
+    reply(&c.handle(C1, req, T0), C1)
+}
+
+#[test]
+fn check_client_config_answers_as_a_java_broker() {
+    let mut c = core();
+    assert_eq!(
+        check_client(&mut c, "TagA || TagB", "TAG").code,
+        code::SUCCESS
+    );
+    assert_eq!(check_client(&mut c, "a > 1", "SQL92").code, code::SUCCESS);
+    let bad = check_client(&mut c, "a >", "SQL92");
+    assert_eq!(bad.code, code::SUBSCRIPTION_PARSE_FAILED);
+    assert!(
+        bad.remark
+            .as_deref()
+            .is_some_and(|r| r.contains("position 4")),
+        "{bad:?}"
+    );
+    let empty = RemotingCommand::request(rc::CHECK_CLIENT_CONFIG).with_opaque(9);
+    assert_eq!(reply(&c.handle(C1, empty, T0), C1).code, code::SUCCESS);
+
+    let mut off = BrokerCore::new(BrokerConfig {
+        enable_property_filter: false,
+        ..BrokerConfig::default()
+    });
+    off.on_connect(C1, "10.1.1.2:5001".parse().unwrap());
+    let refused = check_client(&mut off, "a > 1", "SQL92");
+    assert_eq!(refused.code, code::SYSTEM_ERROR);
+    assert_eq!(check_client(&mut off, "*", "TAG").code, code::SUCCESS);
+}
+
+#[test]
+fn remembered_sql92_answers_agree_with_fresh_evaluation() {
+    let mut c = core();
+    c.create_topic(TopicConfig::new("T", 1));
+    for amount in [5, 50, 500] {
+        send_with(&mut c, &format!("amount\u{1}{amount}\u{2}"), T0);
+    }
+    let pull = |c: &mut BrokerCore, expression: &str| {
+        offsets_of(&reply(&c.handle(C1, sql_pull(0, expression, 0), T0), C1))
+    };
+    assert_eq!(pull(&mut c, "amount > 10"), vec![1, 2]);
+    // Stored after the expression was pulled with: answered as it is stored.
+    send_with(&mut c, "amount\u{1}7\u{2}", T0);
+    send_with(&mut c, "amount\u{1}70\u{2}", T0);
+    assert_eq!(pull(&mut c, "amount > 10"), vec![1, 2, 4]);
+    assert_eq!(
+        pull(&mut c, "amount > 10"),
+        vec![1, 2, 4],
+        "from what it remembers"
+    );
+    // Another expression on the same queue has answers of its own.
+    assert_eq!(pull(&mut c, "amount < 10"), vec![0, 3]);
+    assert_eq!(pull(&mut c, "amount > 10"), vec![1, 2, 4]);
 }

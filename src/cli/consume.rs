@@ -29,10 +29,21 @@ use super::histogram::Histogram;
 use super::signal::ShutdownSignal;
 use super::watch::{baseline, Progress, ProgressLine, Watcher};
 use super::{emit, positive_u64, rounded, CliResult, Connect, Failure, Outcome};
+use rocketmq_actor::filter::Selector;
 
 /// How long a push consumer's shutdown waits for listener calls in flight: only the calls held
 /// back (past `--count`, stdout gone) are still running then, and they must not be committed.
 const HELD_CALLS_GRACE: Duration = Duration::from_millis(500);
+
+impl ConsumeArgs {
+    /// What to subscribe with: `--sql`, else the tag expression of `--expr`.
+    fn selector(&self) -> Selector {
+        match &self.sql {
+            Some(sql) => Selector::sql(sql),
+            None => Selector::tag(&self.expr),
+        }
+    }
+}
 
 /// `consume`'s arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -48,6 +59,10 @@ pub struct ConsumeArgs {
     /// Tag expression, e.g. "TagA || TagB".
     #[arg(long, default_value = "*")]
     pub expr: String,
+    /// Select by a SQL92 expression over message properties instead of tags, e.g.
+    /// "region = 'eu' AND amount > 100" (the broker needs enablePropertyFilter = true).
+    #[arg(long, value_name = "EXPR", conflicts_with = "expr")]
+    pub sql: Option<String>,
     /// Stop after exactly N messages: messages past N are neither printed nor acknowledged, so
     /// the group's next consumer gets them.
     #[arg(long, value_parser = positive_u64)]
@@ -422,7 +437,7 @@ async fn start_push(
     let builder = PushConsumer::builder()
         .client(client.clone())
         .group(&args.group)
-        .subscribe(&args.topic, &args.expr)
+        .subscribe(&args.topic, args.selector())
         .configure(|c| {
             c.namespace = namespace;
             c.consume_from_where = from;
@@ -483,7 +498,7 @@ where
     let consumer = LitePullConsumer::builder()
         .client(client.clone())
         .group(&args.group)
-        .subscribe(&args.topic, &args.expr)
+        .subscribe(&args.topic, args.selector())
         .configure(|c| {
             c.base.namespace = namespace;
             c.consume_from_where = from;

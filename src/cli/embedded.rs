@@ -263,6 +263,7 @@ pub async fn demo(args: DemoArgs) -> CliResult {
                 topic: topic.into(),
                 group: "demo_group".into(),
                 expr: "TagA".into(),
+                sql: None,
                 count: Some(args.count),
                 exit_at_end: false,
                 from: StartAt::First,

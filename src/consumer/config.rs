@@ -69,6 +69,7 @@
 
 use super::supervision::RestartPolicy;
 use crate::error::{Error, Result};
+use crate::filter::Selector;
 use crate::message::MessageQueue;
 use crate::namespace::Namespace;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -369,9 +370,10 @@ pub struct PushConsumerConfig {
     pub consume_timestamp: Option<String>,
     /// How queues are shared among the group's consumers (clustering only).
     pub allocate_strategy: AllocateStrategyKind,
-    /// Topic → subscription expression (`"*"`, `"TagA || TagB"`). The retry topic of the group
-    /// is added by the consumer itself in clustering mode.
-    pub subscriptions: BTreeMap<String, String>,
+    /// Topic → selector: a tag expression (`"*"`, `"TagA || TagB"`) or, as a table,
+    /// SQL92 (`{ sql = "amount > 100" }`). The retry topic of the group is added by the
+    /// consumer itself in clustering mode.
+    pub subscriptions: BTreeMap<String, Selector>,
     /// Java `consumeThreadMin` (default 20, [1, 1000]). Kept for parity: Java's pool never grows
     /// past it; here it is only checked against `consume_thread_max`.
     pub consume_thread_min: u32,
@@ -621,6 +623,25 @@ pub fn validate_group_name(group: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a subscription: the topic's name, a non-blank expression, and a SQL92 expression's
+/// syntax (the error gives its position).
+pub(crate) fn validate_selector(topic: &str, selector: &Selector) -> Result<()> {
+    validate_topic_name(topic)?;
+    let expression = selector.expression();
+    if expression.trim().is_empty() {
+        return Err(config_error(
+            "subscriptions",
+            format!("{topic} = {expression:?}"),
+            "a non-blank expression such as \"*\", \"TagA || TagB\" or SQL92",
+        ));
+    }
+    selector.check().map_err(|error| Error::InvalidSelector {
+        topic: topic.to_owned(),
+        expression: expression.to_owned(),
+        error,
+    })
+}
+
 /// Checks a topic name as Java's `Validators.checkTopic` does (charset and length).
 pub fn validate_topic_name(topic: &str) -> Result<()> {
     const OPTION: &str = "subscriptions";
@@ -742,15 +763,8 @@ impl PushConsumerConfig {
     /// the allowed range.
     pub fn validate(&self) -> Result<()> {
         validate_group_name(&self.consumer_group)?;
-        for (topic, expression) in &self.subscriptions {
-            validate_topic_name(topic)?;
-            if expression.trim().is_empty() {
-                return Err(config_error(
-                    "subscriptions",
-                    format!("{topic} = {expression:?}"),
-                    "a non-blank expression such as \"*\" or \"TagA || TagB\"",
-                ));
-            }
+        for (topic, selector) in &self.subscriptions {
+            validate_selector(topic, selector)?;
         }
         if let Some(ts) = &self.consume_timestamp {
             if parse_consume_timestamp(ts).is_none() {
@@ -1297,7 +1311,10 @@ mod tests {
             Duration::from_millis(2500)
         );
         assert_eq!(c.pull_threshold_for_topic, Some(5000));
-        assert_eq!(c.subscriptions.get("T1").map(String::as_str), Some("*"));
+        assert_eq!(
+            c.subscriptions.get("T1").map(Selector::expression),
+            Some("*")
+        );
         assert_eq!(
             c.allocate_strategy,
             AllocateStrategyKind::ConsistentHash { virtual_nodes: 10 }
@@ -1417,7 +1434,7 @@ mod tests {
                 }),
                 separator: "#".into(),
             },
-            subscriptions: [("T".to_owned(), "a || b".to_owned())].into(),
+            subscriptions: [("T".to_owned(), "a || b".into())].into(),
             ..valid()
         };
         let text = c.to_toml_string().unwrap();
@@ -1548,5 +1565,47 @@ mod tests {
                 && (1..=1024).contains(&batch);
             prop_assert_eq!(c.validate().is_ok(), expected_ok);
         }
+    }
+
+    #[test]
+    #[cfg(feature = "toml")]
+    fn subscriptions_take_sql92_as_a_table_and_report_its_syntax_errors() {
+        let c = PushConsumerConfig::from_toml_str(
+            r#"
+            consumer_group = "g1"
+            [subscriptions]
+            Orders = { sql = "region = 'eu' AND amount > 100" }
+            Refunds = "TagA || TagB"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.subscriptions.get("Orders"),
+            Some(&Selector::sql("region = 'eu' AND amount > 100"))
+        );
+        assert_eq!(
+            c.subscriptions
+                .get("Refunds")
+                .map(Selector::expression_type),
+            Some("TAG")
+        );
+        let broken = PushConsumerConfig::from_toml_str(
+            "consumer_group = \"g1\"\n[subscriptions]\nOrders = { sql = \"amount >\" }\n",
+        );
+        match broken {
+            Err(Error::InvalidSelector { topic, error, .. }) => {
+                assert_eq!((topic.as_str(), error.position()), ("Orders", 9));
+            }
+            other => panic!("{other:?}"),
+        }
+        let json = PushConsumerConfig::from_json_str(
+            r#"{"consumer_group": "g1", "subscriptions": {"Orders": {"sql": "a = 1"}, "T": "*"}}"#,
+        )
+        .unwrap();
+        assert!(json.subscriptions["Orders"].is_sql());
+        assert!(PushConsumerConfig::from_json_str(
+            r#"{"consumer_group": "g1", "subscriptions": {"Orders": {"sequel": "a = 1"}}}"#,
+        )
+        .is_err());
     }
 }

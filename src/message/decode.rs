@@ -263,6 +263,52 @@ fn decode_into(
     Ok(record_end)
 }
 
+/// The properties of one stored record, as wire text, found from the length fields alone
+/// (nothing decoded or copied): what a broker evaluates a SQL92 selector over. `None` for a
+/// record too short or of an unknown magic code.
+#[cfg(any(feature = "embedded", test))]
+pub(crate) fn stored_properties(raw: &[u8]) -> Option<&[u8]> {
+    fn i32_at(raw: &[u8], at: usize) -> Option<i32> {
+        Some(i32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?))
+    }
+    let v2 = match i32_at(raw, 4)? {
+        MAGIC_CODE_V1 => false,
+        MAGIC_CODE_V2 => true,
+        _ => return None,
+    };
+    let sys_flag = i32_at(raw, 36)?;
+    let host_len = |v6: bool| if v6 { 20 } else { 8 };
+    // SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES,
+    // PREPAREDTRANSACTIONOFFSET, then BODYLEN.
+    let body_len_at = 40
+        + 8
+        + host_len(sys_flag & sys_flag::BORNHOST_V6 != 0)
+        + 8
+        + host_len(sys_flag & sys_flag::STOREHOST_V6 != 0)
+        + 4
+        + 8;
+    let body_len = usize::try_from(i32_at(raw, body_len_at)?).ok()?;
+    let topic_len_at = body_len_at + 4 + body_len;
+    let (topic_len, after_len) = if v2 {
+        let bytes = raw.get(topic_len_at..topic_len_at + 2)?;
+        (
+            usize::try_from(i16::from_be_bytes(bytes.try_into().ok()?)).ok()?,
+            topic_len_at + 2,
+        )
+    } else {
+        let byte = *raw.get(topic_len_at)?;
+        (
+            usize::try_from(i8::from_be_bytes([byte])).ok()?,
+            topic_len_at + 1,
+        )
+    };
+    let properties_len_at = after_len + topic_len;
+    let bytes = raw.get(properties_len_at..properties_len_at + 2)?;
+    let properties_len = usize::try_from(i16::from_be_bytes(bytes.try_into().ok()?)).ok()?;
+    let start = properties_len_at + 2;
+    raw.get(start..start + properties_len)
+}
+
 /// How many stored records `body` holds, read from their size fields only (an inner batch
 /// counts as one; a malformed tail ends the count). Cheap enough to size a buffered pull answer
 /// without decoding it.
@@ -906,6 +952,32 @@ pub(crate) mod tests {
                 bytes[at % len] ^= xor;
             }
             let _ = decode_messages(Bytes::from(bytes));
+        }
+    }
+
+    #[test]
+    fn stored_properties_are_found_from_the_length_fields() {
+        use crate::message::encode::encode_stored_message;
+        for v6 in [false, true] {
+            let mut ext = MessageExt::from(
+                Message::new("a-topic", "body")
+                    .with_tags("t")
+                    .with_property("amount", "7"),
+            );
+            if v6 {
+                ext.sys_flag |= sys_flag::BORNHOST_V6 | sys_flag::STOREHOST_V6;
+                ext.born_host = "[::1]:5000".parse().unwrap();
+                ext.store_host = "[::1]:10911".parse().unwrap();
+            }
+            let mut raw = bytes::BytesMut::new();
+            encode_stored_message(&ext, &mut raw);
+            let decoded = decode_message(&mut raw.clone().freeze()).unwrap();
+            assert_eq!(
+                stored_properties(&raw),
+                Some(decoded.message.properties.raw_wire()),
+                "v6 {v6}"
+            );
+            assert_eq!(stored_properties(&raw[..raw.len() - 1]), None);
         }
     }
 }

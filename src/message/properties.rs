@@ -490,6 +490,30 @@ fn next_segment(text: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
+/// [`lookup`] of several names in one pass over `text`: `found[i]` gets the value of the last
+/// valid pair named `names[i]` (left as it was when there is none). The names must be ones a
+/// pair can have (non-empty, no separator in them), as a SQL92 expression's are.
+pub(crate) fn lookup_many<'t>(text: &'t [u8], names: &[&[u8]], found: &mut [Option<&'t [u8]>]) {
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (segment, tail) = next_segment(rest);
+        rest = tail;
+        for (name, slot) in names.iter().zip(found.iter_mut()) {
+            // As in `lookup`: length and first byte before the comparison.
+            if segment.len() <= name.len() || segment.first() != name.first() {
+                continue;
+            }
+            if let Some(after) = segment.strip_prefix(*name) {
+                if let Some((&NAME_VALUE_SEPARATOR, value)) = after.split_first() {
+                    if !value.is_empty() {
+                        *slot = Some(value);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Splits one `name\x01value` segment by Java's rule: at the first `\x01`, keeping it only
 /// when both sides are non-empty (the value may itself contain `\x01`).
 fn split_pair(segment: &[u8]) -> Option<(&[u8], &[u8])> {

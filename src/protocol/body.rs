@@ -662,6 +662,24 @@ pub struct ConsumerData {
     pub unit_mode: bool,
 }
 
+/// The body of CHECK_CLIENT_CONFIG: a subscription the client means to use, asked of a
+/// broker before the consumer starts (Java's `CheckClientRequestBody`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CheckClientRequestBody {
+    /// The asking client.
+    #[serde(deserialize_with = "lenient::string")]
+    pub client_id: String,
+    /// The consumer group.
+    #[serde(deserialize_with = "lenient::string")]
+    pub group: String,
+    /// The subscription to check.
+    pub subscription_data: Option<SubscriptionData>,
+    /// The client's namespace, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
 /// One topic subscription (every field is required by the Rust broker).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]

@@ -42,6 +42,8 @@ pub mod request_code {
     pub const LOCK_BATCH_MQ: i32 = 41;
     /// Unlock queues held for orderly consumption.
     pub const UNLOCK_BATCH_MQ: i32 = 42;
+    /// Ask a broker whether it accepts a subscription (SQL92 needs property filtering).
+    pub const CHECK_CLIENT_CONFIG: i32 = 46;
     /// Topic route from the name server.
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     /// Cluster and broker table from the name server.
@@ -272,6 +274,7 @@ pub fn request_code_name(code: i32) -> &'static str {
         NOTIFY_CONSUMER_IDS_CHANGED => "NOTIFY_CONSUMER_IDS_CHANGED",
         LOCK_BATCH_MQ => "LOCK_BATCH_MQ",
         UNLOCK_BATCH_MQ => "UNLOCK_BATCH_MQ",
+        CHECK_CLIENT_CONFIG => "CHECK_CLIENT_CONFIG",
         GET_ROUTEINFO_BY_TOPIC => "GET_ROUTEINFO_BY_TOPIC",
         GET_BROKER_CLUSTER_INFO => "GET_BROKER_CLUSTER_INFO",
         UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",

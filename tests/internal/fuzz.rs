@@ -135,6 +135,7 @@ struct Seeds {
     json: Vec<Vec<u8>>,
     texts: Vec<Vec<u8>>,
     compressed: Vec<Vec<u8>>,
+    sql: Vec<Vec<u8>>,
 }
 
 fn seeds() -> Seeds {
@@ -170,6 +171,15 @@ fn seeds() -> Seeds {
                 .with_ext("maxReconsumeTimes", "2"),
         ),
         frame_of(&RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "T")),
+        frame_of(
+            &pull_with_sub("T", 0, 0, "a > 1 AND TAGS IN ('a')")
+                .with_ext("expressionType", "SQL92"),
+        ),
+        frame_of(
+            &RemotingCommand::request(rc::CHECK_CLIENT_CONFIG).with_body(Bytes::from_static(
+                br#"{"clientId":"c1","group":"g","subscriptionData":{"topic":"T","subString":"a BETWEEN 1 AND 5","subVersion":1,"expressionType":"SQL92"}}"#,
+            )),
+        ),
     ];
     for (i, frame) in frames.clone().iter().enumerate() {
         let command =
@@ -236,6 +246,16 @@ fn seeds() -> Seeds {
         crate::message::compress(CompressionType::Lz4, b"lz4 body lz4 body", 0).expect("lz4"),
         crate::message::compress(CompressionType::Zstd, b"zstd body zstd body", 0).expect("zstd"),
     ];
+    let sql = [
+        "region = 'eu' AND amount > 100",
+        "(a = 1 OR b <> 'x''y') AND NOT c IS NULL",
+        "amount NOT BETWEEN -5 AND 2.5e3 OR TAGS IN ('a', 'b')",
+        "name NOT CONTAINS 'x' AND name STARTSWITH 'o' OR name ENDSWITH 'z'",
+        "flag = TRUE AND 10L < n AND .5 >= ratio",
+    ]
+    .iter()
+    .map(|text| text.as_bytes().to_vec())
+    .collect();
     Seeds {
         frames,
         pull_bodies,
@@ -244,6 +264,7 @@ fn seeds() -> Seeds {
         json,
         texts,
         compressed,
+        sql,
     }
 }
 
@@ -320,7 +341,7 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_1234_abcd_0001);
     let seeds = seeds();
-    let targets = 9u32;
+    let targets = 10u32;
     let budget = Duration::from_secs(seconds) / targets;
     let mut rng = Rng(seed | 1);
     let mut total = 0u64;
@@ -374,6 +395,7 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
         &seeds.stored,
         |input, _| {
             let _ = crate::broker::record::decode_stored(input);
+            let _ = crate::message::decode::stored_properties(input);
             let mut bytes = Bytes::from(input.to_vec());
             let _ = crate::message::decode::decode_message(&mut bytes);
         },
@@ -414,6 +436,29 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
                 CompressionType::Zstd,
             ] {
                 let _ = decompress_with_limit(kind, &compressed, 1 << 20);
+            }
+        },
+    );
+    let properties = crate::message::Properties::parse(
+        "region\u{1}eu\u{2}amount\u{1}250\u{2}TAGS\u{1}a\u{2}name\u{1}order\u{2}",
+    );
+    total += drive(
+        "sql92_selectors",
+        budget,
+        &mut rng,
+        &seeds.sql,
+        |input, _| {
+            let text = text(input);
+            if let Ok(tree) = crate::filter::sql::parse(text) {
+                let printed = tree.to_string();
+                assert_eq!(
+                    crate::filter::sql::parse(&printed).ok(),
+                    Some(tree),
+                    "{text:?} printed as {printed:?}"
+                );
+            }
+            if let Ok(filter) = crate::filter::SqlFilter::compile(text) {
+                let _ = filter.evaluate(&properties);
             }
         },
     );

@@ -101,8 +101,19 @@ pub async fn wait_for_route(client: &Client, topic: &str, brokers: &[&str]) -> A
 /// Creates `topic` with [`QUEUES_PER_BROKER`] queues on both brokers and waits until the name
 /// server routes it to both.
 pub async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<TopicRoute> {
+    create_topic_on(client, namesrv, topic, &BROKERS).await
+}
+
+/// Creates `topic` with [`QUEUES_PER_BROKER`] queues on `brokers` only and waits until the name
+/// server routes it to them.
+pub async fn create_topic_on(
+    client: &Client,
+    namesrv: &str,
+    topic: &str,
+    brokers: &[&str],
+) -> Arc<TopicRoute> {
     let masters = broker_masters(client, namesrv).await;
-    for name in BROKERS {
+    for name in brokers {
         let header = UpdateTopicRequestHeader {
             topic: topic.to_owned(),
             default_topic: "TBW102".into(),
@@ -114,7 +125,7 @@ pub async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<To
         };
         client
             .invoke(
-                &masters[name],
+                &masters[*name],
                 RemotingCommand::request_with_header(
                     request_code::UPDATE_AND_CREATE_TOPIC,
                     &header,
@@ -123,7 +134,7 @@ pub async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<To
             .await
             .unwrap_or_else(|e| panic!("UPDATE_AND_CREATE_TOPIC {topic} on {name}: {e}"));
     }
-    wait_for_route(client, topic, &BROKERS).await
+    wait_for_route(client, topic, brokers).await
 }
 
 /// The name-server address of the real cluster (`ROCKETMQ_NAMESRV`). The interop tests are
