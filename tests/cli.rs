@@ -1699,3 +1699,66 @@ async fn consume_sql_prints_only_the_selected_messages_and_names_the_broker_sett
         stderr(&refused)
     );
 }
+
+/// `consume | head`: once the reader is gone the command ends quietly with status 0, what it
+/// printed committed; and `--namesrv` falls back to `NAMESRV_ADDR`.
+#[cfg(unix)]
+#[actix_rt::test]
+async fn a_reader_that_goes_away_ends_consume_quietly_with_what_it_read_committed() {
+    let topic = "CliHead";
+    let (_cluster, namesrv) = cluster_with_topic(topic, 1).await;
+    let output = Command::new(BIN)
+        .args([
+            "produce", "--topic", topic, "--count", "3000", "--size", "300",
+        ])
+        .env("NAMESRV_ADDR", &namesrv)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("produce runs");
+    assert_exit(&output, 0, "produce with NAMESRV_ADDR and no --namesrv");
+
+    let mut child = Command::new(BIN)
+        .args(consume_args(&namesrv, topic, "cli_head", &["--print"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("consume starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut first = Vec::new();
+    while first.len() < 3 {
+        let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
+            .await
+            .expect("a line while consume runs")
+            .expect("stdout readable")
+            .expect("a line");
+        let message: Value = serde_json::from_str(&line).expect("a JSON line");
+        first.push(message["body"].as_str().expect("a body").to_owned());
+    }
+    // As `head -n 3` does: stop reading and close the pipe.
+    drop(lines);
+    let output = tokio::time::timeout(common::PATIENCE * 2, child.wait_with_output())
+        .await
+        .expect("consume ends by itself once its reader is gone")
+        .expect("consume runs");
+    assert_exit(&output, 0, "consume | head");
+    assert!(!stderr(&output).contains("error"), "{}", stderr(&output));
+
+    // The group's next consumer does not get what was read.
+    let rest = run(&consume_args(
+        &namesrv,
+        topic,
+        "cli_head",
+        &["--format", "json", "--exit-at-end"],
+    ))
+    .await;
+    assert_exit(&rest, 0, "the next consumer of the group");
+    let (messages, _) = messages_and_summary(&rest);
+    let again: Vec<String> = bodies(&messages)
+        .into_iter()
+        .filter(|body| first.contains(body))
+        .collect();
+    assert!(again.is_empty(), "read twice: {again:?}");
+}

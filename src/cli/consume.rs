@@ -202,8 +202,11 @@ struct Tally {
     closed: bool,
     done: Option<oneshot::Sender<End>>,
     out: Option<(Format, BufWriter<Stdout>)>,
-    /// Why the output failed (stdout closed): the command ends with this error.
+    /// Why the output failed: the command ends with this error.
     print_failed: Option<String>,
+    /// The reader of stdout went away (`| head`): the command ends quietly, with what was
+    /// printed committed and no summary.
+    reader_gone: bool,
     /// Per queue, the offset after the last message taken (`--mode lite`'s position).
     consumed: HashMap<MessageQueue, i64>,
 }
@@ -263,7 +266,11 @@ fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) -> usize {
             .try_for_each(|message| write_message(format, message, out))
             .and_then(|()| out.flush());
         if let Err(e) = written {
-            t.print_failed = Some(format!("cannot write to stdout: {e}"));
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                t.reader_gone = true;
+            } else {
+                t.print_failed = Some(format!("cannot write to stdout: {e}"));
+            }
             t.end(End::StdoutClosed);
             return 0;
         }
@@ -306,6 +313,7 @@ pub async fn consume(args: &ConsumeArgs) -> CliResult {
             .output()
             .map(|format| (format, BufWriter::new(std::io::stdout()))),
         print_failed: None,
+        reader_gone: false,
         consumed: HashMap::new(),
     }));
     let result = run(args, &client, &tally, done_rx, &mut stop).await;
@@ -315,6 +323,9 @@ pub async fn consume(args: &ConsumeArgs) -> CliResult {
         let mut t = lock(&tally);
         if let Some(error) = t.print_failed.take() {
             return Err(Failure(error));
+        }
+        if t.reader_gone {
+            return Ok(Outcome::Done);
         }
         t.summary()
     };
@@ -678,6 +689,7 @@ mod tests {
             done: Some(done_tx),
             out: None,
             print_failed: None,
+            reader_gone: false,
             consumed: HashMap::new(),
         });
         assert_eq!(record(&tally, &batch(0, 0..3)), 3);

@@ -78,8 +78,9 @@ pub type CliResult<T = Outcome> = Result<T, Failure>;
 /// Where the cluster is and how long its servers may take to answer.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Connect {
-    /// Name-server addresses, `;`-separated (`host:port;host:port`).
-    #[arg(long, value_parser = namesrv_list, value_name = "ADDRS")]
+    /// Name-server addresses, `;`-separated (`host:port;host:port`); without it the
+    /// `NAMESRV_ADDR` environment variable, as Java clients and mqadmin read it.
+    #[arg(long, env = "NAMESRV_ADDR", value_parser = namesrv_list, value_name = "ADDRS")]
     pub namesrv: String,
     /// How long a name server or broker may take to answer one request (e.g. `3s`, `500ms`).
     /// A name server that does not answer within it ends the command with exit status 1.
@@ -261,10 +262,14 @@ pub fn rounded(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 
-/// Writes one JSON line to stdout.
+/// Writes one JSON line to stdout. A reader that went away (`| head`) is not an error: what it
+/// asked for was written.
 pub fn emit(value: &serde_json::Value) -> CliResult<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure(format!("cannot write to stdout: {e}")))
+    match writeln!(out, "{value}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure(format!("cannot write to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
