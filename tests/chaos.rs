@@ -271,7 +271,7 @@ impl Group {
         let reader = actix_rt::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                // The closing summary line has no body; it is not a delivery.
+                // Only message lines (with a body) are deliveries.
                 if line.contains("\"body\"") {
                     deliveries.record(consumer, &line);
                 }

@@ -65,6 +65,44 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// `consume`'s closing summary: the last JSON line of its stderr (stdout carries only messages).
+fn summary_in(stderr: &[u8]) -> Value {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        // `demo` labels it (`consume: {…}`).
+        .filter_map(|line| line.find('{').map(|at| &line[at..]))
+        .find_map(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .filter(|v| v.get("count").is_some())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no summary line on stderr: {}",
+                String::from_utf8_lossy(stderr)
+            )
+        })
+}
+
+fn stderr_summary(output: &Output) -> Value {
+    summary_in(&output.stderr)
+}
+
+/// The summary a spawned `consume` wrote to stderr, once it has ended.
+async fn child_summary(child: &mut tokio::process::Child) -> Value {
+    use tokio::io::AsyncReadExt;
+    let mut err = Vec::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_end(&mut err)
+        .await
+        .expect("stderr readable");
+    summary_in(&err)
+}
+
 /// Asserts the exit status `code`, showing stderr otherwise.
 fn assert_exit(output: &Output, code: i32, what: &str) {
     assert_eq!(
@@ -76,19 +114,15 @@ fn assert_exit(output: &Output, code: i32, what: &str) {
     );
 }
 
-/// The message lines of a `consume --format json` run and its closing summary line.
+/// The message lines of a `consume --format json` run (stdout) and its closing summary line
+/// (stderr).
 fn messages_and_summary(output: &Output) -> (Vec<Value>, Value) {
-    let mut lines = stdout_lines(output);
-    let summary = lines.pop().expect("a summary line");
-    assert!(
-        summary.get("body").is_none(),
-        "the last line is the summary: {summary}"
-    );
+    let lines = stdout_lines(output);
     assert!(
         lines.iter().all(|line| line.get("body").is_some()),
-        "every other line is a message"
+        "every stdout line is a message: {lines:?}"
     );
-    (lines, summary)
+    (lines, stderr_summary(output))
 }
 
 fn bodies(messages: &[Value]) -> Vec<String> {
@@ -149,8 +183,8 @@ async fn consume_in_every_mode_ends_with_the_same_summary_and_reset_offset_print
             "{mode}: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let lines = stdout_lines(&output);
-        let summary = lines.last().expect("a summary line");
+        assert!(stdout_lines(&output).is_empty(), "{mode}: nothing printed");
+        let summary = &stderr_summary(&output);
         assert_eq!(summary["count"], 200, "{mode}: {summary}");
         for key in ["seconds", "msgs_per_sec", "latency_ms"] {
             assert!(summary.get(key).is_some(), "{mode}: no {key} in {summary}");
@@ -252,12 +286,11 @@ async fn sigterm_ends_consume_cleanly_with_every_printed_message_committed() {
         status.success(),
         "SIGTERM is a clean stop, not a crash: {status}"
     );
-    let summary = lines
-        .next_line()
-        .await
-        .expect("stdout readable")
-        .expect("a summary line");
-    let summary: Value = serde_json::from_str(&summary).expect("JSON");
+    assert!(
+        lines.next_line().await.expect("stdout readable").is_none(),
+        "only messages on stdout"
+    );
+    let summary = child_summary(&mut child).await;
     assert_eq!(summary["count"], 100, "{summary}");
     let client = Client::start(ClientConfig::new(&namesrv)).expect("client");
     let mut committed = 0;
@@ -408,9 +441,8 @@ async fn sigint_during_start_up_ends_consume_cleanly() {
         .expect("output");
     // Without --count or --exit-at-end a signal is consume's normal end.
     assert_exit(&output, 0, "SIGINT during start-up is a clean stop");
-    let summary = stdout_lines(&output);
-    assert_eq!(summary.len(), 1, "one summary line");
-    assert_eq!(summary[0]["count"], 0);
+    assert!(stdout_lines(&output).is_empty(), "nothing on stdout");
+    assert_eq!(stderr_summary(&output)["count"], 0);
 }
 
 /// A name server that accepts connections and never answers, or refuses them: every command
@@ -560,9 +592,8 @@ async fn produce_from_stdin_then_consume_prints_keys_tags_and_properties() {
     .await;
     assert_exit(&output, 0, "consume --format TEMPLATE");
     let text = String::from_utf8_lossy(&output.stdout);
-    let mut lines: Vec<&str> = text.lines().collect();
-    let summary: Value = serde_json::from_str(lines.pop().expect("a summary")).expect("JSON");
-    assert_eq!(summary["count"], 4);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(stderr_summary(&output)["count"], 4);
     let mut rendered: Vec<String> = lines
         .iter()
         .filter(|line| !line.ends_with('\u{fffd}'))
@@ -688,15 +719,8 @@ async fn a_signal_before_the_command_is_done_exits_130() {
         .expect("consume ends after SIGINT")
         .expect("status");
     assert_eq!(status.code(), Some(130), "5 of --count 10: interrupted");
-    let summary: Value = serde_json::from_str(
-        &lines
-            .next_line()
-            .await
-            .expect("stdout")
-            .expect("a summary line"),
-    )
-    .expect("JSON");
-    assert_eq!(summary["count"], 5);
+    assert!(lines.next_line().await.expect("stdout").is_none());
+    assert_eq!(child_summary(&mut child).await["count"], 5);
 
     // produce --file - whose input has not ended.
     let client = common::client(&cluster);
@@ -760,7 +784,7 @@ fn spawn_printing(args: &[&str]) -> (tokio::process::Child, ChildLines) {
     let mut child = Command::new(BIN)
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("the command starts");
@@ -1268,10 +1292,12 @@ async fn bad_arguments_are_usage_errors_with_exit_status_2() {
 async fn demo_produces_and_consumes_its_count() {
     let output = run(&["demo", "--count", "300", "--brokers", "1"]).await;
     assert_exit(&output, 0, "demo");
-    let summaries = stdout_lines(&output);
-    let counts: Vec<&Value> = summaries.iter().map(|s| &s["count"]).collect();
-    assert_eq!(counts, [300, 300], "produce, then consume: {summaries:?}");
-    assert!(summaries[1]["latency_ms"]["p99"].as_u64().is_some());
+    // produce's summary is its output (stdout); consume's follows its messages (stderr).
+    let produced = summary_in(&output.stdout);
+    assert_eq!(produced["count"], 300, "{produced}");
+    let consumed = stderr_summary(&output);
+    assert_eq!(consumed["count"], 300, "{consumed}");
+    assert!(consumed["latency_ms"]["p99"].as_u64().is_some());
 }
 
 /// `GET /metrics` from `addr`: `None` until the exporter listens.

@@ -234,7 +234,7 @@ async fn produce_and_consume_against_an_acl_broker_with_and_without_keys() {
     .await;
     let (stdout, stderr) = text(&consumed);
     assert_eq!(consumed.status.code(), Some(0), "{stderr}");
-    assert!(stdout.contains("\"count\":20"), "{stdout}");
+    assert!(stderr.contains("\"count\":20"), "the summary: {stderr}");
     assert!(!stdout.contains("consumer-secret") && !stderr.contains("consumer-secret"));
 
     broker.start_kill().expect("broker stopped");

@@ -1,6 +1,6 @@
 //! `consume`: a push consumer (its listener), a lite pull consumer (its message stream) or a
-//! pull schedule service (a task per queue), printing each message (`--format`) and a summary
-//! line. It stops after exactly `--count` messages, once caught up (`--exit-at-end`), or at
+//! pull schedule service (a task per queue), printing each message (`--format`) on stdout and a
+//! summary line on stderr. It stops after exactly `--count` messages, once caught up (`--exit-at-end`), or at
 //! SIGINT/SIGTERM.
 //!
 //! What is printed is what is acknowledged: a message is written out (and flushed) before its
@@ -28,7 +28,7 @@ use super::format::{parse_format, write_message, Format};
 use super::histogram::Histogram;
 use super::signal::ShutdownSignal;
 use super::watch::{baseline, Progress, ProgressLine, Watcher};
-use super::{emit, positive_u64, rounded, CliResult, Connect, Failure, Outcome};
+use super::{emit_summary, positive_u64, rounded, CliResult, Connect, Failure, Outcome};
 use rocketmq_actor::filter::Selector;
 
 /// How long a push consumer's shutdown waits for listener calls in flight: only the calls held
@@ -329,7 +329,7 @@ pub async fn consume(args: &ConsumeArgs) -> CliResult {
         }
         t.summary()
     };
-    emit(&summary)?;
+    emit_summary(&summary);
     Ok(match end {
         End::Signal if args.ends_by_itself() => Outcome::Interrupted,
         _ => Outcome::Done,

@@ -239,7 +239,9 @@ pub async fn demo(args: DemoArgs) -> CliResult {
         cluster.broker_names()
     );
     let topic = "DemoTopic";
-    eprint!("produce: ");
+    // Each label on the stream of the summary it names: produce's is its output (stdout),
+    // consume's follows its messages (stderr).
+    print!("produce: ");
     let produced = produce(&ProduceArgs {
         connect: connect.clone(),
         topic: topic.into(),

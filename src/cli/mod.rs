@@ -257,6 +257,14 @@ pub fn positive_u64(text: &str) -> Result<u64, String> {
     }
 }
 
+/// Writes one JSON line to stderr: the closing summary of a command whose stdout carries data
+/// lines (`consume`), so `| wc -l` and `| jq` see only the data.
+pub fn emit_summary(value: &serde_json::Value) {
+    let mut err = std::io::stderr().lock();
+    // Nothing is left to report a failing stderr to.
+    let _ = writeln!(err, "{value}").and_then(|()| err.flush());
+}
+
 /// `value` rounded to three decimals, for summaries.
 pub fn rounded(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
