@@ -7,7 +7,7 @@
 //! without a mailbox round trip; only a miss goes to the actor, which coalesces concurrent
 //! look-ups of one topic into one name-server request.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -24,6 +24,7 @@ use crate::actors::connection::{
 use crate::actors::puller::Pull;
 use crate::actors::runtime;
 use crate::error::{Error, ProtocolError, Result};
+use crate::filter::Selector;
 use crate::hooks::{Hooks, RequestHooks, RpcHook};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
 use crate::message::{decode_messages, decode_offset_msg_id, MessageExt, MessageQueue};
@@ -1370,12 +1371,31 @@ impl Client {
         })
     }
 
+    /// The subscriptions of `selectors` (topic → selector) at `sub_version`, each SQL92 one
+    /// checked with the brokers by [`Client::check_subscription`] first.
+    pub(crate) async fn checked_subscriptions(
+        &self,
+        group: &str,
+        selectors: &BTreeMap<String, Selector>,
+        sub_version: i64,
+        namespace: Option<&str>,
+    ) -> Result<BTreeMap<String, Arc<Subscription>>> {
+        let mut subscriptions = BTreeMap::new();
+        for (topic, selector) in selectors {
+            let subscription = Subscription::new(selector.clone(), sub_version);
+            self.check_subscription(group, topic, &subscription, namespace)
+                .await?;
+            subscriptions.insert(topic.clone(), Arc::new(subscription));
+        }
+        Ok(subscriptions)
+    }
+
     /// CHECK_CLIENT_CONFIG of a SQL92 subscription at every master serving `topic`, before a
     /// consumer starts (Java's `checkClientInBroker` asks one of them). A broker that
     /// refuses fails the start with [`Error::SelectorRefused`], saying how to switch property
     /// filtering on; a tag subscription, a topic without a route yet and an unreachable broker
     /// are not checked (the pulls report those).
-    pub(crate) async fn check_subscription(
+    async fn check_subscription(
         &self,
         group: &str,
         topic: &str,

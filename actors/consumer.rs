@@ -1017,20 +1017,18 @@ impl PushConsumerBuilder {
         let now = now_ms();
         let consume_timestamp_ms = config.consume_timestamp_ms(now)?;
 
-        let mut subscriptions = BTreeMap::new();
-        for (topic, selector) in &config.subscriptions {
-            let subscription = Subscription::new(selector.clone(), now);
-            if let Err(e) = client
-                .check_subscription(&group, topic, &subscription, namespace.as_str())
-                .await
-            {
+        let checked = client
+            .checked_subscriptions(&group, &config.subscriptions, now, namespace.as_str())
+            .await;
+        let mut subscriptions = match checked {
+            Ok(subscriptions) => subscriptions,
+            Err(e) => {
                 if own_client {
                     client.shutdown().await;
                 }
                 return Err(e);
             }
-            subscriptions.insert(topic.clone(), Arc::new(subscription));
-        }
+        };
         if config.is_clustering() {
             subscriptions.insert(retry::retry_topic(&group), Arc::new(Subscription::all(now)));
         }

@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::filter::Selector;
 use crate::message::{MessageExt, MessageQueue};
 use crate::namespace::Namespace;
-use crate::rpc::{PullRequest, Subscription};
+use crate::rpc::PullRequest;
 
 /// Wait before retrying a queue whose start offset could not be read.
 const START_RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -146,21 +146,19 @@ impl LitePullConsumerBuilder {
             }
         }
         let now = crate::actors::now_ms();
-        let mut subscriptions: BTreeMap<String, Arc<Subscription>> = BTreeMap::new();
-        for (topic, selector) in &selectors {
-            let subscription = Subscription::new(selector.clone(), now);
-            let group = &wire_config.base.consumer_group;
-            if let Err(e) = client
-                .check_subscription(group, topic, &subscription, namespace.as_str())
-                .await
-            {
+        let group = &wire_config.base.consumer_group;
+        let checked = client
+            .checked_subscriptions(group, &selectors, now, namespace.as_str())
+            .await;
+        let subscriptions = match checked {
+            Ok(subscriptions) => subscriptions,
+            Err(e) => {
                 if own_client {
                     client.shutdown().await;
                 }
                 return Err(e);
             }
-            subscriptions.insert(topic.clone(), Arc::new(subscription));
-        }
+        };
         let root = LiteRoot {
             client: client.clone(),
             config: wire_config.clone(),

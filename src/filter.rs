@@ -222,11 +222,6 @@ impl Selector {
         matches!(self, Selector::Sql92(_))
     }
 
-    /// Whether this selects every message.
-    pub fn is_all(&self) -> bool {
-        matches!(self, Selector::Tag(tags) if tags.is_all())
-    }
-
     /// The tag expression, for a tag selector.
     pub fn tags(&self) -> Option<&TagExpression> {
         match self {
@@ -240,15 +235,6 @@ impl Selector {
         match self {
             Selector::Tag(_) => Ok(()),
             Selector::Sql92(sql) => SqlFilter::compile(sql).map(drop),
-        }
-    }
-
-    /// The client's re-filter after a pull: exact tags for a tag selector (brokers filter by
-    /// hash); nothing for SQL92, which only the broker evaluates.
-    pub fn matches_tags(&self, message_tags: Option<&str>) -> bool {
-        match self {
-            Selector::Tag(tags) => tags.matches_tags(message_tags),
-            Selector::Sql92(_) => true,
         }
     }
 }

@@ -36,8 +36,9 @@ pub const DEFAULT_BROKER_SUSPEND: Duration = Duration::from_secs(15);
 /// use rocketmq_actor::filter::Selector;
 /// use rocketmq_actor::rpc::Subscription;
 /// let sub = Subscription::new("TagA || TagB", 1);
-/// assert!(sub.selector.matches_tags(Some("TagB")));
-/// assert!(!sub.selector.matches_tags(Some("TagC")));
+/// let tags = sub.selector.tags().expect("a tag selector");
+/// assert!(tags.matches_tags(Some("TagB")));
+/// assert!(!tags.matches_tags(Some("TagC")));
 /// let by_sql = Subscription::new(Selector::sql("amount > 100"), 1);
 /// assert_eq!(by_sql.to_wire("Orders").expression_type, "SQL92");
 /// ```
@@ -338,9 +339,10 @@ pub(crate) fn decode_pulled(
     let broker: std::sync::Arc<str> = std::sync::Arc::from(queue.broker_name.as_str());
     let mut messages = decode_messages_of(body.clone(), &broker)?;
     let unfiltered = messages.len();
-    let selector = &subscription.selector;
-    if !selector.is_all() {
-        messages.retain(|message| selector.matches_tags(message.tags()));
+    // Tags are re-filtered exactly (brokers compare hash codes); SQL92 only the broker
+    // evaluates.
+    if let Some(tags) = subscription.selector.tags().filter(|tags| !tags.is_all()) {
+        messages.retain(|message| tags.matches_tags(message.tags()));
     }
     if let Some(delta) = offset_delta {
         for message in &mut messages {

@@ -89,11 +89,8 @@ impl BrokerCore {
         if subscription.is_tag_type() {
             return success();
         }
-        if !self.config.enable_property_filter {
-            return Err(Failure::system(format!(
-                "The broker does not support consumer to filter message by {}",
-                subscription.expression_type
-            )));
+        if let Some(refusal) = self.property_filter_refusal(&subscription.expression_type) {
+            return Err(refusal);
         }
         match self.with_filter(subscription).sql {
             Some(Ok(_)) => success(),

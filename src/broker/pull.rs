@@ -152,16 +152,16 @@ impl EntryFilter for PullFilter<'_> {
         let Some((sql, answers)) = &mut self.sql else {
             return true;
         };
-        let selected = sql_selects(Some(sql), record);
+        let selected = sql_selects(sql, record);
         answers.set(offset, selected);
         selected
     }
 }
 
-/// Whether a stored record passes `sql` (no filter passes everything; a record whose
-/// properties cannot be found does not pass one).
-fn sql_selects(sql: Option<&SqlFilter>, raw: &[u8]) -> bool {
-    sql.is_none_or(|filter| stored_properties(raw).is_some_and(|p| filter.matches_wire(p)))
+/// Whether a stored record passes `filter` (a record whose properties cannot be found does
+/// not).
+fn sql_selects(filter: &SqlFilter, raw: &[u8]) -> bool {
+    stored_properties(raw).is_some_and(|p| filter.matches_wire(p))
 }
 
 /// Builds a TAG subscription from an expression the way `FilterAPI.buildSubscriptionData` does.
@@ -214,19 +214,22 @@ impl BrokerCore {
     /// Evaluates the message just stored at `offset` for every expression pulled with on its
     /// queue, so pulls find the answer without reading the record.
     pub(super) fn select_stored(&mut self, topic: &str, queue_id: i32, offset: i64) {
-        let filters = self.selections.filters_of(topic, queue_id);
-        if filters.is_empty() {
-            return;
-        }
         let Some(record) = self.store.record_at(topic, queue_id, offset) else {
             return;
         };
-        for filter in filters {
-            let selected = sql_selects(Some(&filter), record);
-            self.selections
-                .of(topic, queue_id, &filter)
-                .set(offset, selected);
-        }
+        self.selections.answer(topic, queue_id, offset, |filter| {
+            sql_selects(filter, record)
+        });
+    }
+
+    /// The refusal of a SQL92 subscription by a broker without property filtering (Java's
+    /// remark), or `None` when it filters.
+    pub(super) fn property_filter_refusal(&self, expression_type: &str) -> Option<Failure> {
+        (!self.config.enable_property_filter).then(|| {
+            Failure::system(format!(
+                "The broker does not support consumer to filter message by {expression_type}"
+            ))
+        })
     }
 
     /// The SQL92 filter a pull by `subscription` evaluates (`None` for tags), or why the pull
@@ -259,13 +262,10 @@ impl BrokerCore {
                     "The broker's consumer filter data is not exist!Your expression may be wrong!",
                 )),
             };
-        if !self.config.enable_property_filter {
-            return Err(Failure::system(format!(
-                "The broker does not support consumer to filter message by {}",
-                subscription.expression_type
-            )));
+        match self.property_filter_refusal(&subscription.expression_type) {
+            Some(refusal) => Err(refusal),
+            None => Ok(Some(filter)),
         }
-        Ok(Some(filter))
     }
 
     /// PULL_MESSAGE. `allow_suspend` is false when a held pull is re-run (no second hold, no
@@ -447,7 +447,7 @@ impl BrokerCore {
                     Some(code) => {
                         pull.subscription.matches_tags_code(code)
                             && match (&pull.subscription.sql, arrived_record) {
-                                (Some(Ok(filter)), Some(raw)) => sql_selects(Some(filter), raw),
+                                (Some(Ok(filter)), Some(raw)) => sql_selects(filter, raw),
                                 _ => true,
                             }
                     }

@@ -65,10 +65,11 @@ impl OffsetBits {
 /// The expressions pulled with on one queue, each with its answers, oldest first.
 type QueueAnswers = Vec<(Arc<SqlFilter>, OffsetBits)>;
 
-/// The answers of the expressions pulled with, per (topic, queue).
+/// The answers of the expressions pulled with, per topic and queue (keyed by topic first, so a
+/// look-up by name allocates nothing).
 #[derive(Debug, Default)]
 pub(crate) struct Selections {
-    queues: HashMap<(String, i32), QueueAnswers>,
+    topics: HashMap<String, HashMap<i32, QueueAnswers>>,
 }
 
 impl Selections {
@@ -80,7 +81,11 @@ impl Selections {
         queue_id: i32,
         filter: &Arc<SqlFilter>,
     ) -> &mut OffsetBits {
-        let expressions = self.queues.entry((topic.to_owned(), queue_id)).or_default();
+        if !self.topics.contains_key(topic) {
+            self.topics.insert(topic.to_owned(), HashMap::new());
+        }
+        let queues = self.topics.get_mut(topic).expect("inserted above");
+        let expressions = queues.entry(queue_id).or_default();
         let at = match expressions.iter().position(|(f, _)| **f == **filter) {
             Some(at) => at,
             None => {
@@ -94,17 +99,31 @@ impl Selections {
         &mut expressions[at].1
     }
 
-    /// The expressions pulled with on the queue (to evaluate a message as it is stored).
-    pub(crate) fn filters_of(&self, topic: &str, queue_id: i32) -> Vec<Arc<SqlFilter>> {
-        self.queues
-            .get(&(topic.to_owned(), queue_id))
-            .map(|e| e.iter().map(|(f, _)| Arc::clone(f)).collect())
-            .unwrap_or_default()
+    /// Records, for every expression pulled with on the queue, what `selects` answers for the
+    /// message at `offset` (one just stored).
+    pub(crate) fn answer(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        mut selects: impl FnMut(&SqlFilter) -> bool,
+    ) {
+        let Some(expressions) = self
+            .topics
+            .get_mut(topic)
+            .and_then(|queues| queues.get_mut(&queue_id))
+        else {
+            return;
+        };
+        for (filter, answers) in expressions {
+            answers.set(offset, selects(filter));
+        }
     }
 
-    /// Whether no queue remembers an expression (checked on every stored message).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+    /// Whether an expression was pulled with on some queue of `topic` (checked on every
+    /// stored message).
+    pub(crate) fn knows_topic(&self, topic: &str) -> bool {
+        self.topics.contains_key(topic)
     }
 }
 
@@ -126,8 +145,10 @@ mod tests {
         assert_eq!(s.of("T", 0, &eu).get(6), None);
         assert_eq!(s.of("T", 0, &us).get(5), Some(false));
         assert_eq!(s.of("T", 1, &eu).get(5), None);
-        assert_eq!(s.filters_of("T", 0).len(), 2);
-        assert!(!s.is_empty());
+        assert!(s.knows_topic("T") && !s.knows_topic("U"));
+        s.answer("T", 0, 6, |f| *f == *eu);
+        assert_eq!(s.of("T", 0, &eu).get(6), Some(true));
+        assert_eq!(s.of("T", 0, &us).get(6), Some(false));
     }
 
     #[test]
@@ -139,7 +160,12 @@ mod tests {
         for f in &filters {
             s.of("T", 0, f).set(0, true);
         }
-        assert_eq!(s.filters_of("T", 0).len(), MAX_EXPRESSIONS_PER_QUEUE);
+        let mut answered = 0;
+        s.answer("T", 0, 1, |_| {
+            answered += 1;
+            true
+        });
+        assert_eq!(answered, MAX_EXPRESSIONS_PER_QUEUE);
         assert_eq!(s.of("T", 0, &filters[1]).get(0), Some(true));
         assert_eq!(s.of("T", 0, &filters[0]).get(0), None, "the oldest went");
     }

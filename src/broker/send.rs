@@ -87,8 +87,11 @@ impl BrokerCore {
         // Only a parked pull needs the topic after the message is moved into the store.
         let wake_topic =
             (!self.held.is_empty() && msg.topic != SCHEDULE_TOPIC).then(|| msg.topic.clone());
-        // Expressions pulled with on this queue answer for the message now, once.
-        let select_topic = (!self.selections.is_empty()).then(|| msg.topic.clone());
+        // Expressions pulled with on this topic answer for the message now, once.
+        let select_topic = self
+            .selections
+            .knows_topic(&msg.topic)
+            .then(|| msg.topic.clone());
         let put = self.store.put(msg, now_ms).map_err(|e| match e {
             PutError::Record(e) => Failure::new(response_code::MESSAGE_ILLEGAL, e.to_string()),
             other => Failure::system(other.to_string()),

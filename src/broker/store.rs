@@ -642,14 +642,16 @@ impl MessageStore {
                 }
                 let offset = next;
                 next += 1;
+                // The entry decides first, so a record filtered out by its tags code is never
+                // read.
+                let decided = filter.by_entry(offset, entry.tags_code);
+                if decided == Some(false) {
+                    continue;
+                }
                 let Some(raw) = self.record_at_physical(entry.commit_log_offset) else {
                     continue;
                 };
-                let keep = match filter.by_entry(offset, entry.tags_code) {
-                    Some(keep) => keep,
-                    None => filter.by_record(offset, raw),
-                };
-                if keep {
+                if decided.is_some() || filter.by_record(offset, raw) {
                     result.body.extend_from_slice(raw);
                     result.message_count += 1;
                     result.status = GetStatus::Found;

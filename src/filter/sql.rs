@@ -1225,29 +1225,28 @@ impl SqlFilter {
     }
 
     fn evaluate_wire(&self, properties: &[u8]) -> Option<bool> {
-        if self.names.len() <= INLINE_SLOTS {
-            let mut names: [&[u8]; INLINE_SLOTS] = [&[]; INLINE_SLOTS];
-            for (slot, name) in names.iter_mut().zip(&self.names) {
-                *slot = name.as_bytes();
-            }
-            let mut raw = [None; INLINE_SLOTS];
-            let count = self.names.len();
-            lookup_many(properties, &names[..count], &mut raw[..count]);
-            let mut found = [None; INLINE_SLOTS];
-            for (text, value) in found.iter_mut().zip(&raw[..count]) {
-                *text = value.and_then(|v| std::str::from_utf8(v).ok());
-            }
-            self.root.evaluate(&found[..count])
+        let count = self.names.len();
+        if count <= INLINE_SLOTS {
+            let (mut raw, mut found) = ([None; INLINE_SLOTS], [None; INLINE_SLOTS]);
+            self.evaluate_in(properties, &mut raw[..count], &mut found[..count])
         } else {
-            let names: Vec<&[u8]> = self.names.iter().map(|n| n.as_bytes()).collect();
-            let mut raw = vec![None; names.len()];
-            lookup_many(properties, &names, &mut raw);
-            let found: Vec<Option<&str>> = raw
-                .iter()
-                .map(|v| v.and_then(|v| std::str::from_utf8(v).ok()))
-                .collect();
-            self.root.evaluate(&found)
+            self.evaluate_in(properties, &mut vec![None; count], &mut vec![None; count])
         }
+    }
+
+    /// Looks the expression's properties up in one scan (the last pair of a name wins, as
+    /// with [`Properties::get`]) into `raw`, reads them as text into `found`, and evaluates.
+    fn evaluate_in<'m>(
+        &self,
+        properties: &'m [u8],
+        raw: &mut [Option<&'m [u8]>],
+        found: &mut [Option<&'m str>],
+    ) -> Option<bool> {
+        lookup_many(properties, &self.names, raw);
+        for (text, value) in found.iter_mut().zip(raw.iter()) {
+            *text = value.and_then(|v| std::str::from_utf8(v).ok());
+        }
+        self.root.evaluate(found)
     }
 }
 

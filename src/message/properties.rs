@@ -493,22 +493,18 @@ fn next_segment(text: &[u8]) -> (&[u8], &[u8]) {
 /// [`lookup`] of several names in one pass over `text`: `found[i]` gets the value of the last
 /// valid pair named `names[i]` (left as it was when there is none). The names must be ones a
 /// pair can have (non-empty, no separator in them), as a SQL92 expression's are.
-pub(crate) fn lookup_many<'t>(text: &'t [u8], names: &[&[u8]], found: &mut [Option<&'t [u8]>]) {
+pub(crate) fn lookup_many<'t>(
+    text: &'t [u8],
+    names: &[impl AsRef<[u8]>],
+    found: &mut [Option<&'t [u8]>],
+) {
     let mut rest = text;
     while !rest.is_empty() {
         let (segment, tail) = next_segment(rest);
         rest = tail;
         for (name, slot) in names.iter().zip(found.iter_mut()) {
-            // As in `lookup`: length and first byte before the comparison.
-            if segment.len() <= name.len() || segment.first() != name.first() {
-                continue;
-            }
-            if let Some(after) = segment.strip_prefix(*name) {
-                if let Some((&NAME_VALUE_SEPARATOR, value)) = after.split_first() {
-                    if !value.is_empty() {
-                        *slot = Some(value);
-                    }
-                }
+            if let Some(value) = value_in(segment, name.as_ref()) {
+                *slot = Some(value);
             }
         }
     }
@@ -539,20 +535,24 @@ fn lookup<'t>(text: &'t [u8], name: &[u8]) -> Option<&'t [u8]> {
     while !rest.is_empty() {
         let (segment, tail) = next_segment(rest);
         rest = tail;
-        // The segment's key is `name` exactly when it starts with `name` followed by `\x01`.
-        // Checking length and first byte first skips a memcmp call for most segments.
-        if segment.len() <= name.len() || segment.first() != name.first() {
-            continue;
-        }
-        if let Some(after) = segment.strip_prefix(name) {
-            if let Some((&NAME_VALUE_SEPARATOR, value)) = after.split_first() {
-                if !value.is_empty() {
-                    found = Some(value);
-                }
-            }
+        if let Some(value) = value_in(segment, name) {
+            found = Some(value);
         }
     }
     found
+}
+
+/// The value of the `name\x01value` segment when its key is `name` and its value is not
+/// empty. The key is `name` exactly when the segment starts with `name` followed by `\x01`;
+/// checking length and first byte first skips a memcmp call for most segments.
+fn value_in<'t>(segment: &'t [u8], name: &[u8]) -> Option<&'t [u8]> {
+    if segment.len() <= name.len() || segment.first() != name.first() {
+        return None;
+    }
+    match segment.strip_prefix(name)?.split_first() {
+        Some((&NAME_VALUE_SEPARATOR, value)) if !value.is_empty() => Some(value),
+        _ => None,
+    }
 }
 
 /// [`lookup`] of two names (each one a pair can have) in one pass over `text`.
@@ -570,23 +570,14 @@ fn lookup_two<'t>(
     if first == second {
         return (lookup(text, first), lookup(text, second));
     }
-    let value_of = |segment: &'t [u8], name: &[u8]| -> Option<&'t [u8]> {
-        if segment.len() <= name.len() || segment.first() != name.first() {
-            return None;
-        }
-        match segment.strip_prefix(name)?.split_first() {
-            Some((&NAME_VALUE_SEPARATOR, value)) if !value.is_empty() => Some(value),
-            _ => None,
-        }
-    };
     let (mut found_first, mut found_second) = (None, None);
     let mut rest = text;
     while !rest.is_empty() {
         let (segment, tail) = next_segment(rest);
         rest = tail;
-        if let Some(value) = value_of(segment, first) {
+        if let Some(value) = value_in(segment, first) {
             found_first = Some(value);
-        } else if let Some(value) = value_of(segment, second) {
+        } else if let Some(value) = value_in(segment, second) {
             found_second = Some(value);
         }
     }
