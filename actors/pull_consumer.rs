@@ -294,14 +294,17 @@ impl std::fmt::Debug for PullConsumer {
     }
 }
 
-/// A pull by SQL92 that a broker without property filtering refused, said as such (with
-/// the way to switch it on); any other error as it came.
+/// A pull by SQL92 that a broker without property filtering refused ("The broker does not
+/// support consumer to filter message by SQL92"), said as such (with the way to switch it
+/// on); any other error as it came.
 fn refused_selector(error: Error, request: &PullRequest, queue: &MessageQueue) -> Error {
     let selector = &request.subscription.selector;
     match &error {
+        // Only the filtering refusal: SYSTEM_ERROR also answers a busy or failing broker.
         Error::Broker { code, remark, .. }
             if selector.is_sql()
-                && code.0 == crate::protocol::codes::response_code::SYSTEM_ERROR =>
+                && code.0 == crate::protocol::codes::response_code::SYSTEM_ERROR
+                && remark.contains("does not support consumer to filter") =>
         {
             Error::SelectorRefused {
                 broker: queue.broker_name.clone(),
