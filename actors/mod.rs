@@ -134,6 +134,7 @@ macro_rules! namespace_method {
     };
 }
 
+pub(crate) mod admin;
 /// Actors of the embedded broker.
 #[cfg(feature = "embedded")]
 pub(crate) mod broker;

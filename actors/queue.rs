@@ -44,6 +44,11 @@ use crate::protocol::codes::request_code;
 use crate::remoting::Expiry;
 use crate::rpc::{PullRequest, Subscription};
 
+/// The `tracing` target of the warning that a shutdown gave up on listener calls still running
+/// after `shutdown_await` (their messages are redelivered). A program that holds calls back on
+/// purpose, as the CLI's `consume --count`, filters this target out.
+pub(crate) const ABANDONED_CALLS_TARGET: &str = "rocketmq_actor::shutdown";
+
 /// How many spare copies of its queue a queue actor keeps (about the listener calls it has
 /// running at once).
 const MAX_SPARE_QUEUES: usize = 64;
@@ -1249,7 +1254,7 @@ impl Handler<DropQueue> for QueueActor {
             if let Some(limit) = self.shared.config.shutdown_await {
                 ctx.run_later(limit, |act, ctx| {
                     if !act.drain_waiters.is_empty() {
-                        tracing::warn!(queue = %act.queue, unsettled = act.core.unsettled, "listener calls still running after shutdown_await; dropping anyway");
+                        tracing::warn!(target: ABANDONED_CALLS_TARGET, queue = %act.queue, unsettled = act.core.unsettled, "listener calls still running after shutdown_await; dropping anyway");
                         let mut out = act.take_actions();
                         act.core.force_finish(&mut out);
                         act.execute(out, ctx);

@@ -127,6 +127,17 @@ pub mod embedded {
     pub use crate::broker::{BrokerConfig, Fault};
 }
 
+/// Administration, as Java's mqadmin: topics, subscription groups, brokers and clusters.
+///
+/// [`Admin`](admin::Admin) sends the calls over a [`Client`]'s connections; the body types are
+/// the wire's.
+pub mod admin {
+    pub use crate::actors::admin::{Admin, BrokerMaster, Brokers};
+    pub use crate::protocol::body::{
+        ClusterInfo, SubscriptionGroupConfig, TopicConfig, TopicOffset, TopicStatsTable,
+    };
+}
+
 /// The pull consumer kinds: [`PullConsumer`](pull::PullConsumer) (Java
 /// `DefaultMQPullConsumer`), [`PullScheduleService`](pull::PullScheduleService) (Java
 /// `MQPullConsumerScheduleService`) and [`LitePullConsumer`](pull::LitePullConsumer) (Java

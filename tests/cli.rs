@@ -249,7 +249,7 @@ async fn consume_in_every_mode_ends_with_the_same_summary_and_reset_offset_print
     ])
     .await;
     assert_exit(&output, 2, "a bad --to is a usage error");
-    assert!(stderr(&output).contains("first, last or a Unix time in ms"));
+    assert!(stderr(&output).contains("first, last, or a Unix time in ms"));
     client.shutdown().await;
     cluster.shutdown().await;
 }
@@ -1196,7 +1196,7 @@ async fn bad_arguments_are_usage_errors_with_exit_status_2() {
                 "--from",
                 "yesterday",
             ],
-            "first, last or a Unix time",
+            "first, last, or a Unix time",
         ),
         (
             vec![
@@ -1261,7 +1261,7 @@ async fn bad_arguments_are_usage_errors_with_exit_status_2() {
                 "--to",
                 "soon",
             ],
-            "first, last or a Unix time",
+            "first, last, or a Unix time",
         ),
     ];
     for (args, needle) in cases {

@@ -8,6 +8,7 @@ use crate::broker::schedule::{ScheduleProgress, SCHEDULE_TOPIC};
 use crate::broker::store::TopicConfig;
 use crate::broker::BrokerCore;
 use crate::message::property;
+use crate::protocol::body::SubscriptionGroupConfig;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,9 @@ struct Meta {
     topics: Vec<TopicConfig>,
     offsets: OffsetTable,
     schedule: ScheduleProgress,
+    /// Absent in the data of versions before subscription groups were kept.
+    #[serde(default)]
+    groups: Vec<SubscriptionGroupConfig>,
 }
 
 /// One broker's data directory.
@@ -117,6 +121,7 @@ impl DataDir {
             self.log.set_len(good)?;
         }
         self.persisted = core.store().commit_log_max_offset();
+        core.set_group_configs(meta.groups);
         core.set_offsets(meta.offsets);
         core.set_schedule_progress(meta.schedule);
         Ok(())
@@ -137,6 +142,7 @@ impl DataDir {
             topics: core.topic_configs(),
             offsets: core.offsets().clone(),
             schedule: core.schedule_progress().clone(),
+            groups: core.group_configs(),
         };
         let text = serde_json::to_string(&meta)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

@@ -12,15 +12,17 @@ use super::{
 use crate::message::{decode_offset_msg_id, MessageQueue};
 use crate::protocol::body::{
     decode_json, encode_json, CheckClientRequestBody, ClientConnection, ConsumerConnection,
-    ConsumerListBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody, ResetOffsetBody,
-    SubscriptionData, UnlockBatchRequestBody,
+    ConsumerListBody, HeartbeatData, KvTable, LockBatchRequestBody, LockBatchResponseBody,
+    ResetOffsetBody, SubscriptionData, SubscriptionGroupConfig, SubscriptionGroupTable,
+    TopicConfigTable, TopicOffset, TopicStatsTable, UnlockBatchRequestBody,
 };
 use crate::protocol::codes::{request_code, response_code};
 use crate::protocol::header::{
-    ConsumeMessageDirectlyRequestHeader, GetConsumerConnectionListRequestHeader,
+    ConsumeMessageDirectlyRequestHeader, DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader, GetConsumerConnectionListRequestHeader,
     GetConsumerListByGroupRequestHeader, GetConsumerRunningInfoRequestHeader,
-    HeartbeatResponseHeader, ResetOffsetRequestHeader, UnregisterClientRequestHeader,
-    UpdateTopicRequestHeader,
+    GetTopicConfigRequestHeader, HeartbeatResponseHeader, ResetOffsetRequestHeader,
+    UnregisterClientRequestHeader, UpdateTopicRequestHeader,
 };
 use crate::protocol::RemotingCommand;
 use serde::de::DeserializeOwned;
@@ -114,6 +116,25 @@ fn json_body<T: DeserializeOwned>(req: &RemotingCommand) -> Result<T, Failure> {
         .ok_or_else(|| Failure::system("java.lang.NullPointerException: request body is null"))?;
     decode_json(body)
         .map_err(|e| Failure::system(format!("com.alibaba.fastjson.JSONException: {e}")))
+}
+
+/// What GET_BROKER_RUNTIME_INFO reports besides the store's own figures.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeStats {
+    /// When the broker handled its first request (ms since the epoch).
+    pub boot_ms: Option<i64>,
+    /// Messages stored since then.
+    pub puts: u64,
+    /// Messages pulls returned since then.
+    pub gets: u64,
+}
+
+/// A successful answer carrying `body` as JSON.
+fn json_reply<T: serde::Serialize>(req: &RemotingCommand, body: &T) -> Handled {
+    Ok(Some(
+        RemotingCommand::response_to(req, response_code::SUCCESS, None)
+            .with_body(encode_json(body)),
+    ))
 }
 
 /// Result of [`BrokerCore::reset_offsets`]: the new offset of each queue and the pushes to the
@@ -326,6 +347,179 @@ impl BrokerCore {
             response_code::SUCCESS,
             None,
         )))
+    }
+
+    /// GET_TOPIC_CONFIG: one topic's configuration, TOPIC_NOT_EXIST when this broker has none.
+    pub(super) fn on_get_topic_config(&mut self, req: &RemotingCommand) -> Handled {
+        let GetTopicConfigRequestHeader { topic } = read_header(req)?;
+        match self.store.topic(&topic) {
+            Some(config) => json_reply(req, config),
+            None => Err(Failure::new(
+                response_code::TOPIC_NOT_EXIST,
+                format!("No topic in this broker. topic: {topic}"),
+            )),
+        }
+    }
+
+    /// GET_ALL_TOPIC_CONFIG: every topic of this broker, system topics included.
+    pub(super) fn on_get_all_topic_config(&mut self, req: &RemotingCommand) -> Handled {
+        let table = TopicConfigTable {
+            topic_config_table: self
+                .store
+                .topics()
+                .map(|t| (t.topic_name.clone(), t.clone()))
+                .collect(),
+        };
+        json_reply(req, &table)
+    }
+
+    /// GET_TOPIC_STATS_INFO: each queue's stored range and last store time.
+    pub(super) fn on_topic_stats(&mut self, req: &RemotingCommand) -> Handled {
+        let GetTopicConfigRequestHeader { topic } = read_header(req)?;
+        let config = self.store.topic(&topic).cloned().ok_or_else(|| {
+            Failure::new(
+                response_code::TOPIC_NOT_EXIST,
+                format!("topic[{topic}] not exist"),
+            )
+        })?;
+        let queues = config.read_queue_nums.max(config.write_queue_nums);
+        let offset_table = (0..queues)
+            .map(|queue_id| {
+                let (min, max) = (
+                    self.store.min_offset(&topic, queue_id),
+                    self.store.max_offset(&topic, queue_id),
+                );
+                let last = if max > min {
+                    self.store.store_time_at(&topic, queue_id, max - 1)
+                } else {
+                    None
+                };
+                let queue = MessageQueue::new(&topic, &self.config.broker_name, queue_id);
+                let offsets = TopicOffset {
+                    min_offset: min,
+                    max_offset: max,
+                    last_update_timestamp: last.unwrap_or(0),
+                };
+                (queue, offsets)
+            })
+            .collect();
+        json_reply(req, &TopicStatsTable { offset_table })
+    }
+
+    /// DELETE_TOPIC_IN_BROKER: the topic's queues, configuration and committed offsets go;
+    /// its records stay in the commit log until it is cleaned, as on a real broker. Deleting
+    /// a topic this broker does not have succeeds.
+    pub(super) fn on_delete_topic(
+        &mut self,
+        req: &RemotingCommand,
+        out: &mut Vec<Action>,
+    ) -> Handled {
+        let DeleteTopicRequestHeader { topic } = read_header(req)?;
+        if topic.trim().is_empty() {
+            return Err(Failure::new(
+                response_code::INVALID_PARAMETER,
+                "The specified topic is blank.",
+            ));
+        }
+        if topic == super::AUTO_CREATE_TOPIC || topic == super::schedule::SCHEDULE_TOPIC {
+            return Err(Failure::new(
+                response_code::INVALID_PARAMETER,
+                format!("The topic[{topic}] is conflict with system topic."),
+            ));
+        }
+        if self.store.delete_topic(&topic) {
+            self.offsets.remove_topic(&topic);
+            self.data_changed = true;
+            out.push(Action::TopicsChanged);
+        }
+        Ok(Some(RemotingCommand::response_to(
+            req,
+            response_code::SUCCESS,
+            None,
+        )))
+    }
+
+    /// GET_ALL_SUBSCRIPTIONGROUP_CONFIG: every group this broker knows.
+    pub(super) fn on_get_all_groups(&mut self, req: &RemotingCommand) -> Handled {
+        let table = SubscriptionGroupTable {
+            subscription_group_table: self.groups.clone(),
+        };
+        json_reply(req, &table)
+    }
+
+    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: the body is the group's configuration.
+    pub(super) fn on_put_group(&mut self, req: &RemotingCommand) -> Handled {
+        let config: SubscriptionGroupConfig = json_body(req)?;
+        super::validate_group(&config.group_name)?;
+        self.groups.insert(config.group_name.clone(), config);
+        self.data_changed = true;
+        Ok(Some(RemotingCommand::response_to(
+            req,
+            response_code::SUCCESS,
+            None,
+        )))
+    }
+
+    /// DELETE_SUBSCRIPTIONGROUP: the group's configuration, and its committed offsets with
+    /// `cleanOffset`. Members still running create it again with their next heartbeat.
+    pub(super) fn on_delete_group(&mut self, req: &RemotingCommand) -> Handled {
+        let DeleteSubscriptionGroupRequestHeader {
+            group_name,
+            clean_offset,
+        } = read_header(req)?;
+        self.groups.remove(&group_name);
+        if clean_offset {
+            self.offsets.remove_group(&group_name);
+        }
+        self.data_changed = true;
+        Ok(Some(RemotingCommand::response_to(
+            req,
+            response_code::SUCCESS,
+            None,
+        )))
+    }
+
+    /// GET_BROKER_RUNTIME_INFO: the figures a Java broker reports that this one keeps, under
+    /// Java's key names (`msgPutTotalTodayNow` counts since the broker started).
+    pub(super) fn on_runtime_info(&mut self, req: &RemotingCommand, now_ms: i64) -> Handled {
+        let boot_ms = self.stats.boot_ms.unwrap_or(now_ms);
+        let uptime =
+            std::time::Duration::from_secs(u64::try_from((now_ms - boot_ms) / 1000).unwrap_or(0));
+        let earliest = self
+            .store
+            .topics()
+            .flat_map(|t| {
+                let queues = t.read_queue_nums.max(t.write_queue_nums);
+                (0..queues).map(move |q| (t.topic_name.as_str(), q))
+            })
+            .map(|(topic, queue_id)| self.store.earliest_store_time(topic, queue_id))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let table: BTreeMap<String, String> = [
+            (
+                "brokerVersionDesc",
+                format!("rocketmq-actor-embedded-{}", env!("CARGO_PKG_VERSION")),
+            ),
+            ("brokerActive", "true".to_owned()),
+            ("bootTimestamp", boot_ms.to_string()),
+            ("runtime", humantime::format_duration(uptime).to_string()),
+            ("commitLogMinOffset", "0".to_owned()),
+            (
+                "commitLogMaxOffset",
+                self.store.commit_log_max_offset().to_string(),
+            ),
+            ("msgPutTotalTodayNow", self.stats.puts.to_string()),
+            ("msgGetTotalTodayNow", self.stats.gets.to_string()),
+            ("earliestMessageTimeStamp", earliest.to_string()),
+            ("topicCount", self.store.topics().count().to_string()),
+            ("groupCount", self.groups.len().to_string()),
+            ("clientConnections", self.peers.len().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        json_reply(req, &KvTable { table })
     }
 
     /// Checks that a group member can take a client call and returns its connection.

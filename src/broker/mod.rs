@@ -45,7 +45,7 @@ use clients::ClientTable;
 use locks::LockTable;
 use offsets::OffsetTable;
 use schedule::{DelayLevels, ScheduleProgress};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use store::{MessageStore, PullLimits, TopicConfig};
 
@@ -262,6 +262,27 @@ pub(crate) fn validate_topic(topic: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Java's `TopicValidator.validateGroup`: not blank, at most 255 characters of
+/// `^[%|a-zA-Z0-9_-]+$`.
+pub(crate) fn validate_group(group: &str) -> Result<(), Failure> {
+    let fails = |why: String| Err(Failure::new(response_code::INVALID_PARAMETER, why));
+    if group.trim().is_empty() {
+        return fails("the specified group is blank".into());
+    }
+    if group.len() > 255 {
+        return fails("the specified group is longer than group max length 255".into());
+    }
+    if !group
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-'))
+    {
+        return fails(format!(
+            "the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+        ));
+    }
+    Ok(())
+}
+
 /// The sans-I/O broker.
 #[derive(Debug)]
 pub struct BrokerCore {
@@ -271,7 +292,9 @@ pub struct BrokerCore {
     clients: ClientTable,
     locks: LockTable,
     /// Subscription groups known to the broker (auto-created like `autoCreateSubscriptionGroup`).
-    groups: BTreeSet<String>,
+    groups: BTreeMap<String, crate::protocol::body::SubscriptionGroupConfig>,
+    /// What GET_BROKER_RUNTIME_INFO reports.
+    stats: admin::RuntimeStats,
     held: pull::HeldPulls,
     schedule: ScheduleProgress,
     faults: HashMap<i32, Fault>,
@@ -311,7 +334,8 @@ impl BrokerCore {
             offsets: OffsetTable::default(),
             clients: ClientTable::default(),
             locks,
-            groups: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            stats: admin::RuntimeStats::default(),
             held: pull::HeldPulls::default(),
             schedule: ScheduleProgress::default(),
             faults: HashMap::new(),
@@ -359,7 +383,26 @@ impl BrokerCore {
 
     /// Replaces the committed consumer offsets (persistence reload).
     pub fn set_offsets(&mut self, offsets: OffsetTable) {
+        // A group with stored offsets existed before the restart.
+        for group in offsets.groups() {
+            self.ensure_group(&group);
+        }
         self.offsets = offsets;
+    }
+
+    /// The subscription groups (persisted with the data).
+    pub fn group_configs(&self) -> Vec<crate::protocol::body::SubscriptionGroupConfig> {
+        self.groups.values().cloned().collect()
+    }
+
+    /// Restores the subscription groups of a data directory.
+    pub fn set_group_configs(
+        &mut self,
+        groups: Vec<crate::protocol::body::SubscriptionGroupConfig>,
+    ) {
+        for group in groups {
+            self.groups.insert(group.group_name.clone(), group);
+        }
     }
 
     /// Scheduler progress (persisted with the data).
@@ -489,6 +532,7 @@ impl BrokerCore {
     /// Handles one frame received on `conn` at `now_ms`.
     pub fn handle(&mut self, conn: ConnId, request: RemotingCommand, now_ms: i64) -> Vec<Action> {
         let mut out = Vec::new();
+        self.stats.boot_ms.get_or_insert(now_ms);
         if request.is_response() {
             self.on_client_response(conn, request, &mut out);
             return out;
@@ -585,6 +629,14 @@ impl BrokerCore {
             rc::UNLOCK_BATCH_MQ => self.on_unlock(req),
             rc::CONSUMER_SEND_MSG_BACK => self.on_send_back(req, now_ms, out),
             rc::UPDATE_AND_CREATE_TOPIC => self.on_update_topic(req, out),
+            rc::GET_TOPIC_CONFIG => self.on_get_topic_config(req),
+            rc::GET_ALL_TOPIC_CONFIG => self.on_get_all_topic_config(req),
+            rc::GET_TOPIC_STATS_INFO => self.on_topic_stats(req),
+            rc::DELETE_TOPIC_IN_BROKER => self.on_delete_topic(req, out),
+            rc::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => self.on_get_all_groups(req),
+            rc::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => self.on_put_group(req),
+            rc::DELETE_SUBSCRIPTIONGROUP => self.on_delete_group(req),
+            rc::GET_BROKER_RUNTIME_INFO => self.on_runtime_info(req, now_ms),
             rc::INVOKE_BROKER_TO_RESET_OFFSET => self.on_invoke_reset_offset(req, out),
             rc::GET_CONSUMER_RUNNING_INFO | rc::CONSUME_MESSAGE_DIRECTLY => {
                 self.on_forward_to_client(conn, req, now_ms, out)
@@ -673,8 +725,12 @@ impl BrokerCore {
 
     /// Ensures a subscription group exists (the real broker auto-creates them).
     fn ensure_group(&mut self, group: &str) {
-        if !self.groups.contains(group) {
-            self.groups.insert(group.to_owned());
+        if !self.groups.contains_key(group) {
+            self.groups.insert(
+                group.to_owned(),
+                crate::protocol::body::SubscriptionGroupConfig::new(group),
+            );
+            self.data_changed = true;
         }
     }
 

@@ -4,7 +4,7 @@ use super::store::{perm, TopicConfig};
 use super::{header_failure, Failure};
 use crate::protocol::body::{encode_json, BrokerData, ClusterInfo, QueueData, TopicRouteData};
 use crate::protocol::codes::{request_code, response_code};
-use crate::protocol::header::GetRouteInfoRequestHeader;
+use crate::protocol::header::{DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader};
 use crate::protocol::RemotingCommand;
 use std::collections::BTreeMap;
 
@@ -32,12 +32,10 @@ pub fn is_name_server_code(code: i32) -> bool {
         code,
         request_code::GET_ROUTEINFO_BY_TOPIC
             | request_code::GET_BROKER_CLUSTER_INFO
-            | GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+            | request_code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+            | request_code::DELETE_TOPIC_IN_NAMESRV
     )
 }
-
-/// `RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER`.
-pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
 
 /// The name server's view of the brokers.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +85,17 @@ impl NameServerCore {
     pub fn register(&mut self, registration: BrokerRegistration) {
         self.brokers
             .insert(registration.broker_name.clone(), registration);
+    }
+
+    /// Drops a topic from the routes of every broker, or of one cluster's brokers
+    /// (DELETE_TOPIC_IN_NAMESRV); a broker that still has it lists it again when it next
+    /// registers.
+    pub fn delete_topic(&mut self, topic: &str, cluster: Option<&str>) {
+        for broker in self.brokers.values_mut() {
+            if cluster.is_none_or(|c| c == broker.cluster_name) {
+                broker.topics.retain(|t| t.topic_name != topic);
+            }
+        }
     }
 
     /// Removes a broker (graceful shutdown).
@@ -161,7 +170,7 @@ impl NameServerCore {
     }
 
     /// Answers a name-server request; `None` for oneway requests.
-    pub fn handle(&self, request: &RemotingCommand) -> Option<RemotingCommand> {
+    pub fn handle(&mut self, request: &RemotingCommand) -> Option<RemotingCommand> {
         let standard_json = request.version >= VERSION_STANDARD_JSON
             || request
                 .ext("acceptStandardJsonOnly")
@@ -191,7 +200,7 @@ impl NameServerCore {
                 RemotingCommand::response_to(request, response_code::SUCCESS, None)
                     .with_body(encode(encode_json(&info)))
             }
-            GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
+            request_code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
                 let mut topics: Vec<&str> = self
                     .brokers
                     .values()
@@ -202,6 +211,18 @@ impl NameServerCore {
                 let body = serde_json::json!({ "topicList": topics });
                 RemotingCommand::response_to(request, response_code::SUCCESS, None)
                     .with_body(encode_json(&body))
+            }
+            request_code::DELETE_TOPIC_IN_NAMESRV => {
+                match request.decode_header::<DeleteTopicFromNamesrvRequestHeader>() {
+                    Ok(header) => {
+                        self.delete_topic(&header.topic, header.cluster_name.as_deref());
+                        RemotingCommand::response_to(request, response_code::SUCCESS, None)
+                    }
+                    Err(e) => {
+                        let failure = header_failure(e);
+                        RemotingCommand::response_to(request, failure.code, Some(failure.remark))
+                    }
+                }
             }
             code => RemotingCommand::response_to(
                 request,
@@ -243,7 +264,7 @@ mod tests {
 
     #[test]
     fn route_lists_every_broker_with_quoted_ids_for_new_clients() {
-        let ns = two_brokers();
+        let mut ns = two_brokers();
         let resp = ns.handle(&route_request(479)).unwrap();
         assert_eq!((resp.code, resp.opaque), (0, 3));
         let route: Value = serde_json::from_slice(resp.body.as_deref().unwrap()).unwrap();
@@ -258,7 +279,7 @@ mod tests {
 
     #[test]
     fn old_clients_get_fastjson_unquoted_keys() {
-        let ns = two_brokers();
+        let mut ns = two_brokers();
         let resp = ns.handle(&route_request(400)).unwrap();
         let text = std::str::from_utf8(resp.body.as_deref().unwrap()).unwrap();
         assert!(
@@ -273,7 +294,7 @@ mod tests {
 
     #[test]
     fn unknown_topic_and_unknown_code() {
-        let ns = two_brokers();
+        let mut ns = two_brokers();
         let req =
             RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC).with_ext("topic", "X");
         assert_eq!(
@@ -294,7 +315,7 @@ mod tests {
 
     #[test]
     fn cluster_info_groups_brokers_by_cluster() {
-        let ns = two_brokers();
+        let mut ns = two_brokers();
         let mut req = RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO);
         req.version = 479;
         let resp = ns.handle(&req).unwrap();

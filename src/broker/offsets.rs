@@ -46,6 +46,26 @@ impl OffsetTable {
             .collect()
     }
 
+    /// The groups with stored offsets.
+    pub fn groups(&self) -> std::collections::BTreeSet<String> {
+        self.table
+            .keys()
+            .filter_map(|k| k.split_once('@').map(|(_, group)| group.to_owned()))
+            .collect()
+    }
+
+    /// Forgets a group's offsets on every topic.
+    pub fn remove_group(&mut self, group: &str) {
+        self.table
+            .retain(|k, _| k.split_once('@').is_none_or(|(_, g)| g != group));
+    }
+
+    /// Forgets every group's offsets on a topic.
+    pub fn remove_topic(&mut self, topic: &str) {
+        self.table
+            .retain(|k, _| k.split_once('@').is_none_or(|(t, _)| t != topic));
+    }
+
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
@@ -69,5 +89,21 @@ mod tests {
         assert_eq!(t.query("g", "U", 0), None);
         assert_eq!(t.queues("g", "T").len(), 2);
         assert_eq!(t.topics_of_group("g"), vec!["T".to_owned()]);
+        assert_eq!(t.groups(), ["g".to_owned(), "h".to_owned()].into());
+    }
+
+    #[test]
+    fn groups_and_topics_are_forgotten_whole() {
+        let mut t = OffsetTable::default();
+        t.commit("g", "T", 0, 5);
+        t.commit("g", "U", 0, 6);
+        t.commit("h", "T", 0, 7);
+        t.remove_group("g");
+        assert_eq!((t.query("g", "T", 0), t.query("g", "U", 0)), (None, None));
+        assert_eq!(t.query("h", "T", 0), Some(7));
+        t.commit("g", "U", 0, 8);
+        t.remove_topic("T");
+        assert_eq!(t.query("h", "T", 0), None);
+        assert_eq!(t.query("g", "U", 0), Some(8));
     }
 }

@@ -354,6 +354,7 @@ impl BrokerCore {
         let result = self
             .store
             .get(&topic, queue_id, queue_offset, max_msg_nums, filter);
+        self.stats.gets += result.message_count as u64;
         let code = match result.status {
             GetStatus::Found => response_code::SUCCESS,
             GetStatus::NoMatchedMessage => response_code::PULL_RETRY_IMMEDIATELY,
@@ -527,7 +528,7 @@ impl BrokerCore {
             commit_offset,
             ..
         } = read_header(req)?;
-        if !self.groups.contains(&group) {
+        if !self.groups.contains_key(&group) {
             return Err(Failure::new(
                 response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
                 format!("Group {group} not exist!"),

@@ -97,6 +97,7 @@ impl BrokerCore {
             other => Failure::system(other.to_string()),
         })?;
         self.data_changed = true;
+        self.stats.puts += 1;
         if let Some(topic) = select_topic {
             self.select_stored(&topic, queue_id, put.queue_offset);
         }

@@ -50,40 +50,12 @@ impl Default for PullLimits {
     }
 }
 
-/// A topic's configuration, as registered with the name server.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TopicConfig {
-    /// Topic name.
-    pub topic_name: String,
-    /// Queues consumers see.
-    pub read_queue_nums: i32,
-    /// Queues producers see.
-    pub write_queue_nums: i32,
-    /// `PermName` bits.
-    pub perm: i32,
-    /// `TopicSysFlag` bits.
-    pub topic_sys_flag: i32,
-    /// Ordered topic.
-    pub order: bool,
-}
+pub use crate::protocol::body::TopicConfig;
 
-impl TopicConfig {
-    /// A read-write topic with `queues` read and write queues.
-    pub fn new(name: impl Into<String>, queues: i32) -> Self {
-        TopicConfig {
-            topic_name: name.into(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            perm: perm::READ_WRITE,
-            topic_sys_flag: 0,
-            order: false,
-        }
-    }
-
-    fn physical_queues(&self) -> usize {
-        usize::try_from(self.read_queue_nums.max(self.write_queue_nums)).unwrap_or(0)
-    }
+/// The queues a topic's configuration needs in the store: the larger of its read and write
+/// counts.
+fn physical_queues(config: &TopicConfig) -> usize {
+    usize::try_from(config.read_queue_nums.max(config.write_queue_nums)).unwrap_or(0)
 }
 
 /// One consume-queue entry.
@@ -277,7 +249,7 @@ impl MessageStore {
     /// Creates or updates a topic; queues are only ever added, never dropped, so offsets of
     /// existing queues survive a shrink-then-grow.
     pub fn upsert_topic(&mut self, config: TopicConfig) {
-        let wanted = config.physical_queues();
+        let wanted = physical_queues(&config);
         let state = self
             .topics
             .entry(config.topic_name.clone())

@@ -15,15 +15,18 @@ use rocketmq_actor::{Client, Error, MessageQueue};
 use serde_json::json;
 
 use super::format::message_json;
-use super::{emit, CliResult, Connect, Failure, Outcome};
+use super::output::{OutputArgs, Rows};
+use super::{emit, parse_time, CliResult, Connect, Failure, Outcome};
 
 /// `topic-route`'s arguments.
 #[derive(clap::Args, Clone, Debug)]
 pub struct TopicRouteArgs {
     #[command(flatten)]
     pub connect: Connect,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Topic.
-    #[arg(long)]
+    #[arg(short, long)]
     pub topic: String,
 }
 
@@ -32,12 +35,14 @@ pub struct TopicRouteArgs {
 pub struct ConsumerProgressArgs {
     #[command(flatten)]
     pub connect: Connect,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Consumer group.
-    #[arg(long)]
+    #[arg(short, long)]
     pub group: String,
     /// Only this topic (default: every topic the group's online clients subscribe to; needed
     /// for a group without online clients).
-    #[arg(long)]
+    #[arg(short, long)]
     pub topic: Option<String>,
 }
 
@@ -46,8 +51,10 @@ pub struct ConsumerProgressArgs {
 pub struct ConsumerConnectionsArgs {
     #[command(flatten)]
     pub connect: Connect,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Consumer group.
-    #[arg(long)]
+    #[arg(short, long)]
     pub group: String,
 }
 
@@ -67,14 +74,21 @@ pub struct QueryMsgArgs {
 pub struct ResetOffsetArgs {
     #[command(flatten)]
     pub connect: Connect,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Consumer group.
-    #[arg(long)]
+    #[arg(short, long)]
     pub group: String,
     /// Topic.
-    #[arg(long)]
+    #[arg(short, long)]
     pub topic: String,
-    /// first, last, or a Unix time in ms.
-    #[arg(long, value_parser = reset_target, value_name = "first|last|MS")]
+    /// first, last, or a time: Unix ms, RFC 3339 (`2026-12-07T10:00:00Z`) or relative (`-1h`).
+    #[arg(
+        long,
+        value_parser = reset_target,
+        value_name = "first|last|TIME",
+        allow_hyphen_values = true
+    )]
     pub to: i64,
     /// Only move offsets back (do not skip unconsumed messages forward).
     #[arg(long)]
@@ -94,16 +108,19 @@ fn reset_target(text: &str) -> Result<i64, String> {
     match text {
         "first" => Ok(0),
         "last" => Ok(-1),
-        ms => ms
-            .parse::<i64>()
-            .ok()
-            .filter(|ms| *ms >= 0)
-            .ok_or_else(|| "expected first, last or a Unix time in ms".to_owned()),
+        time => match parse_time(time) {
+            Ok(ms) if ms >= 0 => Ok(ms),
+            Ok(_) => Err("the time is before 1970".to_owned()),
+            Err(e) => Err(format!(
+                "expected first, last, or {}",
+                e.trim_start_matches("expected ")
+            )),
+        },
     }
 }
 
 /// Java's `PermName.perm2String`: `R`, `W`, `X` (inherit) or `-` in that order.
-fn perm_text(bits: i32) -> String {
+pub(super) fn perm_text(bits: i32) -> String {
     [(perm::READ, 'R'), (perm::WRITE, 'W'), (perm::INHERIT, 'X')]
         .iter()
         .map(|&(bit, c)| if bits & bit != 0 { c } else { '-' })
@@ -111,7 +128,7 @@ fn perm_text(bits: i32) -> String {
 }
 
 /// Runs `body` with a client of `connect`, shutting the client down afterwards.
-async fn with_client<T>(
+pub(super) async fn with_client<T>(
     connect: &Connect,
     body: impl AsyncFnOnce(&Client) -> CliResult<T>,
 ) -> CliResult<T> {
@@ -120,6 +137,17 @@ async fn with_client<T>(
     client.shutdown().await;
     result
 }
+
+/// The columns of `topic route`.
+const ROUTE_COLUMNS: &[&str] = &[
+    "topic",
+    "broker",
+    "cluster",
+    "addrs",
+    "read_queues",
+    "write_queues",
+    "perm_text",
+];
 
 /// `topic-route`: one line per broker of the topic — its addresses by broker id (0: the
 /// master) and its queues (read, write, permission).
@@ -156,11 +184,13 @@ pub async fn topic_route(args: &TopicRouteArgs) -> CliResult {
             .collect::<Vec<_>>())
     })
     .await?;
-    rows.iter().try_for_each(emit)?;
+    let mut table = Rows::new(ROUTE_COLUMNS);
+    rows.into_iter().for_each(|row| table.push(row));
+    table.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 
-fn no_topic(topic: &str) -> Failure {
+pub(super) fn no_topic(topic: &str) -> Failure {
     Failure(format!(
         "topic {topic} does not exist (the name servers have no route for it)"
     ))
@@ -201,8 +231,17 @@ pub async fn consumer_connections(args: &ConsumerConnectionsArgs) -> CliResult {
         .collect();
     let mut clients = connections.connection_set.clone();
     clients.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+    let mut rows = Rows::new(&[
+        "group",
+        "client_id",
+        "client_addr",
+        "language",
+        "version",
+        "consume_type",
+        "message_model",
+    ]);
     for client in &clients {
-        emit(&json!({
+        rows.push(json!({
             "group": args.group,
             "client_id": client.client_id,
             "client_addr": client.client_addr,
@@ -212,8 +251,9 @@ pub async fn consumer_connections(args: &ConsumerConnectionsArgs) -> CliResult {
             "message_model": connections.message_model,
             "consume_from_where": connections.consume_from_where,
             "subscriptions": subscriptions,
-        }))?;
+        }));
     }
+    rows.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 
@@ -267,9 +307,10 @@ async fn owners(
             }
         }
         if let Some(e) = last_error {
-            eprintln!(
-                "warning: cannot ask client {} for its queues: {e}",
-                connection.client_id
+            tracing::warn!(
+                client = %connection.client_id,
+                error = %e,
+                "cannot ask the client for its queues"
             );
         }
     }
@@ -321,7 +362,17 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
         Ok(rows)
     })
     .await?;
-    rows.iter().try_for_each(emit)?;
+    let mut table = Rows::new(&[
+        "topic",
+        "broker",
+        "queue_id",
+        "broker_offset",
+        "consumer_offset",
+        "lag",
+        "client",
+    ]);
+    rows.into_iter().for_each(|row| table.push(row));
+    table.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 
@@ -352,9 +403,13 @@ pub async fn reset_offset(args: &ResetOffsetArgs) -> CliResult {
             .await?)
     })
     .await?;
+    let mut rows = Rows::new(&["broker", "queue_id", "offset"]);
     for (queue, offset) in table {
-        emit(&json!({"broker": queue.broker_name, "queue_id": queue.queue_id, "offset": offset}))?;
+        rows.push(
+            json!({"broker": queue.broker_name, "queue_id": queue.queue_id, "offset": offset}),
+        );
     }
+    rows.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 
@@ -375,7 +430,9 @@ mod tests {
         assert_eq!(reset_target("first"), Ok(0));
         assert_eq!(reset_target("last"), Ok(-1));
         assert_eq!(reset_target("1700000000000"), Ok(1_700_000_000_000));
+        assert_eq!(reset_target("2024-01-01T00:00:00Z"), Ok(1_704_067_200_000));
         assert!(reset_target("yesterday").is_err());
         assert!(reset_target("-5").is_err());
+        assert!(reset_target("1960-01-01T00:00:00Z").is_err());
     }
 }

@@ -28,7 +28,9 @@ use super::format::{parse_format, write_message, Format};
 use super::histogram::Histogram;
 use super::signal::ShutdownSignal;
 use super::watch::{baseline, Progress, ProgressLine, Watcher};
-use super::{emit_summary, positive_u64, rounded, CliResult, Connect, Failure, Outcome};
+use super::{
+    emit_summary, parse_time, positive_u64, rounded, CliResult, Connect, Failure, Outcome,
+};
 use rocketmq_actor::filter::Selector;
 
 /// How long a push consumer's shutdown waits for listener calls in flight: only the calls held
@@ -51,10 +53,10 @@ pub struct ConsumeArgs {
     #[command(flatten)]
     pub connect: Connect,
     /// Topic to subscribe to.
-    #[arg(long)]
+    #[arg(short, long)]
     pub topic: String,
     /// Consumer group.
-    #[arg(long)]
+    #[arg(short, long)]
     pub group: String,
     /// Tag expression, e.g. "TagA || TagB".
     #[arg(long, default_value = "*")]
@@ -65,15 +67,22 @@ pub struct ConsumeArgs {
     pub sql: Option<String>,
     /// Stop after exactly N messages: messages past N are neither printed nor acknowledged, so
     /// the group's next consumer gets them.
-    #[arg(long, value_parser = positive_u64)]
+    #[arg(short, long, value_parser = positive_u64)]
     pub count: Option<u64>,
     /// Stop (exit 0) once caught up: every queue of the topic consumed up to its end offset as
     /// it stood when that queue caught up (at once for a topic without messages). Needs a
     /// clustering consumer: a broadcasting one keeps its offsets on its host.
     #[arg(long, conflicts_with = "broadcast")]
     pub exit_at_end: bool,
-    /// Where a queue without a stored offset starts: first, last or a Unix time in ms.
-    #[arg(long, default_value = "last", value_parser = parse_start, value_name = "first|last|MS")]
+    /// Where a queue without a stored offset starts: first, last, or the first message stored
+    /// at or after a time (Unix ms, RFC 3339, or relative as `-1h`).
+    #[arg(
+        long,
+        default_value = "last",
+        value_parser = parse_start,
+        value_name = "first|last|TIME",
+        allow_hyphen_values = true
+    )]
     pub from: StartAt,
     /// Broadcasting instead of clustering.
     #[arg(long)]
@@ -104,6 +113,9 @@ pub struct ConsumeArgs {
     /// runs.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The global `--quiet`: no progress line.
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 /// `consume --mode`.
@@ -128,15 +140,17 @@ pub enum StartAt {
     Timestamp(i64),
 }
 
-/// Parses `first`, `last` or a Unix time in ms.
+/// Parses `first`, `last` or a time ([`parse_time`]).
 pub fn parse_start(text: &str) -> Result<StartAt, String> {
     match text {
         "first" => Ok(StartAt::First),
         "last" => Ok(StartAt::Last),
-        ms => ms
-            .parse()
-            .map(StartAt::Timestamp)
-            .map_err(|_| "expected first, last or a Unix time in ms".to_owned()),
+        time => parse_time(time).map(StartAt::Timestamp).map_err(|e| {
+            format!(
+                "expected first, last, or {}",
+                e.trim_start_matches("expected ")
+            )
+        }),
     }
 }
 
@@ -357,7 +371,7 @@ async fn run(
             args.topic
         )));
     }
-    let line = std::io::stderr().is_terminal().then(ProgressLine::new);
+    let line = (!args.quiet && std::io::stderr().is_terminal()).then(ProgressLine::new);
     let watching = args.exit_at_end || line.is_some();
     let start = match (&probed, watching) {
         (Some(route), true) => {

@@ -276,6 +276,7 @@ pub async fn demo(args: DemoArgs) -> CliResult {
                 orderly_by_key: false,
                 mode: ConsumeMode::Push,
                 metrics_addr: None,
+                quiet: false,
             })
             .await
         }

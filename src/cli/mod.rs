@@ -8,6 +8,8 @@ pub mod consume;
 pub mod embedded;
 pub mod format;
 pub mod histogram;
+pub mod manage;
+pub mod output;
 pub mod produce;
 pub mod signal;
 pub mod watch;
@@ -80,7 +82,13 @@ pub type CliResult<T = Outcome> = Result<T, Failure>;
 pub struct Connect {
     /// Name-server addresses, `;`-separated (`host:port;host:port`); without it the
     /// `NAMESRV_ADDR` environment variable, as Java clients and mqadmin read it.
-    #[arg(long, env = "NAMESRV_ADDR", value_parser = namesrv_list, value_name = "ADDRS")]
+    #[arg(
+        short,
+        long,
+        env = "NAMESRV_ADDR",
+        value_parser = namesrv_list,
+        value_name = "ADDRS"
+    )]
     pub namesrv: String,
     /// How long a name server or broker may take to answer one request (e.g. `3s`, `500ms`).
     /// A name server that does not answer within it ends the command with exit status 1.
@@ -248,6 +256,40 @@ pub fn positive_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A point in time as epoch milliseconds: a Unix time in ms (`1700000000000`), an RFC 3339
+/// time (`2026-12-07T10:00:00Z`, `2026-12-07 10:00:00+08:00`), `now`, or a time relative to
+/// now (`-1h`, `-90s`, `-2days`: humantime's units).
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    parse_time_at(text, rocketmq_actor::util::now_ms())
+}
+
+/// [`parse_time`] with "now" given.
+fn parse_time_at(text: &str, now_ms: i64) -> Result<i64, String> {
+    const EXPECTED: &str =
+        "expected a Unix time in ms, an RFC 3339 time (2026-12-07T10:00:00Z), now, or -DURATION (-1h)";
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now_ms);
+    }
+    if let Some(ago) = text.strip_prefix('-') {
+        let ago = humantime::parse_duration(ago).map_err(|e| format!("{EXPECTED}: {e}"))?;
+        let ago = i64::try_from(ago.as_millis()).map_err(|_| EXPECTED.to_owned())?;
+        return Ok(now_ms.saturating_sub(ago));
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| EXPECTED.to_owned());
+    }
+    let rfc3339 = text.replacen(' ', "T", 1);
+    let time =
+        time::OffsetDateTime::parse(&rfc3339, &time::format_description::well_known::Rfc3339)
+            // What is wrong with what looks like a date helps; with a word it does not.
+            .map_err(|e| match text.starts_with(|c: char| c.is_ascii_digit()) {
+                true => format!("{EXPECTED}: {e}"),
+                false => EXPECTED.to_owned(),
+            })?;
+    i64::try_from(time.unix_timestamp_nanos() / 1_000_000).map_err(|_| EXPECTED.to_owned())
+}
+
 /// A count of at least 1.
 pub fn positive_u64(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
@@ -273,11 +315,50 @@ pub fn rounded(value: f64) -> f64 {
 /// Writes one JSON line to stdout. A reader that went away (`| head`) is not an error: what it
 /// asked for was written.
 pub fn emit(value: &serde_json::Value) -> CliResult<()> {
+    write_stdout(format!("{value}\n").as_bytes())
+}
+
+/// Writes `bytes` to stdout and flushes. A reader that went away (`| head`) is not an error:
+/// what it asked for was written.
+pub fn write_stdout(bytes: &[u8]) -> CliResult<()> {
     let mut out = std::io::stdout().lock();
-    match writeln!(out, "{value}").and_then(|()| out.flush()) {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(Failure(format!("cannot write to stdout: {e}")))
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_in_every_form() {
+        let now = 1_765_000_000_000;
+        assert_eq!(parse_time_at("1700000000000", now), Ok(1_700_000_000_000));
+        assert_eq!(parse_time_at("now", now), Ok(now));
+        assert_eq!(parse_time_at("-1h", now), Ok(now - 3_600_000));
+        assert_eq!(parse_time_at("-1m 30s", now), Ok(now - 90_000));
+        assert_eq!(
+            parse_time_at("2024-01-01T00:00:00Z", now),
+            Ok(1_704_067_200_000)
+        );
+        assert_eq!(
+            parse_time_at("2024-01-01 08:00:00.250+08:00", now),
+            Ok(1_704_067_200_250)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "-",
+            "-1 fortnight",
+            "2024-13-01T00:00:00Z",
+            "2024-01-01",
+        ] {
+            let error = parse_time_at(bad, now).expect_err(bad);
+            assert!(error.starts_with("expected a Unix time"), "{bad}: {error}");
+        }
     }
 }

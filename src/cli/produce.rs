@@ -20,10 +20,10 @@ pub struct ProduceArgs {
     #[command(flatten)]
     pub connect: Connect,
     /// Topic to send to (auto-created by brokers that allow it).
-    #[arg(long)]
+    #[arg(short, long)]
     pub topic: String,
     /// Synthetic load: send this many generated bodies (`message-<i>-xxx…`, --size bytes each).
-    #[arg(long, value_parser = positive_u64)]
+    #[arg(short, long, value_parser = positive_u64)]
     pub count: Option<u64>,
     /// Body size of the synthetic messages, in bytes.
     #[arg(long, default_value_t = 128, value_parser = at_least_one, conflicts_with = "file")]

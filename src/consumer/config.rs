@@ -425,7 +425,9 @@ pub struct PushConsumerConfig {
     pub consume_timeout: Duration,
     /// How long shutdown waits for listener calls in flight before persisting offsets. `None`
     /// (the default) waits until they finish, so no message is consumed twice because of a
-    /// shutdown; Java's default is `0s` (do not wait), which causes duplicates.
+    /// shutdown; Java's default is `0s` (do not wait), which causes duplicates. Calls still
+    /// running when it ends are abandoned (not committed, so redelivered), with a warning per
+    /// queue on the `tracing` target `rocketmq_actor::shutdown`.
     #[serde(
         with = "serde_duration::option",
         skip_serializing_if = "Option::is_none"

@@ -1099,6 +1099,184 @@ pub struct ConsumeMessageDirectlyResult {
     pub spent_time_mills: i64,
 }
 
+// ---------------------------------------------------------------------------------------------
+// Administration: topics, subscription groups, broker state
+// ---------------------------------------------------------------------------------------------
+
+/// A topic's configuration on a broker (Java `TopicConfig`): what UPDATE_AND_CREATE_TOPIC (17)
+/// sets, GET_TOPIC_CONFIG (351) and GET_ALL_TOPIC_CONFIG (21) return, and a broker registers
+/// with the name server.
+///
+/// ```
+/// use rocketmq_actor::admin::TopicConfig;
+/// let mut orders = TopicConfig::new("Orders", 8);
+/// orders.order = true;
+/// assert_eq!((orders.read_queue_nums, orders.write_queue_nums, orders.perm), (8, 8, 6));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicConfig {
+    /// Topic name.
+    pub topic_name: String,
+    /// Queues consumers see.
+    #[serde(deserialize_with = "lenient::i32")]
+    pub read_queue_nums: i32,
+    /// Queues producers see.
+    #[serde(deserialize_with = "lenient::i32")]
+    pub write_queue_nums: i32,
+    /// `PermName` bits: 4 read, 2 write, 1 inherit ([`crate::protocol::codes::perm`]).
+    #[serde(deserialize_with = "lenient::i32")]
+    pub perm: i32,
+    /// `TopicSysFlag` bits.
+    #[serde(default, deserialize_with = "lenient::i32")]
+    pub topic_sys_flag: i32,
+    /// Ordered topic.
+    #[serde(default, deserialize_with = "lenient::bool")]
+    pub order: bool,
+}
+
+impl TopicConfig {
+    /// A read-write topic with `queues` read and write queues.
+    pub fn new(name: impl Into<String>, queues: i32) -> Self {
+        TopicConfig {
+            topic_name: name.into(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: crate::protocol::codes::perm::READ | crate::protocol::codes::perm::WRITE,
+            topic_sys_flag: 0,
+            order: false,
+        }
+    }
+}
+
+/// GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) body.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TopicList {
+    /// Every topic some broker registered, system topics included.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub topic_list: Vec<String>,
+}
+
+/// GET_ALL_TOPIC_CONFIG (21) body (Java `TopicConfigSerializeWrapper`; the data version and
+/// static-topic mappings are not read).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TopicConfigTable {
+    /// Topic name → its configuration on the broker.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub topic_config_table: BTreeMap<String, TopicConfig>,
+}
+
+/// GET_BROKER_RUNTIME_INFO (28) body (Java `KVTable`): every value a string, the keys the
+/// broker's own (Java and rocketmq-rust fill different sets).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KvTable {
+    /// Key → value.
+    #[serde(deserialize_with = "lenient::string_map")]
+    pub table: BTreeMap<String, String>,
+}
+
+/// A consumer group's configuration on a broker (Java `SubscriptionGroupConfig`), as
+/// GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) lists it and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+/// (200) sets it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubscriptionGroupConfig {
+    /// Group name.
+    #[serde(deserialize_with = "lenient::string")]
+    pub group_name: String,
+    /// Members may consume.
+    #[serde(deserialize_with = "lenient::bool")]
+    pub consume_enable: bool,
+    /// A new member starts from the queue's first offset when it has none.
+    #[serde(deserialize_with = "lenient::bool")]
+    pub consume_from_min_enable: bool,
+    /// Broadcasting consumption is allowed.
+    #[serde(deserialize_with = "lenient::bool")]
+    pub consume_broadcast_enable: bool,
+    /// Queues of the group's retry topic.
+    #[serde(deserialize_with = "lenient::i32")]
+    pub retry_queue_nums: i32,
+    /// Deliveries before a message goes to the dead-letter topic.
+    #[serde(deserialize_with = "lenient::i32")]
+    pub retry_max_times: i32,
+    /// The broker id members pull from.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub broker_id: i64,
+    /// The broker id members pull from when they fall behind.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub which_broker_when_consume_slowly: i64,
+    /// Members are told when the membership changes.
+    #[serde(deserialize_with = "lenient::bool")]
+    pub notify_consumer_ids_changed_enable: bool,
+}
+
+impl SubscriptionGroupConfig {
+    /// A group with the broker defaults (Java's): consume enabled, 1 retry queue, 16 retries.
+    pub fn new(name: impl Into<String>) -> Self {
+        SubscriptionGroupConfig {
+            group_name: name.into(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Default for SubscriptionGroupConfig {
+    fn default() -> Self {
+        SubscriptionGroupConfig {
+            group_name: String::new(),
+            consume_enable: true,
+            consume_from_min_enable: true,
+            consume_broadcast_enable: true,
+            retry_queue_nums: 1,
+            retry_max_times: 16,
+            broker_id: 0,
+            which_broker_when_consume_slowly: 1,
+            notify_consumer_ids_changed_enable: true,
+        }
+    }
+}
+
+/// GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body (Java `SubscriptionGroupWrapper`; the data
+/// version and forbidden table are not read).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubscriptionGroupTable {
+    /// Group name → its configuration on the broker.
+    #[serde(deserialize_with = "lenient::null_default")]
+    pub subscription_group_table: BTreeMap<String, SubscriptionGroupConfig>,
+}
+
+/// One queue's stored range in GET_TOPIC_STATS_INFO (Java `TopicOffset`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TopicOffset {
+    /// The queue's first offset still stored.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub min_offset: i64,
+    /// One past the queue's last offset.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub max_offset: i64,
+    /// Store time (ms) of the queue's last message; 0 for an empty queue.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub last_update_timestamp: i64,
+}
+
+/// GET_TOPIC_STATS_INFO (202) body (Java `TopicStatsTable`). Java writes the queue keys as raw
+/// JSON objects, rocketmq-rust as JSON strings; both are read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TopicStatsTable {
+    /// Queue → its stored range.
+    #[serde(
+        deserialize_with = "queue_keyed_map",
+        serialize_with = "serialize_queue_keyed_map"
+    )]
+    pub offset_table: BTreeMap<MessageQueue, TopicOffset>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,10 @@ pub mod request_code {
     pub const UPDATE_CONSUMER_OFFSET: i32 = 15;
     /// Create or update a topic on a broker (admin).
     pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    /// Every topic configuration of a broker (admin).
+    pub const GET_ALL_TOPIC_CONFIG: i32 = 21;
+    /// A broker's runtime figures as a key-value table (admin).
+    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
     /// Find the offset of the first message stored at or after a timestamp.
     pub const SEARCH_OFFSET_BY_TIMESTAMP: i32 = 29;
     /// Max logical offset of a queue (one past the last message).
@@ -50,8 +54,20 @@ pub mod request_code {
     pub const GET_BROKER_CLUSTER_INFO: i32 = 106;
     /// Create or update a subscription group (admin).
     pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
+    /// Every subscription group configuration of a broker (admin).
+    pub const GET_ALL_SUBSCRIPTIONGROUP_CONFIG: i32 = 201;
+    /// The stored offset range of each queue of a topic on a broker (admin).
+    pub const GET_TOPIC_STATS_INFO: i32 = 202;
     /// A consumer group's connected clients and subscriptions (admin).
     pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
+    /// Every topic the name server knows (admin).
+    pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
+    /// Delete a subscription group from a broker (admin).
+    pub const DELETE_SUBSCRIPTIONGROUP: i32 = 207;
+    /// Delete a topic from a broker (admin).
+    pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
+    /// Delete a topic from the name server's routes (admin).
+    pub const DELETE_TOPIC_IN_NAMESRV: i32 = 216;
     /// Broker tells a consumer to reset its offsets (oneway).
     pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
     /// Broker asks a consumer for its offsets (deprecated).
@@ -69,6 +85,8 @@ pub mod request_code {
     pub const SEND_BATCH_MESSAGE: i32 = 320;
     /// Broker pushes a reply message to a request/reply producer.
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
+    /// One topic's configuration on a broker (admin, 5.x).
+    pub const GET_TOPIC_CONFIG: i32 = 351;
     /// Lite pull consumer pull (same header as PULL_MESSAGE).
     pub const LITE_PULL_MESSAGE: i32 = 361;
     /// 5.x server-side rebalance assignment query.
@@ -260,6 +278,8 @@ pub fn request_code_name(code: i32) -> &'static str {
         QUERY_CONSUMER_OFFSET => "QUERY_CONSUMER_OFFSET",
         UPDATE_CONSUMER_OFFSET => "UPDATE_CONSUMER_OFFSET",
         UPDATE_AND_CREATE_TOPIC => "UPDATE_AND_CREATE_TOPIC",
+        GET_ALL_TOPIC_CONFIG => "GET_ALL_TOPIC_CONFIG",
+        GET_BROKER_RUNTIME_INFO => "GET_BROKER_RUNTIME_INFO",
         SEARCH_OFFSET_BY_TIMESTAMP => "SEARCH_OFFSET_BY_TIMESTAMP",
         GET_MAX_OFFSET => "GET_MAX_OFFSET",
         GET_MIN_OFFSET => "GET_MIN_OFFSET",
@@ -278,7 +298,14 @@ pub fn request_code_name(code: i32) -> &'static str {
         GET_ROUTEINFO_BY_TOPIC => "GET_ROUTEINFO_BY_TOPIC",
         GET_BROKER_CLUSTER_INFO => "GET_BROKER_CLUSTER_INFO",
         UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
+        GET_ALL_SUBSCRIPTIONGROUP_CONFIG => "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
+        GET_TOPIC_STATS_INFO => "GET_TOPIC_STATS_INFO",
         GET_CONSUMER_CONNECTION_LIST => "GET_CONSUMER_CONNECTION_LIST",
+        GET_ALL_TOPIC_LIST_FROM_NAMESERVER => "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
+        DELETE_SUBSCRIPTIONGROUP => "DELETE_SUBSCRIPTIONGROUP",
+        DELETE_TOPIC_IN_BROKER => "DELETE_TOPIC_IN_BROKER",
+        DELETE_TOPIC_IN_NAMESRV => "DELETE_TOPIC_IN_NAMESRV",
+        GET_TOPIC_CONFIG => "GET_TOPIC_CONFIG",
         RESET_CONSUMER_CLIENT_OFFSET => "RESET_CONSUMER_CLIENT_OFFSET",
         INVOKE_BROKER_TO_RESET_OFFSET => "INVOKE_BROKER_TO_RESET_OFFSET",
         GET_CONSUMER_STATUS_FROM_CLIENT => "GET_CONSUMER_STATUS_FROM_CLIENT",

@@ -388,6 +388,43 @@ command_header! {
 }
 
 command_header! {
+    /// DELETE_TOPIC_IN_BROKER (215) request.
+    pub struct DeleteTopicRequestHeader {
+        /// Topic to delete.
+        req topic: String = "topic";
+    }
+}
+
+command_header! {
+    /// DELETE_TOPIC_IN_NAMESRV (216) request.
+    pub struct DeleteTopicFromNamesrvRequestHeader {
+        /// Topic to delete.
+        req topic: String = "topic";
+        /// Only from this cluster's brokers; absent: from every broker. (rocketmq-rust reads an
+        /// empty name as a cluster that does not exist: leave it out rather than empty.)
+        opt cluster_name: String = "clusterName";
+    }
+}
+
+command_header! {
+    /// GET_TOPIC_CONFIG (351) and GET_TOPIC_STATS_INFO (202) request.
+    pub struct GetTopicConfigRequestHeader {
+        /// Topic.
+        req topic: String = "topic";
+    }
+}
+
+command_header! {
+    /// DELETE_SUBSCRIPTIONGROUP (207) request.
+    pub struct DeleteSubscriptionGroupRequestHeader {
+        /// Group to delete.
+        req group_name: String = "groupName";
+        /// Delete the group's committed offsets too.
+        def clean_offset: bool = "cleanOffset";
+    }
+}
+
+command_header! {
     /// SEARCH_OFFSET_BY_TIMESTAMP (29) request.
     pub struct SearchOffsetRequestHeader {
         /// Topic.

@@ -463,7 +463,7 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
         },
     );
     let mut core = fresh_core();
-    let name_server = NameServerCore::default();
+    let mut name_server = NameServerCore::default();
     let mut handled = 0u64;
     total += drive(
         "broker_mutated_frames",

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rocketmq_actor::admin::{Admin, Brokers, TopicConfig};
 use rocketmq_actor::message::MessageQueue;
 use rocketmq_actor::protocol::body::{decode_json, ClusterInfo};
 use rocketmq_actor::protocol::codes::request_code;
-use rocketmq_actor::protocol::header::UpdateTopicRequestHeader;
 use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::route::TopicRoute;
 use rocketmq_actor::SendResult;
@@ -108,31 +108,19 @@ pub async fn create_topic(client: &Client, namesrv: &str, topic: &str) -> Arc<To
 /// server routes it to them.
 pub async fn create_topic_on(
     client: &Client,
-    namesrv: &str,
+    _namesrv: &str,
     topic: &str,
     brokers: &[&str],
 ) -> Arc<TopicRoute> {
-    let masters = broker_masters(client, namesrv).await;
+    let admin = Admin::new(client.clone());
     for name in brokers {
-        let header = UpdateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".into(),
-            read_queue_nums: QUEUES_PER_BROKER,
-            write_queue_nums: QUEUES_PER_BROKER,
-            perm: 6,
-            topic_sys_flag: Some(0),
-            ..Default::default()
-        };
-        client
-            .invoke(
-                &masters[*name],
-                RemotingCommand::request_with_header(
-                    request_code::UPDATE_AND_CREATE_TOPIC,
-                    &header,
-                ),
+        admin
+            .create_topic(
+                &Brokers::Broker((*name).to_owned()),
+                &TopicConfig::new(topic, QUEUES_PER_BROKER),
             )
             .await
-            .unwrap_or_else(|e| panic!("UPDATE_AND_CREATE_TOPIC {topic} on {name}: {e}"));
+            .unwrap_or_else(|e| panic!("create {topic} on {name}: {e}"));
     }
     wait_for_route(client, topic, brokers).await
 }
