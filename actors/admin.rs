@@ -79,14 +79,21 @@ impl Admin {
     async fn ask_name_server(&self, command: RemotingCommand) -> Result<RemotingCommand> {
         let list = NameServerList::parse(self.client.namesrv_addr())?;
         let mut failures = Vec::new();
+        let mut last = None;
         for addr in list.addrs() {
             match self.client.invoke(addr, command.clone()).await {
                 Ok(response) => return Ok(response),
                 Err(e @ (Error::Broker { .. } | Error::AccessDenied { .. })) => return Err(e),
-                Err(e) => failures.push(format!("{addr}: {e}")),
+                Err(e) => {
+                    failures.push(format!("{addr}: {e}"));
+                    last = Some(Box::new(e));
+                }
             }
         }
-        Err(Error::NameServerUnavailable(failures.join("; ")))
+        Err(Error::NameServerUnavailable {
+            detail: failures.join("; "),
+            last,
+        })
     }
 
     /// GET_BROKER_CLUSTER_INFO: every cluster, its brokers and their servers.

@@ -393,6 +393,7 @@ impl ClientInstance {
         let shared = self.shared.clone();
         async move {
             let mut failures = Vec::new();
+            let mut last = None;
             for (addr, conn) in attempts {
                 let header = GetRouteInfoRequestHeader {
                     topic: query_topic.clone(),
@@ -418,14 +419,22 @@ impl ClientInstance {
                     Ok(response) if response.code == response_code::TOPIC_NOT_EXIST => {
                         return Ok((addr, None));
                     }
-                    Ok(response) => failures.push(
-                        broker_error(&addr, request_code::GET_ROUTEINFO_BY_TOPIC, response)
-                            .to_string(),
-                    ),
-                    Err(e) => failures.push(format!("{addr}: {e}")),
+                    Ok(response) => {
+                        let error =
+                            broker_error(&addr, request_code::GET_ROUTEINFO_BY_TOPIC, response);
+                        failures.push(error.to_string());
+                        last = Some(Box::new(error));
+                    }
+                    Err(e) => {
+                        failures.push(format!("{addr}: {e}"));
+                        last = Some(Box::new(e));
+                    }
                 }
             }
-            Err(Error::NameServerUnavailable(failures.join("; ")))
+            Err(Error::NameServerUnavailable {
+                detail: failures.join("; "),
+                last,
+            })
         }
         .into_actor(self)
         .map(move |result, act, _ctx| {
@@ -642,7 +651,10 @@ impl Handler<Shutdown> for ClientInstance {
 fn share_error(error: &Error) -> Error {
     match error {
         Error::TopicRouteNotFound(topic) => Error::TopicRouteNotFound(topic.clone()),
-        other => Error::NameServerUnavailable(other.to_string()),
+        other => Error::NameServerUnavailable {
+            detail: other.to_string(),
+            last: None,
+        },
     }
 }
 

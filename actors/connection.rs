@@ -42,9 +42,10 @@ type TransportWrite = Box<dyn AsyncWrite + Unpin>;
 enum ConnectFailure {
     /// The TCP connect failed or timed out.
     Tcp(std::io::Error),
-    /// The TLS handshake failed; the reason is already worded for the operator.
+    /// The TLS handshake failed; the reason is already worded for the operator, the error
+    /// is the handshake's own (none for a timeout).
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    Tls(String),
+    Tls(String, Option<std::sync::Arc<std::io::Error>>),
 }
 
 impl ConnectFailure {
@@ -54,9 +55,10 @@ impl ConnectFailure {
                 addr: peer.to_owned(),
                 source: std::io::Error::new(reason.kind(), reason.to_string()),
             },
-            ConnectFailure::Tls(reason) => Error::Tls {
+            ConnectFailure::Tls(reason, source) => Error::Tls {
                 addr: peer.to_owned(),
                 reason: reason.clone(),
+                source: source.clone(),
             },
         }
     }
@@ -66,7 +68,7 @@ impl std::fmt::Display for ConnectFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnectFailure::Tcp(reason) => write!(f, "{reason}"),
-            ConnectFailure::Tls(reason) => write!(f, "TLS handshake failed: {reason}"),
+            ConnectFailure::Tls(reason, _) => write!(f, "TLS handshake failed: {reason}"),
         }
     }
 }
@@ -1045,20 +1047,26 @@ async fn tls_handshake(
     stream: TcpStream,
     timeout: Duration,
 ) -> std::result::Result<(TransportRead, TransportWrite), ConnectFailure> {
-    let name = tls.server_name_for(peer).map_err(ConnectFailure::Tls)?;
+    let name = tls
+        .server_name_for(peer)
+        .map_err(|reason| ConnectFailure::Tls(reason, None))?;
     let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
     match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
         Ok(Ok(stream)) => {
             let (read_half, write_half) = tokio::io::split(stream);
             Ok((Box::new(read_half), Box::new(write_half)))
         }
-        Ok(Err(e)) => Err(ConnectFailure::Tls(crate::tls::describe_handshake_failure(
-            &e,
-        ))),
-        Err(_) => Err(ConnectFailure::Tls(format!(
-            "no handshake within {timeout:?} (the peer accepted the connection but did not \
-             answer the ClientHello)"
-        ))),
+        Ok(Err(e)) => Err(ConnectFailure::Tls(
+            crate::tls::describe_handshake_failure(&e),
+            Some(std::sync::Arc::new(e)),
+        )),
+        Err(_) => Err(ConnectFailure::Tls(
+            format!(
+                "no handshake within {timeout:?} (the peer accepted the connection but did not \
+                 answer the ClientHello)"
+            ),
+            None,
+        )),
     }
 }
 

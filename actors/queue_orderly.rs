@@ -327,7 +327,10 @@ impl QueueActor {
     ) -> Option<OrderlyBatch> {
         // A chain of calls reads the clock as a run of rounds does: the core's time is at most
         // that many calls old (it judges the broker's lock by it).
-        if finished.chained % ORDERLY_ROUNDS_PER_CLOCK_READ as usize == 0 {
+        if finished
+            .chained
+            .is_multiple_of(ORDERLY_ROUNDS_PER_CLOCK_READ as usize)
+        {
             finished.now_ms = None;
         }
         let now = *finished.now_ms.get_or_insert_with(now_ms);

@@ -58,7 +58,7 @@ const EXPRESSION: &str = "region = 'eu' AND amount > 100";
 
 /// Order `i`: every fifth one is from the EU, amounts run 0, 10, 20, …
 fn order(topic: &str, i: usize) -> Message {
-    let region = if i % 5 == 0 { "eu" } else { "us" };
+    let region = if i.is_multiple_of(5) { "eu" } else { "us" };
     Message::new(topic, format!("order {i}"))
         .with_property("region", region)
         .with_property("amount", (i * 10 % 500).to_string())
@@ -66,7 +66,7 @@ fn order(topic: &str, i: usize) -> Message {
 
 /// What the expression selects, computed here to check the broker.
 fn is_selected(i: usize) -> bool {
-    i % 5 == 0 && i * 10 % 500 > 100
+    i.is_multiple_of(5) && i * 10 % 500 > 100
 }
 
 fn order_number(message: &MessageExt) -> Option<usize> {

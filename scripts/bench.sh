@@ -73,7 +73,7 @@ fi
 
 BENCHES=(consume_bench produce_bench latency_bench scale_bench)
 echo "== building (release)" >&2
-cargo build --release --quiet --bin rocketmq-actor $(printf -- '--example %s ' "${BENCHES[@]}") --example filter_bench
+cargo build --release --quiet --features cli --bin rocketmq-actor $(printf -- '--example %s ' "${BENCHES[@]}") --example filter_bench
 
 BROKER_PID=
 cleanup() {

@@ -23,7 +23,7 @@ OUT=$ROOT/target/bench-ab
 mkdir -p "$OUT"
 
 echo "== building this tree (release)" >&2
-cargo build --release --quiet --example consume_bench --bin rocketmq-actor
+cargo build --release --quiet --features cli --example consume_bench --bin rocketmq-actor
 WORKTREE=$(mktemp -d "${TMPDIR:-/tmp}/rocketmq-actor-ab.XXXXXX")
 rmdir "$WORKTREE"
 BROKER_PID=

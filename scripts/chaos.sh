@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_SCENARIO=${1:-20}
-cargo build --release --bin rocketmq-actor >&2 || exit 1
+cargo build --release --features cli --bin rocketmq-actor >&2 || exit 1
 export CHAOS_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/rocketmq-actor"
 export CHAOS_SECONDS=$SECONDS_PER_SCENARIO
 log=$(mktemp)

@@ -36,7 +36,7 @@ modes=("$@")
 for mode in "${modes[@]}"; do
   case "$mode" in push|orderly|lite) ;; *) echo "unknown mode $mode (push, orderly, lite)" >&2; exit 2 ;; esac
 done
-[ -x "$BIN" ] || cargo build --release --quiet --bin rocketmq-actor
+[ -x "$BIN" ] || cargo build --release --quiet --features cli --bin rocketmq-actor
 work=$(mktemp -d)
 export RMQ_CLUSTER_DIR="$work/cluster"
 members=()

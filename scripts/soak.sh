@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-60}
-cargo build --release --bin rocketmq-actor >&2 || exit 1
+cargo build --release --features cli --bin rocketmq-actor >&2 || exit 1
 mkdir -p target/soak
 export CHAOS_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/rocketmq-actor"
 export CHAOS_SOAK_MINUTES=$MINUTES

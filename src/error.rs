@@ -156,8 +156,14 @@ pub enum Error {
     #[error("no route for topic {0}")]
     TopicRouteNotFound(String),
     /// Every configured name server failed.
-    #[error("no name server answered: {0}")]
-    NameServerUnavailable(String),
+    #[error("no name server answered: {detail}")]
+    NameServerUnavailable {
+        /// What each name server did, `addr: error; …`.
+        detail: String,
+        /// The error of the last name server tried.
+        #[source]
+        last: Option<Box<Error>>,
+    },
     /// The broker at this address does not list this client among its group's members yet
     /// (it has not received a heartbeat from it).
     #[error("{0} does not list this client in its group yet")]
@@ -228,6 +234,10 @@ pub enum Error {
         addr: String,
         /// What went wrong and what to do about it.
         reason: String,
+        /// The handshake's own error (rustls' inside an `io::Error`); none for a handshake
+        /// that timed out.
+        #[source]
+        source: Option<std::sync::Arc<std::io::Error>>,
     },
     /// The peer closed a fresh connection before answering anything: what a server that
     /// requires TLS does to a plaintext client (and one that refuses a client certificate

@@ -572,3 +572,31 @@ fn consumers_left_running_end_quietly(wait_for_a_message: bool) {
         "dropping the system panicked (waited for a message: {wait_for_a_message})"
     );
 }
+
+/// A name server that refuses connections: the error says so in its text, and keeps the
+/// refusal itself as its source chain (`NameServerUnavailable` → `Connect` → `io::Error`), so
+/// a program can match the `io::ErrorKind` rather than parse a message.
+#[actix_rt::test]
+async fn transport_errors_keep_their_causes_as_sources() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let closed = listener.local_addr().expect("its address").to_string();
+    drop(listener);
+    let client = Client::start(ClientConfig::new(&closed)).expect("client");
+    let error = client
+        .route("AnyTopic")
+        .await
+        .expect_err("nobody listens there");
+    assert!(error.to_string().contains(&closed), "{error}");
+    let mut chain = Vec::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = cause {
+        chain.push(e);
+        cause = e.source();
+    }
+    let refused = chain
+        .iter()
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .unwrap_or_else(|| panic!("no io::Error in the chain of {error:?}"));
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    client.shutdown().await;
+}

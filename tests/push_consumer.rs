@@ -621,7 +621,7 @@ async fn a_borrowing_async_listener_gets_a_fresh_context_per_call_through_waits_
                 let number: u32 = body.trim_start_matches('m').parse().unwrap_or(0);
                 // Every third message's call waits, so it finishes after the calls behind it
                 // have started, with the context it was lent.
-                if number % 3 == 0 {
+                if number.is_multiple_of(3) {
                     tokio::task::yield_now().await;
                 }
                 if record_then_judge(m, fresh, &tx, &["m5", "m12"]) == ConsumeStatus::ReconsumeLater
@@ -763,7 +763,7 @@ async fn batches_a_by_value_listener_keeps_or_sends_away_hold_their_own_messages
             let body = text(&messages[0]);
             let number: usize = body[1..].parse().unwrap_or_default();
             // Every third batch is kept (it leaves the call), the others are dropped in it.
-            if number % 3 == 0 {
+            if number.is_multiple_of(3) {
                 let _ = kept_tx.send(messages);
             } else {
                 let _ = dropped_tx.send(body);

@@ -252,7 +252,7 @@ async fn route_error(config: ClientConfig) -> (String, Duration) {
     let took = started.elapsed();
     client.shutdown().await;
     match result {
-        Err(Error::NameServerUnavailable(detail)) => (detail, took),
+        Err(Error::NameServerUnavailable { detail, .. }) => (detail, took),
         other => panic!("expected the name server to be unusable, got {other:?}"),
     }
 }
@@ -337,7 +337,7 @@ async fn tls_can_be_limited_to_the_name_servers_or_the_brokers() {
     let (detail, _) = {
         let started = Instant::now();
         match only_brokers.refresh_route("TlsPeers").await {
-            Err(Error::NameServerUnavailable(detail)) => (detail, started.elapsed()),
+            Err(Error::NameServerUnavailable { detail, .. }) => (detail, started.elapsed()),
             other => panic!("the name server must refuse plaintext: {other:?}"),
         }
     };

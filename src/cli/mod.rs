@@ -216,14 +216,14 @@ impl Connect {
     pub fn unreachable(&self, error: Error) -> Failure {
         match error {
             // A TLS failure or a hang-up is not silence: say what the server did.
-            Error::NameServerUnavailable(detail)
+            Error::NameServerUnavailable { detail, .. }
                 if detail.contains("TLS handshake") || detail.contains("before answering") =>
             {
                 let prefix = format!("{}: ", self.namesrv);
                 let detail = detail.strip_prefix(&prefix).unwrap_or(&detail);
                 Failure(format!("cannot use name server {}: {detail}", self.namesrv))
             }
-            Error::NameServerUnavailable(detail) => Failure(format!(
+            Error::NameServerUnavailable { detail, .. } => Failure(format!(
                 "name server {} did not answer within {} ({detail})",
                 self.namesrv,
                 humantime::format_duration(self.request_timeout)

@@ -988,7 +988,7 @@ pub(crate) mod tests {
 
     impl<T: FromSeed> FromSeed for Option<T> {
         fn from_seed(seeds: &mut dyn Iterator<Item = u64>) -> Self {
-            if seeds.next().unwrap_or(0) % 3 == 0 {
+            if seeds.next().unwrap_or(0).is_multiple_of(3) {
                 None
             } else {
                 Some(T::from_seed(seeds))

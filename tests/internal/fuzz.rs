@@ -479,7 +479,7 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
                 let _ = core.handle(1 + rng.below(3) as u64, command, NOW);
                 handled += 1;
                 // A fresh core now and then keeps memory bounded (sends accumulate).
-                if handled % 20_000 == 0 {
+                if handled.is_multiple_of(20_000) {
                     core = fresh_core();
                 }
             }
@@ -499,11 +499,11 @@ fn fuzz_every_decoder_and_the_brokers_request_handling() {
             let conn = 1 + rng.below(3) as u64;
             let _ = core.handle(conn, command, clock);
             requests += 1;
-            if requests % 97 == 0 {
+            if requests.is_multiple_of(97) {
                 clock += 1_000;
                 let _ = core.on_tick(clock);
             }
-            if requests % 20_000 == 0 {
+            if requests.is_multiple_of(20_000) {
                 core = fresh_core();
             }
         },
