@@ -162,6 +162,7 @@ struct ProducerShared {
     namespace: Namespace,
     /// The configured namespace when it is invalid: every send fails with its error.
     invalid_namespace: Option<String>,
+    metrics: crate::metrics::ProducerMetrics,
 }
 
 /// Sends messages. Cheap to clone; clones share routes and the id generator.
@@ -205,6 +206,7 @@ impl Producer {
                 ids,
                 namespace,
                 invalid_namespace,
+                metrics: Default::default(),
             }),
         }
     }
@@ -425,15 +427,15 @@ impl Producer {
                 };
                 // The first attempt has the whole send timeout, timed from the clock read
                 // above; a later one what is left of it, but at least MIN_ATTEMPT_TIME.
-                let (attempt_deadline, attempt_timeout) = if attempt == 0 {
+                let (attempt_started, attempt_deadline, attempt_timeout) = if attempt == 0 {
                     let first = config.send_timeout.max(MIN_ATTEMPT_TIME);
-                    (started + first, first)
+                    (started, started + first, first)
                 } else {
                     let now = tokio::time::Instant::now();
                     let left = deadline
                         .saturating_duration_since(now)
                         .max(MIN_ATTEMPT_TIME);
-                    (now + left, left)
+                    (now, now + left, left)
                 };
                 if !hooks.is_empty() {
                     let context = send_hook_context(config, messages, queue, addr, batch);
@@ -453,6 +455,12 @@ impl Producer {
                 };
                 let mut outcome =
                     answer.and_then(|response| self.send_result(addr, queue, batch, response));
+                self.shared.metrics.attempt(
+                    &queue.broker_name,
+                    messages.len().max(1),
+                    outcome.is_ok(),
+                    attempt_started.elapsed(),
+                );
                 if let Ok(result) = &mut outcome {
                     // A success ends the loop: the id moves into the result, no copy per send.
                     result.msg_id = std::mem::take(&mut msg_id);

@@ -2,7 +2,7 @@
 //!
 //! What it teaches: every option of Java's `DefaultMQPushConsumer` (and the few this crate
 //! adds) is a field of `PushConsumerConfig`, loadable from TOML (`from_toml_str`, feature
-//! `toml`, on by default) or JSON (`from_json_str`) with snake_case keys; durations are
+//! `toml`, a default) or JSON (`from_json_str`) with snake_case keys; durations are
 //! humantime strings (`"5m"`, `"1s"`, `"50ms"`). A key you leave out keeps its Java default.
 //! The document is validated when it is read (and again at `start`): an out-of-range value, an
 //! unknown key (a typo must not silently fall back to a default) or a bad duration is an

@@ -55,13 +55,13 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `embedded` | yes | the embedded name server + brokers ([`embedded`]) |
-//! | `toml` | yes | [`PushConsumerConfig::from_toml_str`] |
-//! | `prometheus` | yes | [`metrics::PrometheusExporter`]: the [`metrics`] figures as Prometheus text at `/metrics` |
-//! | `cli` | yes | the `rocketmq-actor` binary (clap, tracing-subscriber); implies `prometheus` and `tls` |
 //! | `tls` | yes | TLS connections ([`tls`]: rustls with `ring`, webpki roots, a generated test CA); with `embedded`, a broker serving TLS |
+//! | `toml` | yes | [`PushConsumerConfig::from_toml_str`] |
+//! | `embedded` | no | the embedded name server + brokers ([`embedded`]): add it in `[dev-dependencies]` for tests |
+//! | `prometheus` | no | [`metrics::PrometheusExporter`]: the [`metrics`] figures as Prometheus text at `/metrics` |
+//! | `cli` | no | the `rocketmq-actor` binary (clap, tracing-subscriber, …); implies `embedded`, `prometheus` and `tls` |
 //!
-//! A library user who only consumes: `rocketmq-actor = { version = "0.1", default-features = false }`.
+//! The command line: `cargo install rocketmq-actor --features cli`.
 //!
 //! The crate is a sans-I/O core (pure functions and state machines, tested without sockets or
 //! actix) under thin actix actors; `ARCHITECTURE.md` draws the layers.

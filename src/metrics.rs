@@ -27,8 +27,12 @@
 //! | `rocketmq_consumer_lag_messages` | gauge | `group`, `topic`, `broker`, `queue` | broker max offset (as of the last pull) − committed offset |
 //! | `rocketmq_client_reconnects_total` | counter | `peer` | connections re-established after a drop |
 //! | `rocketmq_client_disconnects_total` | counter | `peer` | connections lost |
+//! | `rocketmq_producer_sent_messages_total` | counter | `broker`, `status` (`ok`/`failed`) | messages of each send attempt, by outcome (a failed attempt retried elsewhere counts once as failed) |
+//! | `rocketmq_producer_send_rt_seconds` | histogram | `broker` | time of each send attempt, from the request to the broker's answer |
 //!
-//! A queue this consumer no longer owns has its gauges set to 0.
+//! A queue this consumer no longer owns has its gauges set to 0. [`PrometheusExporter`]
+//! serves the `_seconds` metrics as Prometheus histograms (buckets [`RT_BUCKETS`]) and every
+//! metric with its `# HELP` line ([`describe`]).
 //!
 //! ```no_run
 //! # #[cfg(feature = "prometheus")]
@@ -46,6 +50,92 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::message::MessageQueue;
+
+/// The buckets (seconds) of the round-trip histograms: 0.5 ms to 60 s, long polls included.
+pub const RT_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Tells the installed `metrics` recorder what each metric is (its unit and the text of its
+/// Prometheus `# HELP` line). [`PrometheusExporter::serve`] calls it; with another recorder,
+/// call it once after installing the recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        names::PULLS,
+        Unit::Count,
+        "Pull requests answered by a broker."
+    );
+    describe_counter!(
+        names::PULLED_MESSAGES,
+        Unit::Count,
+        "Messages received by pulls (after the tag re-filter)."
+    );
+    describe_histogram!(
+        names::PULL_RT,
+        Unit::Seconds,
+        "Pull round trip, long polls included."
+    );
+    describe_counter!(
+        names::CONSUMED_MESSAGES,
+        Unit::Count,
+        "Messages through the listener, by status (ok or failed)."
+    );
+    describe_histogram!(names::CONSUME_RT, Unit::Seconds, "Listener call time.");
+    describe_counter!(
+        names::SENT_BACK_MESSAGES,
+        Unit::Count,
+        "Failed messages handed back to the broker for a retry."
+    );
+    describe_counter!(
+        names::DEAD_LETTERED_MESSAGES,
+        Unit::Count,
+        "Messages sent to the dead-letter queue (retries used up)."
+    );
+    describe_counter!(names::REBALANCES, Unit::Count, "Rebalance rounds.");
+    describe_gauge!(
+        names::OWNED_QUEUES,
+        Unit::Count,
+        "Queues the consumer owns now."
+    );
+    describe_counter!(
+        names::QUEUE_RESTARTS,
+        Unit::Count,
+        "Queue actors restarted by their supervisor."
+    );
+    describe_gauge!(
+        names::CACHED_MESSAGES,
+        Unit::Count,
+        "Messages pulled and not yet consumed, per queue."
+    );
+    describe_gauge!(
+        names::CACHED_BYTES,
+        Unit::Bytes,
+        "Body bytes of the messages pulled and not yet consumed, per queue."
+    );
+    describe_gauge!(
+        names::LAG_MESSAGES,
+        Unit::Count,
+        "Broker max offset (as of the last pull) minus the committed offset, per queue."
+    );
+    describe_counter!(
+        names::RECONNECTS,
+        Unit::Count,
+        "Connections re-established after a drop."
+    );
+    describe_counter!(names::DISCONNECTS, Unit::Count, "Connections lost.");
+    describe_counter!(
+        names::SENT_MESSAGES,
+        Unit::Count,
+        "Messages of each send attempt, by broker and status (ok or failed)."
+    );
+    describe_histogram!(
+        names::SEND_RT,
+        Unit::Seconds,
+        "Time of each send attempt, from the request to the broker's answer."
+    );
+}
 
 /// The metric names (see the [module](self) table).
 pub mod names {
@@ -79,6 +169,10 @@ pub mod names {
     pub const RECONNECTS: &str = "rocketmq_client_reconnects_total";
     /// Connections lost.
     pub const DISCONNECTS: &str = "rocketmq_client_disconnects_total";
+    /// Messages of each send attempt, by `broker` and `status`.
+    pub const SENT_MESSAGES: &str = "rocketmq_producer_sent_messages_total";
+    /// Time of each send attempt, by `broker`.
+    pub const SEND_RT: &str = "rocketmq_producer_send_rt_seconds";
 }
 
 /// One consumer's handles, taken once at start (a lookup per event would cost a hash of the
@@ -221,6 +315,56 @@ impl ConnectionMetrics {
     }
 }
 
+/// A producer's handles per broker, taken at the first send to that broker (a lookup per send
+/// with labels would hash them each time).
+#[derive(Default)]
+pub(crate) struct ProducerMetrics {
+    brokers: std::sync::RwLock<foldhash::HashMap<String, BrokerSendMetrics>>,
+}
+
+/// One broker's send handles.
+struct BrokerSendMetrics {
+    ok: Counter,
+    failed: Counter,
+    rt: Histogram,
+}
+
+impl BrokerSendMetrics {
+    fn new(broker: &str) -> Self {
+        let b = broker.to_owned();
+        BrokerSendMetrics {
+            ok: metrics::counter!(names::SENT_MESSAGES, "broker" => b.clone(), "status" => "ok"),
+            failed: metrics::counter!(names::SENT_MESSAGES, "broker" => b.clone(), "status" => "failed"),
+            rt: metrics::histogram!(names::SEND_RT, "broker" => b),
+        }
+    }
+}
+
+impl ProducerMetrics {
+    /// A send attempt of `messages` to `broker` ended after `rt`.
+    pub(crate) fn attempt(&self, broker: &str, messages: usize, ok: bool, rt: Duration) {
+        let record = |handles: &BrokerSendMetrics| {
+            let outcome = if ok { &handles.ok } else { &handles.failed };
+            outcome.increment(messages as u64);
+            handles.rt.record(rt.as_secs_f64());
+        };
+        if let Some(handles) = self
+            .brokers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(broker)
+        {
+            return record(handles);
+        }
+        let mut brokers = self.brokers.write().unwrap_or_else(|e| e.into_inner());
+        record(
+            brokers
+                .entry(broker.to_owned())
+                .or_insert_with(|| BrokerSendMetrics::new(broker)),
+        );
+    }
+}
+
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusExporter;
 
@@ -229,7 +373,7 @@ mod prometheus {
     use std::net::SocketAddr;
     use std::time::Duration;
 
-    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -239,7 +383,7 @@ mod prometheus {
     const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(5);
     /// Requests longer than this are refused (a scrape request is a few hundred bytes).
     const MAX_REQUEST_BYTES: usize = 16 * 1024;
-    /// How often summaries drop their old samples.
+    /// How often the recorder drains its histograms' buffers.
     const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
     /// The process's Prometheus exporter: installs itself as the global `metrics` recorder and
@@ -269,14 +413,17 @@ mod prometheus {
                 source: e,
             })?;
             let local_addr = listener.local_addr()?;
-            let handle =
-                PrometheusBuilder::new()
-                    .install_recorder()
-                    .map_err(|e| Error::Config {
-                        option: "metrics recorder",
-                        value: "Prometheus exporter".into(),
-                        allowed: format!("one recorder per process ({e})"),
-                    })?;
+            let recorder_error = |e: metrics_exporter_prometheus::BuildError| Error::Config {
+                option: "metrics recorder",
+                value: "Prometheus exporter".into(),
+                allowed: format!("one recorder per process ({e})"),
+            };
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), super::RT_BUCKETS)
+                .map_err(recorder_error)?
+                .install_recorder()
+                .map_err(recorder_error)?;
+            super::describe();
             let server = tokio::spawn(serve_scrapes(listener, handle.clone()));
             Ok(PrometheusExporter {
                 handle,

@@ -124,8 +124,51 @@ async fn the_exporter_serves_consume_pull_lag_and_retry_figures_and_lag_reaches_
     .expect("pulls counted");
     assert!(pulls >= 2.0, "at least one pull per queue: {pulls}");
     assert!(
-        text.contains("# TYPE rocketmq_consumer_pull_rt_seconds summary"),
-        "pull round trips as a summary:\n{text}"
+        text.contains("# TYPE rocketmq_consumer_pull_rt_seconds histogram"),
+        "pull round trips as a histogram:\n{text}"
+    );
+    let pull_count = sample(
+        &text,
+        &format!("rocketmq_consumer_pull_rt_seconds_count{{group=\"{group}\"}}"),
+    );
+    assert_eq!(pull_count, Some(pulls), "a round trip per pull:\n{text}");
+    let longest_bucket = sample(
+        &text,
+        &format!("rocketmq_consumer_pull_rt_seconds_bucket{{group=\"{group}\",le=\"+Inf\"}}"),
+    );
+    assert_eq!(
+        longest_bucket,
+        Some(pulls),
+        "every pull in the +Inf bucket:\n{text}"
+    );
+    for name in [
+        "rocketmq_consumer_pulls_total",
+        "rocketmq_consumer_lag_messages",
+        "rocketmq_consumer_consume_rt_seconds",
+        "rocketmq_producer_sent_messages_total",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} ")) && l.len() > name.len() + 12),
+            "a HELP line for {name}:\n{text}"
+        );
+    }
+    // The producer that sent the 40 messages, all to broker-a (the recorder is the process's:
+    // the other test of this binary sends a few too).
+    let sent_ok = sample(
+        &text,
+        "rocketmq_producer_sent_messages_total{broker=\"broker-a\",status=\"ok\"}",
+    )
+    .expect("sends counted");
+    assert!(sent_ok >= 40.0, "the 40 sends counted:\n{text}");
+    let send_rts = sample(
+        &text,
+        "rocketmq_producer_send_rt_seconds_count{broker=\"broker-a\"}",
+    );
+    assert_eq!(
+        send_rts,
+        Some(sent_ok),
+        "a send time per single-message attempt:\n{text}"
     );
     let lag_lines: Vec<&str> = text
         .lines()

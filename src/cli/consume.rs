@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use hdrhistogram::Histogram;
 use rocketmq_actor::consumer::config::format_consume_timestamp_utc;
 use rocketmq_actor::consumer::{ConsumeFromWhere, ConsumeStatus, MessageModel, OrderlyStatus};
 use rocketmq_actor::metrics::PrometheusExporter;
@@ -25,7 +26,6 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::format::{parse_format, write_message, Format};
-use super::histogram::Histogram;
 use super::signal::ShutdownSignal;
 use super::watch::{baseline, Progress, ProgressLine, Watcher};
 use super::{
@@ -210,7 +210,8 @@ struct Tally {
     count: u64,
     first: Option<Instant>,
     last: Option<Instant>,
-    latencies_ms: Histogram,
+    /// Birth-to-consumption latencies: bounded memory, 3 significant digits.
+    latencies_ms: Histogram<u64>,
     target: Option<u64>,
     /// No message is taken any more (`--count` reached or stdout gone).
     closed: bool,
@@ -252,12 +253,18 @@ impl Tally {
             "seconds": rounded(seconds),
             "msgs_per_sec": rate,
             "latency_ms": {
-                "p50": self.latencies_ms.percentile(50.0),
-                "p99": self.latencies_ms.percentile(99.0),
+                "p50": self.latencies_ms.value_at_quantile(0.5),
+                "p99": self.latencies_ms.value_at_quantile(0.99),
                 "max": self.latencies_ms.max(),
             },
         })
     }
+}
+
+/// An empty latency histogram (auto-resizing, 3 significant digits).
+fn latency_histogram() -> Histogram<u64> {
+    // 3 significant figures is within hdrhistogram's 0..=5.
+    Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant figures are valid"))
 }
 
 /// Takes what it may of a consumed batch — all of it, or up to `--count` — prints it (flushed)
@@ -293,7 +300,10 @@ fn record(tally: &Mutex<Tally>, messages: &[MessageExt]) -> usize {
     t.last = Some(now);
     for message in taken {
         t.count += 1;
-        t.latencies_ms.record(now_ms - message.born_timestamp);
+        // A negative latency (clocks of two hosts apart) counts as 0; the histogram grows
+        // to fit any value, so recording cannot fail.
+        let latency = u64::try_from(now_ms - message.born_timestamp).unwrap_or(0);
+        let _ = t.latencies_ms.record(latency);
         let queue = MessageQueue::new(message.topic(), &*message.broker_name, message.queue_id);
         let next = message.queue_offset + 1;
         let consumed = t.consumed.entry(queue).or_insert(next);
@@ -319,7 +329,7 @@ pub async fn consume(args: &ConsumeArgs) -> CliResult {
         count: 0,
         first: None,
         last: None,
-        latencies_ms: Histogram::default(),
+        latencies_ms: latency_histogram(),
         target: args.count,
         closed: false,
         done: Some(done_tx),
@@ -697,7 +707,7 @@ mod tests {
             count: 0,
             first: None,
             last: None,
-            latencies_ms: Histogram::default(),
+            latencies_ms: latency_histogram(),
             target: Some(5),
             closed: false,
             done: Some(done_tx),

@@ -7,7 +7,6 @@ pub mod admin;
 pub mod consume;
 pub mod embedded;
 pub mod format;
-pub mod histogram;
 pub mod manage;
 pub mod output;
 pub mod produce;

@@ -952,46 +952,6 @@ impl PushConsumerConfig {
     }
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let year_of_era = y - era * 400;
-    let month_from_march = if month > 2 { month - 3 } else { month + 9 };
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The (year, month, day) of a day count since 1970-01-01 (inverse of `days_from_civil`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn is_leap_year(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        _ => 0,
-    }
-}
-
 fn parse_digits(s: &str) -> Option<i64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -1014,17 +974,11 @@ fn parse_digits(s: &str) -> Option<i64> {
 pub fn parse_consume_timestamp(text: &str) -> Option<i64> {
     let text = text.trim();
     let (wall, zone) = (text.get(..14)?, text.get(14..)?);
-    let field = |range: std::ops::Range<usize>| wall.get(range).and_then(parse_digits);
-    let (year, month, day) = (field(0..4)?, field(4..6)?, field(6..8)?);
-    let (hour, minute, second) = (field(8..10)?, field(10..12)?, field(12..14)?);
-    if !(1..=12).contains(&month)
-        || !(1..=days_in_month(year, month)).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    // `time` checks the fields (month 13, 31 April…); only ASCII digits get that far.
+    if !wall.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
+    let wall = time::PrimitiveDateTime::parse(wall, &CONSUME_TIMESTAMP_FORMAT).ok()?;
     let offset_seconds = match zone {
         "" | "Z" | "z" => 0,
         _ => {
@@ -1046,10 +1000,13 @@ pub fn parse_consume_timestamp(text: &str) -> Option<i64> {
             sign * (hh * 3600 + mm * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    let seconds = wall.assume_utc().unix_timestamp() - offset_seconds;
     Some(seconds * 1000)
 }
+
+/// Java's `yyyyMMddHHmmss`.
+const CONSUME_TIMESTAMP_FORMAT: &[time::format_description::BorrowedFormatItem<'static>] =
+    time::macros::format_description!("[year][month][day][hour][minute][second]");
 
 /// Formats epoch milliseconds as a UTC `yyyyMMddHHmmss` (sub-second part dropped), the form
 /// [`parse_consume_timestamp`] reads.
@@ -1059,15 +1016,17 @@ pub fn parse_consume_timestamp(text: &str) -> Option<i64> {
 /// assert_eq!(format_consume_timestamp_utc(1_704_067_200_999), "20240101000000");
 /// ```
 pub fn format_consume_timestamp_utc(epoch_ms: i64) -> String {
-    let seconds = epoch_ms.div_euclid(1000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}{month:02}{day:02}{:02}{:02}{:02}",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60
-    )
+    time::OffsetDateTime::from_unix_timestamp(epoch_ms.div_euclid(1000))
+        .ok()
+        .and_then(|time| time.format(&CONSUME_TIMESTAMP_FORMAT).ok())
+        // Outside years 1–9999 (time's range): the earliest or latest form Java reads.
+        .unwrap_or_else(|| {
+            if epoch_ms < 0 {
+                "00010101000000".to_owned()
+            } else {
+                "99991231235959".to_owned()
+            }
+        })
 }
 
 #[cfg(test)]

@@ -196,15 +196,22 @@ impl UniqueIdGenerator {
 }
 
 /// The UTC month containing `day` (days since the epoch): its first day and the first day of
-/// the next.
+/// the next. Days outside the calendar `time` knows (years 1–9999) count as a one-day month.
 fn utc_month(day: i64) -> (i64, i64) {
-    let (year, month, _) = civil_from_days(day);
-    let next = if month == 12 {
-        days_from_civil(year + 1, 1, 1)
-    } else {
-        days_from_civil(year, month + 1, 1)
-    };
-    (days_from_civil(year, month, 1), next)
+    let epoch = time::Date::from_calendar_date(1970, time::Month::January, 1)
+        .map(time::Date::to_julian_day)
+        .unwrap_or(2_440_588);
+    let date = i32::try_from(day)
+        .ok()
+        .and_then(|day| day.checked_add(epoch))
+        .and_then(|julian| time::Date::from_julian_day(julian).ok());
+    match date {
+        Some(date) => {
+            let first = day - i64::from(date.day()) + 1;
+            (first, first + i64::from(date.month().length(date.year())))
+        }
+        None => (day, day + 1),
+    }
 }
 
 /// Milliseconds since the epoch of the first instant of the UTC month containing `ms`.
@@ -213,31 +220,6 @@ fn start_of_month_utc_ms(ms: i64) -> i64 {
     utc_month(ms.div_euclid(MS_PER_DAY))
         .0
         .saturating_mul(MS_PER_DAY)
-}
-
-/// Proleptic Gregorian (year, month 1–12, day 1–31) of a day count since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Day count since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let mp = if month > 2 { month - 3 } else { month + 9 };
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -354,9 +336,12 @@ mod tests {
         }
 
         #[test]
-        fn civil_date_conversions_agree(days in -1_000_000i64..1_000_000) {
-            let (y, m, d) = civil_from_days(days);
-            prop_assert_eq!(days_from_civil(y, m, d), days);
+        fn a_day_lies_in_its_month(day in -700_000i64..2_900_000) {
+            let (first, next) = utc_month(day);
+            prop_assert!(first <= day && day < next, "{} not in {}..{}", day, first, next);
+            prop_assert!((28..=31).contains(&(next - first)), "a month of {} days", next - first);
+            // The next month starts where this one ends.
+            prop_assert_eq!(utc_month(next).0, next);
         }
     }
 }
