@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::actors::client::Client;
-use crate::error::{Error, Result};
+use crate::error::{Error, NameServerFailures, Result};
 use crate::protocol::body::{
     decode_json, encode_json, ClusterInfo, KvTable, SubscriptionGroupConfig,
     SubscriptionGroupTable, TopicConfig, TopicConfigTable, TopicList, TopicStatsTable,
@@ -78,22 +78,15 @@ impl Admin {
     /// an [`Error::Broker`], silence from all of them [`Error::NameServerUnavailable`].
     async fn ask_name_server(&self, command: RemotingCommand) -> Result<RemotingCommand> {
         let list = NameServerList::parse(self.client.namesrv_addr())?;
-        let mut failures = Vec::new();
-        let mut last = None;
+        let mut failures = NameServerFailures::default();
         for addr in list.addrs() {
             match self.client.invoke(addr, command.clone()).await {
                 Ok(response) => return Ok(response),
                 Err(e @ (Error::Broker { .. } | Error::AccessDenied { .. })) => return Err(e),
-                Err(e) => {
-                    failures.push(format!("{addr}: {e}"));
-                    last = Some(Box::new(e));
-                }
+                Err(e) => failures.push(addr, e),
             }
         }
-        Err(Error::NameServerUnavailable {
-            detail: failures.join("; "),
-            last,
-        })
+        Err(failures.into_error())
     }
 
     /// GET_BROKER_CLUSTER_INFO: every cluster, its brokers and their servers.

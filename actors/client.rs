@@ -23,7 +23,7 @@ use crate::actors::connection::{
 };
 use crate::actors::puller::Pull;
 use crate::actors::runtime;
-use crate::error::{Error, ProtocolError, Result};
+use crate::error::{Error, NameServerFailures, ProtocolError, Result};
 use crate::filter::Selector;
 use crate::hooks::{Hooks, RequestHooks, RpcHook};
 use crate::identity::{default_instance_name, pick_client_ip, process_token};
@@ -392,8 +392,7 @@ impl ClientInstance {
         let query_topic = topic.clone();
         let shared = self.shared.clone();
         async move {
-            let mut failures = Vec::new();
-            let mut last = None;
+            let mut failures = NameServerFailures::default();
             for (addr, conn) in attempts {
                 let header = GetRouteInfoRequestHeader {
                     topic: query_topic.clone(),
@@ -419,22 +418,15 @@ impl ClientInstance {
                     Ok(response) if response.code == response_code::TOPIC_NOT_EXIST => {
                         return Ok((addr, None));
                     }
-                    Ok(response) => {
-                        let error =
-                            broker_error(&addr, request_code::GET_ROUTEINFO_BY_TOPIC, response);
-                        failures.push(error.to_string());
-                        last = Some(Box::new(error));
-                    }
-                    Err(e) => {
-                        failures.push(format!("{addr}: {e}"));
-                        last = Some(Box::new(e));
-                    }
+                    Ok(response) => failures.push_answer(broker_error(
+                        &addr,
+                        request_code::GET_ROUTEINFO_BY_TOPIC,
+                        response,
+                    )),
+                    Err(e) => failures.push(&addr, e),
                 }
             }
-            Err(Error::NameServerUnavailable {
-                detail: failures.join("; "),
-                last,
-            })
+            Err(failures.into_error())
         }
         .into_actor(self)
         .map(move |result, act, _ctx| {

@@ -266,6 +266,36 @@ pub enum Error {
     },
 }
 
+/// Each name server's failure of one request, asked in turn: one
+/// [`Error::NameServerUnavailable`] when none answered.
+#[derive(Default)]
+pub(crate) struct NameServerFailures {
+    detail: Vec<String>,
+    last: Option<Box<Error>>,
+}
+
+impl NameServerFailures {
+    /// The name server at `addr` could not be asked: `error`.
+    pub(crate) fn push(&mut self, addr: &str, error: Error) {
+        self.detail.push(format!("{addr}: {error}"));
+        self.last = Some(Box::new(error));
+    }
+
+    /// A name server answered with a failure (an [`Error::Broker`] names its peer).
+    pub(crate) fn push_answer(&mut self, error: Error) {
+        self.detail.push(error.to_string());
+        self.last = Some(Box::new(error));
+    }
+
+    /// The error of them all.
+    pub(crate) fn into_error(self) -> Error {
+        Error::NameServerUnavailable {
+            detail: self.detail.join("; "),
+            last: self.last,
+        }
+    }
+}
+
 /// Whether a broker's answer (`code`, `remark`) refuses a request for authentication or
 /// permission, as brokers with ACL answer:
 ///

@@ -11,13 +11,13 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod cli;
 
 use cli::admin::{
-    ConsumerConnectionsArgs, ConsumerProgressArgs, QueryMsgArgs, ResetOffsetArgs, TopicRouteArgs,
+    ConsumerConnectionsArgs, ConsumerProgressArgs, QueryMsgArgs, ResetOffsetArgs, TopicArgs,
 };
 use cli::consume::ConsumeArgs;
 use cli::embedded::{BrokerArgs, DemoArgs};
 use cli::manage::{
     ClusterArgs, GroupDeleteArgs, GroupListArgs, TopicCreateArgs, TopicDeleteArgs, TopicListArgs,
-    TopicStatusArgs, TopicUpdateArgs,
+    TopicUpdateArgs,
 };
 use cli::produce::ProduceArgs;
 use cli::{CliResult, Failure, Outcome};
@@ -89,7 +89,7 @@ enum Command {
     },
     /// The same as `topic route` (the name before `topic`).
     #[command(hide = true, after_help = EXIT_STATUS)]
-    TopicRoute(TopicRouteArgs),
+    TopicRoute(TopicArgs),
     /// The same as `group progress`.
     #[command(hide = true, after_help = EXIT_STATUS)]
     ConsumerProgress(ConsumerProgressArgs),
@@ -120,10 +120,10 @@ enum TopicCommand {
     List(TopicListArgs),
     /// Each queue's stored offsets and last store time (mqadmin topicStatus).
     #[command(after_help = EXIT_STATUS)]
-    Status(TopicStatusArgs),
+    Status(TopicArgs),
     /// A topic's route: a line per broker (addresses, queues, permission) (mqadmin topicRoute).
     #[command(after_help = EXIT_STATUS)]
-    Route(TopicRouteArgs),
+    Route(TopicArgs),
 }
 
 /// `group …`.

@@ -18,9 +18,9 @@ use super::format::message_json;
 use super::output::{OutputArgs, Rows};
 use super::{emit, parse_time, CliResult, Connect, Failure, Outcome};
 
-/// `topic-route`'s arguments.
+/// The arguments of `topic route` and `topic status`: one topic.
 #[derive(clap::Args, Clone, Debug)]
-pub struct TopicRouteArgs {
+pub struct TopicArgs {
     #[command(flatten)]
     pub connect: Connect,
     #[command(flatten)]
@@ -151,7 +151,7 @@ const ROUTE_COLUMNS: &[&str] = &[
 
 /// `topic-route`: one line per broker of the topic — its addresses by broker id (0: the
 /// master) and its queues (read, write, permission).
-pub async fn topic_route(args: &TopicRouteArgs) -> CliResult {
+pub async fn topic_route(args: &TopicArgs) -> CliResult {
     let wire_topic = args.connect.namespace().wrap(&args.topic).into_owned();
     let rows = with_client(&args.connect, async |client| {
         let route = args

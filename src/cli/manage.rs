@@ -7,12 +7,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rocketmq_actor::admin::{Admin, BrokerMaster, Brokers, TopicConfig};
-use rocketmq_actor::namespace::{is_wrapped, Namespace};
+use rocketmq_actor::namespace::{is_system_resource, is_wrapped, Namespace, SYSTEM_GROUP_PREFIX};
 use rocketmq_actor::protocol::codes::perm;
 use rocketmq_actor::Client;
 use serde_json::json;
 
-use super::admin::{no_topic, perm_text, with_client};
+use super::admin::{no_topic, perm_text, with_client, TopicArgs};
 use super::output::{OutputArgs, Rows};
 use super::{CliResult, Connect, Failure, Outcome};
 
@@ -120,18 +120,6 @@ pub struct TopicListArgs {
     /// own, `rmq_sys_…`.
     #[arg(short, long)]
     pub all: bool,
-}
-
-/// `topic status`'s arguments.
-#[derive(clap::Args, Clone, Debug)]
-pub struct TopicStatusArgs {
-    #[command(flatten)]
-    pub connect: Connect,
-    #[command(flatten)]
-    pub output: OutputArgs,
-    /// Topic.
-    #[arg(short, long)]
-    pub topic: String,
 }
 
 /// `cluster list` and `broker status` arguments.
@@ -335,20 +323,7 @@ pub async fn topic_delete(args: &TopicDeleteArgs) -> CliResult {
 
 /// Java's `TopicValidator` system topics, and the other families a broker registers.
 fn is_system_topic(topic: &str, own_names: &BTreeSet<String>) -> bool {
-    const SYSTEM: &[&str] = &[
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-    ];
-    SYSTEM.contains(&topic)
-        || topic.starts_with("rmq_sys_")
+    is_system_resource(topic)
         || topic.starts_with("RMQ_SYS_")
         || topic.starts_with("%RETRY%")
         || topic.starts_with("%DLQ%")
@@ -391,7 +366,7 @@ pub async fn topic_list(args: &TopicListArgs) -> CliResult {
 }
 
 /// `topic status`: each queue's stored range on each broker of the topic's route.
-pub async fn topic_status(args: &TopicStatusArgs) -> CliResult {
+pub async fn topic_status(args: &TopicArgs) -> CliResult {
     let wire_topic = args.connect.namespace().wrap(&args.topic).into_owned();
     let stats = with_client(&args.connect, async |client| {
         let route = args
@@ -542,7 +517,7 @@ fn is_system_group(group: &str) -> bool {
         "CID_ONSAPI_OWNER",
         "CID_ONSAPI_PULL",
     ];
-    PREDEFINED.contains(&group) || group.starts_with("CID_RMQ_SYS_")
+    PREDEFINED.contains(&group) || group.starts_with(SYSTEM_GROUP_PREFIX)
 }
 
 /// `group list`: every consumer group the selected brokers know, a line per group with the
