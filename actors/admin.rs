@@ -141,17 +141,27 @@ impl Admin {
             .collect();
         masters.sort_by(|a, b| a.broker_name.cmp(&b.broker_name));
         if masters.is_empty() {
-            let (option, value) = match brokers {
-                Brokers::All => ("brokers", "all".to_owned()),
-                Brokers::Cluster(c) => ("cluster", c.clone()),
-                Brokers::Broker(b) => ("broker", b.clone()),
+            let (option, value, allowed) = match brokers {
+                Brokers::All => (
+                    "brokers",
+                    "all".to_owned(),
+                    "a cluster with a broker master registered (the name servers list none)",
+                ),
+                Brokers::Cluster(c) => (
+                    "cluster",
+                    c.clone(),
+                    "a cluster the name servers list with a broker master",
+                ),
+                Brokers::Broker(b) => (
+                    "broker",
+                    b.clone(),
+                    "a broker name or address the name servers list with a master",
+                ),
             };
             return Err(Error::Config {
                 option,
                 value,
-                allowed:
-                    "a cluster or broker (name or address) the name servers list with a master"
-                        .into(),
+                allowed: allowed.into(),
             });
         }
         Ok(masters)

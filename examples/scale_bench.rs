@@ -37,12 +37,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
+use rocketmq_actor::admin::{Admin, Brokers, TopicConfig};
 use rocketmq_actor::consumer::{ConsumeFromWhere, ConsumeStatus};
 use rocketmq_actor::embedded::EmbeddedCluster;
-use rocketmq_actor::protocol::body::{decode_json, ClusterInfo};
-use rocketmq_actor::protocol::codes::request_code;
-use rocketmq_actor::protocol::header::UpdateTopicRequestHeader;
-use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::PushConsumer;
 use rocketmq_actor::{Client, ClientConfig, Message, MessageQueue, Producer, ProducerConfig};
 
@@ -102,7 +99,6 @@ fn cpu_seconds() -> f64 {
 /// or the admin request of a real one).
 async fn create_topic(
     client: &Client,
-    namesrv: &str,
     cluster: Option<&EmbeddedCluster>,
     topic: &str,
     total: usize,
@@ -114,43 +110,12 @@ async fn create_topic(
             .create_topic(topic, per_broker)
             .await
             .map_err(|e| e.to_string()),
-        None => {
-            // Every master of the cluster (as mqadmin updateTopic -c does).
-            let info = client
-                .invoke(
-                    namesrv,
-                    RemotingCommand::request(request_code::GET_BROKER_CLUSTER_INFO),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            let info: ClusterInfo = decode_json(&info.body.unwrap_or_default())
-                .map_err(|e| format!("cluster info: {e}"))?;
-            for broker in info.broker_addr_table.values() {
-                let Some(master) = broker.master_addr() else {
-                    continue;
-                };
-                let header = UpdateTopicRequestHeader {
-                    topic: topic.to_owned(),
-                    default_topic: "TBW102".into(),
-                    read_queue_nums: per_broker,
-                    write_queue_nums: per_broker,
-                    perm: 6,
-                    topic_sys_flag: Some(0),
-                    ..Default::default()
-                };
-                client
-                    .invoke(
-                        master,
-                        RemotingCommand::request_with_header(
-                            request_code::UPDATE_AND_CREATE_TOPIC,
-                            &header,
-                        ),
-                    )
-                    .await
-                    .map_err(|e| format!("UPDATE_AND_CREATE_TOPIC on {master}: {e}"))?;
-            }
-            Ok(())
-        }
+        // Every master of the cluster (as mqadmin updateTopic -c does).
+        None => Admin::new(client.clone())
+            .create_topic(&Brokers::All, &TopicConfig::new(topic, per_broker))
+            .await
+            .map(drop)
+            .map_err(|e| format!("create {topic}: {e}")),
     }
 }
 
@@ -178,14 +143,13 @@ where
 
 async fn one_consumer(
     client: &Client,
-    namesrv: &str,
     cluster: Option<&EmbeddedCluster>,
     queues: usize,
     args: &Args,
     stamp: u128,
 ) -> Result<serde_json::Value, String> {
     let topic = format!("ScaleBench_{stamp}_{queues}");
-    create_topic(client, namesrv, cluster, &topic, queues, args.brokers).await?;
+    create_topic(client, cluster, &topic, queues, args.brokers).await?;
     let route = client
         .refresh_route(&topic)
         .await
@@ -322,15 +286,7 @@ async fn rebalance(
     stamp: u128,
 ) -> Result<serde_json::Value, String> {
     let topic = format!("ScaleBenchGroup_{stamp}");
-    create_topic(
-        client,
-        namesrv,
-        cluster,
-        &topic,
-        args.member_queues,
-        args.brokers,
-    )
-    .await?;
+    create_topic(client, cluster, &topic, args.member_queues, args.brokers).await?;
     let route = client
         .refresh_route(&topic)
         .await
@@ -397,7 +353,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut singles = Vec::new();
         for &queues in &args.queues {
             singles.push(
-                one_consumer(&client, &namesrv, target.cluster.as_ref(), queues, &args, stamp).await?,
+                one_consumer(&client, target.cluster.as_ref(), queues, &args, stamp).await?,
             );
         }
         let group = if args.members > 0 {

@@ -137,6 +137,29 @@ async fn every_admin_subcommand_against_a_real_cluster() {
         strings(&rows(&["group", "list"]).await, "group").contains(&group.as_str())
     })
     .await;
+    // A member running in another process: the broker lists its connection.
+    let mut member = Command::new(BIN)
+        .args(["consume", "-t", &topic, "-g", &group, "-q"])
+        .env("NAMESRV_ADDR", namesrv())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("consume runs");
+    until("the member listed by group connections", || async {
+        let output = cli(&["group", "connections", "-g", &group]).await;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        output.status.success()
+            && text.lines().any(|line| {
+                serde_json::from_str::<Value>(line).is_ok_and(|row| {
+                    row["client_id"].as_str().is_some_and(|id| !id.is_empty())
+                        && row["subscriptions"][topic.as_str()] == "*"
+                })
+            })
+    })
+    .await;
+    member.kill().await.expect("the member stops");
     let progress = rows(&["group", "progress", "-g", &group, "-t", &topic]).await;
     assert_eq!(progress.len(), 5, "a row per queue: {progress:?}");
     let reset = rows(&[
