@@ -122,6 +122,11 @@ storePathRootDir = "$DIR/$name/store"
 haListenAddress = "127.0.0.1"
 haListenPort = $((port + 1))
 mappedFileSizeCommitLog = 134217728
+# A test cluster on a disk shared with builds: the defaults (stop writing at 90 % used, refuse to
+# start near it) made sends fail with SYSTEM_BUSY store_not_writeable when build output filled it.
+diskMaxUsedSpaceRatio = 95
+diskSpaceCleanForciblyRatio = 97
+diskSpaceWarningLevelRatio = 98
 TOML
   start_server "$name" "curl -sf 127.0.0.1:$health/readyz
 port_open $port" \
