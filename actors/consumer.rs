@@ -592,6 +592,9 @@ pub struct PushConsumerBuilder {
     consume_hooks: Hooks<dyn ConsumeHook>,
     /// The consume threads of a synchronous listener, sized at start.
     consume_pool: ConsumePool,
+    /// What [`key_ordered`](PushConsumerBuilder::key_ordered) said, which a later
+    /// [`config`](PushConsumerBuilder::config) does not undo.
+    key_ordered: Option<bool>,
 }
 
 /// A listener as the builder holds it: `Send`, so `start` can move it to the runtime thread,
@@ -648,7 +651,8 @@ client_and_group_methods!(PushConsumerBuilder, config.consumer_group);
 namespace_method!(PushConsumerBuilder, config.namespace);
 
 impl PushConsumerBuilder {
-    /// Replaces the whole configuration (subscriptions given to the builder before are kept).
+    /// Replaces the whole configuration (subscriptions and [`key_ordered`](Self::key_ordered)
+    /// given to the builder before are kept).
     ///
     /// The listener decides the consume mode, whatever the order of the calls: an orderly
     /// listener makes the consumer orderly. A configuration whose `consume_mode` is
@@ -808,8 +812,10 @@ impl PushConsumerBuilder {
 
     /// With an orderly listener: order per key (`__SHARDINGKEY`, else the first of KEYS)
     /// instead of per queue, so different keys of one queue are consumed concurrently.
+    ///
+    /// Whatever the order of the calls: a later [`config`](Self::config) keeps it.
     pub fn key_ordered(mut self, enabled: bool) -> Self {
-        self.config.key_ordered = enabled;
+        self.key_ordered = Some(enabled);
         self
     }
 
@@ -951,6 +957,9 @@ impl PushConsumerBuilder {
 
     async fn start_here(self) -> Result<PushConsumer> {
         let mut config = self.config;
+        if let Some(key_ordered) = self.key_ordered {
+            config.key_ordered = key_ordered;
+        }
         // The listener decides the mode; a configuration that asks for orderly consumption
         // (TOML `consume_mode = "orderly"`) with a concurrent listener is a mistake to report,
         // not to run concurrently.
@@ -1212,6 +1221,7 @@ impl PushConsumer {
             client_config: None,
             consume_hooks: Hooks::new(),
             consume_pool: ConsumePool::new(),
+            key_ordered: None,
         }
     }
 

@@ -646,6 +646,61 @@ async fn key_ordered_mode_runs_keys_concurrently_and_each_key_in_order() {
     cluster.shutdown().await;
 }
 
+/// `key_ordered(true)` holds whatever the order of the builder's calls: a whole configuration
+/// given after it (its default `key_ordered = false`) does not turn it off.
+#[actix_rt::test]
+async fn key_ordering_survives_a_configuration_given_after_it() {
+    const KEYS: usize = 10;
+    const TOTAL: usize = 200;
+    let (cluster, namesrv) = cluster_with_keyed("KeyedThenConfig", 1, TOTAL, KEYS).await;
+    let observed = Shared::new(Observed::default());
+    let in_flight_keys = Shared::new((HashMap::<String, usize>::new(), 0usize));
+    let (tx, mut rx) = unbounded_channel::<()>();
+    let (o, f) = (observed.clone(), in_flight_keys.clone());
+    let consumer = from_first_offset(&namesrv, "keyed_then_config", "KeyedThenConfig", "*")
+        .key_ordered(true)
+        .config(PushConsumerConfig {
+            consumer_group: "keyed_then_config".into(),
+            consume_from_where: rocketmq_actor::consumer::ConsumeFromWhere::FirstOffset,
+            consume_concurrency_max: Some(16),
+            ..PushConsumerConfig::default()
+        })
+        .orderly_listener_fn(move |messages: Messages, ctx: OrderlyContext| {
+            let (o, f, tx) = (o.clone(), f.clone(), tx.clone());
+            async move {
+                let (key, _) = key_and_seq(&messages[0]);
+                {
+                    let mut f = f.borrow_mut();
+                    *f.0.entry(key.clone()).or_default() += 1;
+                    f.1 = f.1.max(f.0.values().filter(|n| **n > 0).count());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                o.borrow_mut().record(&messages[0]);
+                if let Some(n) = f.borrow_mut().0.get_mut(&key) {
+                    *n -= 1;
+                }
+                let _ = tx.send(());
+                (OrderlyStatus::Success, ctx)
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    receive_within(&mut rx, TOTAL, BULK_PATIENCE).await;
+    assert_eq!(
+        observed.borrow().order_violations,
+        0,
+        "each key stays in order"
+    );
+    let peak = in_flight_keys.borrow().1;
+    assert!(
+        peak > 1,
+        "keys of the one queue ran concurrently (peak {peak}): the consumer is key-ordered"
+    );
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+}
+
 /// How many of `topic`'s queues on the cluster's broker a new client of `group` gets when it
 /// asks for their broker locks (LOCK_BATCH_MQ), as another member would.
 async fn locks_another_client_gets(cluster: &EmbeddedCluster, group: &str, topic: &str) -> usize {
