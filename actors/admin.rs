@@ -28,6 +28,66 @@ pub enum Brokers {
     Broker(String),
 }
 
+impl Brokers {
+    /// The masters of the selected brokers in `info`, sorted by broker name. A selection that
+    /// matches nothing is an [`Error::Config`] naming what was asked for.
+    pub fn masters(&self, info: &ClusterInfo) -> Result<Vec<BrokerMaster>> {
+        let cluster_of = |broker: &str| {
+            info.cluster_addr_table
+                .iter()
+                .find(|(_, names)| names.iter().any(|n| n == broker))
+                .map(|(cluster, _)| cluster.clone())
+        };
+        let mut masters: Vec<BrokerMaster> = info
+            .broker_addr_table
+            .values()
+            .filter(|data| match self {
+                Brokers::All => true,
+                Brokers::Cluster(cluster) => {
+                    data.cluster == *cluster
+                        || cluster_of(&data.broker_name).as_ref() == Some(cluster)
+                }
+                Brokers::Broker(name) => {
+                    data.broker_name == *name || data.broker_addrs.values().any(|a| a == name)
+                }
+            })
+            .filter_map(|data| {
+                Some(BrokerMaster {
+                    cluster: cluster_of(&data.broker_name).unwrap_or_else(|| data.cluster.clone()),
+                    broker_name: data.broker_name.clone(),
+                    addr: data.master_addr()?.to_owned(),
+                })
+            })
+            .collect();
+        masters.sort_by(|a, b| a.broker_name.cmp(&b.broker_name));
+        if masters.is_empty() {
+            let (option, value, allowed) = match self {
+                Brokers::All => (
+                    "brokers",
+                    "all".to_owned(),
+                    "a cluster with a broker master registered (the name servers list none)",
+                ),
+                Brokers::Cluster(c) => (
+                    "cluster",
+                    c.clone(),
+                    "a cluster the name servers list with a broker master",
+                ),
+                Brokers::Broker(b) => (
+                    "broker",
+                    b.clone(),
+                    "a broker name or address the name servers list with a master",
+                ),
+            };
+            return Err(Error::Config {
+                option,
+                value,
+                allowed: allowed.into(),
+            });
+        }
+        Ok(masters)
+    }
+}
+
 /// A broker's master server, as the name servers list it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerMaster {
@@ -108,63 +168,10 @@ impl Admin {
         Ok(topics)
     }
 
-    /// The masters of the selected brokers, sorted by broker name. A selection that matches
-    /// nothing is an [`Error::Config`] naming what was asked for.
+    /// The masters of the selected brokers, sorted by broker name (GET_BROKER_CLUSTER_INFO,
+    /// then [`Brokers::masters`]).
     pub async fn masters(&self, brokers: &Brokers) -> Result<Vec<BrokerMaster>> {
-        let info = self.cluster_info().await?;
-        let cluster_of = |broker: &str| {
-            info.cluster_addr_table
-                .iter()
-                .find(|(_, names)| names.iter().any(|n| n == broker))
-                .map(|(cluster, _)| cluster.clone())
-        };
-        let mut masters: Vec<BrokerMaster> = info
-            .broker_addr_table
-            .values()
-            .filter(|data| match brokers {
-                Brokers::All => true,
-                Brokers::Cluster(cluster) => {
-                    data.cluster == *cluster
-                        || cluster_of(&data.broker_name).as_ref() == Some(cluster)
-                }
-                Brokers::Broker(name) => {
-                    data.broker_name == *name || data.broker_addrs.values().any(|a| a == name)
-                }
-            })
-            .filter_map(|data| {
-                Some(BrokerMaster {
-                    cluster: cluster_of(&data.broker_name).unwrap_or_else(|| data.cluster.clone()),
-                    broker_name: data.broker_name.clone(),
-                    addr: data.master_addr()?.to_owned(),
-                })
-            })
-            .collect();
-        masters.sort_by(|a, b| a.broker_name.cmp(&b.broker_name));
-        if masters.is_empty() {
-            let (option, value, allowed) = match brokers {
-                Brokers::All => (
-                    "brokers",
-                    "all".to_owned(),
-                    "a cluster with a broker master registered (the name servers list none)",
-                ),
-                Brokers::Cluster(c) => (
-                    "cluster",
-                    c.clone(),
-                    "a cluster the name servers list with a broker master",
-                ),
-                Brokers::Broker(b) => (
-                    "broker",
-                    b.clone(),
-                    "a broker name or address the name servers list with a master",
-                ),
-            };
-            return Err(Error::Config {
-                option,
-                value,
-                allowed: allowed.into(),
-            });
-        }
-        Ok(masters)
+        brokers.masters(&self.cluster_info().await?)
     }
 
     /// UPDATE_AND_CREATE_TOPIC on one broker: creates the topic there, or replaces its

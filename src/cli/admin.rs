@@ -14,9 +14,10 @@ use rocketmq_actor::protocol::RemotingCommand;
 use rocketmq_actor::{Client, Error, MessageQueue};
 use serde_json::json;
 
+use super::consume::{parse_start, StartAt};
 use super::format::message_json;
 use super::output::{OutputArgs, Rows};
-use super::{emit, parse_time, CliResult, Connect, Failure, Outcome};
+use super::{emit, CliResult, Connect, Failure, Outcome};
 
 /// The arguments of `topic route` and `topic status`: one topic.
 #[derive(clap::Args, Clone, Debug)]
@@ -105,17 +106,11 @@ fn offset_msg_id(text: &str) -> Result<String, String> {
 
 /// `--to`: the timestamp `reset_offset_by_timestamp` takes (0 first, -1 last).
 fn reset_target(text: &str) -> Result<i64, String> {
-    match text {
-        "first" => Ok(0),
-        "last" => Ok(-1),
-        time => match parse_time(time) {
-            Ok(ms) if ms >= 0 => Ok(ms),
-            Ok(_) => Err("the time is before 1970".to_owned()),
-            Err(e) => Err(format!(
-                "expected first, last, or {}",
-                e.trim_start_matches("expected ")
-            )),
-        },
+    match parse_start(text)? {
+        StartAt::First => Ok(0),
+        StartAt::Last => Ok(-1),
+        StartAt::Timestamp(ms) if ms >= 0 => Ok(ms),
+        StartAt::Timestamp(_) => Err("the time is before 1970".to_owned()),
     }
 }
 
@@ -161,15 +156,14 @@ pub async fn topic_route(args: &TopicArgs) -> CliResult {
             .ok_or_else(|| no_topic(&args.topic))?;
         let mut brokers = route.data.broker_datas.clone();
         brokers.sort_by(|a, b| a.broker_name.cmp(&b.broker_name));
-        Ok(brokers
-            .iter()
-            .map(|broker| {
-                let queues = route
-                    .data
-                    .queue_datas
-                    .iter()
-                    .find(|q| q.broker_name == broker.broker_name);
-                json!({
+        let mut rows = Rows::new(ROUTE_COLUMNS);
+        for broker in &brokers {
+            let queues = route
+                .data
+                .queue_datas
+                .iter()
+                .find(|q| q.broker_name == broker.broker_name);
+            rows.push(json!({
                     "topic": args.topic,
                     "broker": broker.broker_name,
                     "cluster": broker.cluster,
@@ -179,14 +173,12 @@ pub async fn topic_route(args: &TopicArgs) -> CliResult {
                     "perm": queues.map(|q| q.perm),
                     "perm_text": queues.map(|q| perm_text(q.perm)),
                     "topic_sys_flag": queues.map(|q| q.topic_sys_flag),
-                })
-            })
-            .collect::<Vec<_>>())
+            }));
+        }
+        Ok(rows)
     })
     .await?;
-    let mut table = Rows::new(ROUTE_COLUMNS);
-    rows.into_iter().for_each(|row| table.push(row));
-    table.print(args.output.output)?;
+    rows.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 
@@ -338,7 +330,15 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
             Some(connections) => owners(client, &group, connections).await,
             None => HashMap::new(),
         };
-        let mut rows = Vec::new();
+        let mut rows = Rows::new(&[
+            "topic",
+            "broker",
+            "queue_id",
+            "broker_offset",
+            "consumer_offset",
+            "lag",
+            "client",
+        ]);
         for topic in &topics {
             let route = args
                 .connect
@@ -362,17 +362,7 @@ pub async fn consumer_progress(args: &ConsumerProgressArgs) -> CliResult {
         Ok(rows)
     })
     .await?;
-    let mut table = Rows::new(&[
-        "topic",
-        "broker",
-        "queue_id",
-        "broker_offset",
-        "consumer_offset",
-        "lag",
-        "client",
-    ]);
-    rows.into_iter().for_each(|row| table.push(row));
-    table.print(args.output.output)?;
+    rows.print(args.output.output)?;
     Ok(Outcome::Done)
 }
 

@@ -409,29 +409,23 @@ pub async fn topic_status(args: &TopicArgs) -> CliResult {
     Ok(Outcome::Done)
 }
 
-/// Every server of the selected brokers: (cluster, broker, broker id, address).
+/// Every server of the selected brokers: (cluster, broker, broker id, address), from one
+/// cluster table.
 async fn servers(
     admin: &Admin,
     brokers: &Brokers,
 ) -> CliResult<Vec<(String, String, i64, String)>> {
     let info = admin.cluster_info().await?;
-    let selected: BTreeSet<String> = admin
-        .masters(brokers)
-        .await?
-        .into_iter()
-        .map(|m| m.broker_name)
-        .collect();
     let mut servers = Vec::new();
-    for (cluster, names) in &info.cluster_addr_table {
-        for name in names {
-            let Some(data) = info.broker_addr_table.get(name) else {
-                continue;
-            };
-            if !selected.contains(name) {
-                continue;
-            }
+    for master in brokers.masters(&info)? {
+        if let Some(data) = info.broker_addr_table.get(&master.broker_name) {
             for (id, addr) in &data.broker_addrs {
-                servers.push((cluster.clone(), name.clone(), *id, addr.clone()));
+                servers.push((
+                    master.cluster.clone(),
+                    master.broker_name.clone(),
+                    *id,
+                    addr.clone(),
+                ));
             }
         }
     }
